@@ -1,0 +1,27 @@
+"""Exceptions raised to the user of dramatiq-cron-middleware."""
+
+from __future__ import annotations
+
+from dramatiq.middleware import MiddlewareError
+
+__all__ = ["CronConfigurationError", "CronError", "CronScheduleError"]
+
+
+class CronError(MiddlewareError):
+    """Base class of every error this package raises.
+
+    It derives from :class:`dramatiq.middleware.MiddlewareError` because
+    dramatiq logs and swallows any other exception raised from a
+    middleware hook: a bad schedule must stop the import, not scroll by.
+    """
+
+
+class CronScheduleError(CronError, ValueError):
+    """A ``cron`` actor option or :class:`~dramatiq_cron_middleware.Schedule`
+    is invalid.  Raised when the actor is declared, naming the actor and
+    the offending value."""
+
+
+class CronConfigurationError(CronError, ValueError):
+    """The middleware itself is misconfigured (for example no Redis is
+    configured, or an argument is out of range)."""

@@ -1,0 +1,78 @@
+"""The scheduler's keys in Redis, all under one hash tag.
+
+Every key a script touches shares the tag ``{prefix}``, so on Redis Cluster
+they live in one slot and the scripts may touch them together.  Two apps
+with different prefixes on one Redis never see each other's keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Keys"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Keys:
+    """Names of the keys under ``prefix`` (see docs/design.md for lifetimes)."""
+
+    prefix: str
+
+    @property
+    def tag(self) -> str:
+        """The hash tag that puts every key in one cluster slot."""
+        return "{" + self.prefix + "}"
+
+    @property
+    def lease(self) -> str:
+        """Hash: token, epoch, host, pid, since, renewed, ttl; PEXPIREd to the lease."""
+        return f"{self.tag}:lease"
+
+    @property
+    def epoch(self) -> str:
+        """Counter incremented on every acquisition; never expires."""
+        return f"{self.tag}:epoch"
+
+    @property
+    def ticks(self) -> str:
+        """Hash: schedule id -> ``"<last tick ms>:<epoch that claimed it>"``."""
+        return f"{self.tag}:ticks"
+
+    @property
+    def history(self) -> str:
+        """Stream of tick outcomes, capped."""
+        return f"{self.tag}:history"
+
+    @property
+    def candidates(self) -> str:
+        """Sorted set: candidate -> last time seen (server ms)."""
+        return f"{self.tag}:candidates"
+
+    @property
+    def wake(self) -> str:
+        """List followers block on; a graceful release pushes to it."""
+        return f"{self.tag}:wake"
+
+    def wake_one(self, candidate_id: str) -> str:
+        """A candidate's private wake-up list (used to stop its own wait)."""
+        return f"{self.tag}:wake:{candidate_id}"
+
+    @property
+    def paused(self) -> str:
+        """Set of paused actor names and schedule ids."""
+        return f"{self.tag}:paused"
+
+    @property
+    def triggers(self) -> str:
+        """List of manual trigger requests for the leader."""
+        return f"{self.tag}:triggers"
+
+    def batch(self, batch_id: str) -> str:
+        """Results of one claim batch, kept ten minutes for a caller whose
+        reply was lost."""
+        return f"{self.tag}:batch:{batch_id}"
+
+    def running(self, schedule_id: str) -> str:
+        """The message id of a schedule's message still queued or running
+        (for ``overlap="skip"``), with a TTL so a crash cannot block it."""
+        return f"{self.tag}:running:{schedule_id}"

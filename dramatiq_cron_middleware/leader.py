@@ -1,0 +1,491 @@
+"""The leader loop: one background thread per worker process.
+
+While following, the thread blocks on Redis until the lease is released or
+is due to expire, then competes for it.  While leading, it sleeps until the
+next tick or renewal, decides due ticks in one fenced claim, and enqueues
+the ticks Redis granted.  It stops firing at its own monotonic deadline
+when renewals fail, and steps down the moment Redis refuses its token.
+Faults are logged once per state change, never once per retry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+import redis
+from dramatiq import Broker, Message
+
+from .clock import Clock
+from .connection import redact
+from .lease import Acquired, Lease
+from .ledger import FIRE, LOST, PAUSED, REFUSED, SKIPPED, Claim, Ledger, NotLeader, Outcome
+from .schedule import BoundSchedule
+
+__all__ = ["LeaderThread", "message_for", "ON_TIME_MS"]
+
+#: A tick enqueued within this long after it fell due counts as on time;
+#: later ones are catch-up, subject to the schedule's catch-up policy.
+ON_TIME_MS = 1000
+
+_MESSAGE_IDS = uuid.UUID("4c1f6a52-6a8e-4d0e-9a57-2f0c2a1e7c11")
+_FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+def message_for(schedule: BoundSchedule, tick_ms: int, *, prefix: str, manual: bool = False) -> Message[Any]:
+    """The message a schedule sends for a tick; its id is derived from
+    (prefix, schedule, tick) so consumers can deduplicate."""
+    tick = datetime.fromtimestamp(tick_ms / 1000, tz=schedule.zone).isoformat()
+    options: dict[str, Any] = dict(schedule.options)
+    options["cron_tick"] = tick
+    options["cron_schedule"] = schedule.id
+    if schedule.max_age is not None:
+        options["max_age"] = schedule.max_age
+    if manual:
+        options["cron_manual"] = True
+        message_id = str(uuid.uuid4())
+    else:
+        message_id = str(uuid.uuid5(_MESSAGE_IDS, f"{prefix}|{schedule.id}|{tick_ms}"))
+    return Message(
+        queue_name=schedule.queue_name,
+        actor_name=schedule.actor_name,
+        args=tuple(schedule.args),
+        kwargs=dict(schedule.kwargs),
+        options=options,
+        message_id=message_id,
+    )
+
+
+def jitter_ms(schedule: BoundSchedule, message_id: str) -> int:
+    """A delay in ``[0, jitter]``, the same for every attempt at a tick."""
+    if schedule.jitter <= 0:
+        return 0
+    digest = hashlib.sha256(message_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (schedule.jitter + 1)
+
+
+@dataclasses.dataclass
+class _Owed:
+    """A tick Redis granted whose enqueue has not succeeded yet."""
+
+    schedule: BoundSchedule
+    tick_ms: int
+    message: Message[Any]
+    next_try: float
+    attempts: int = 0
+
+
+@dataclasses.dataclass
+class _Batch:
+    """A claim sent to Redis whose reply has not been read yet."""
+
+    batch_id: str
+    claims: list[Claim]
+    messages: dict[int, tuple[BoundSchedule, Message[Any]]]
+    started: float
+
+
+class LeaderThread(threading.Thread):
+    """Competes for the lease and, while leading, fires due ticks.
+
+    Parameters:
+      broker: Where messages are enqueued.
+      schedules: Every schedule declared on the broker.
+      lease, ledger, clock: The Redis-side collaborators.
+      prefix: The key prefix (part of every deterministic message id).
+      ttl_ms: The lease length.
+      logger: Where state changes are reported.
+    """
+
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        schedules: list[BoundSchedule],
+        lease: Lease,
+        ledger: Ledger,
+        clock: Clock,
+        prefix: str,
+        ttl_ms: int,
+        logger: logging.Logger,
+    ) -> None:
+        super().__init__(name="dramatiq-cron-leader", daemon=True)
+        self.broker = broker
+        self.schedules = {s.id: s for s in schedules}
+        self.lease = lease
+        self.ledger = ledger
+        self.clock = clock
+        self.prefix = prefix
+        self.ttl_ms = ttl_ms
+        self.logger = logger
+        # Renew every third of the lease (as etcd does); stop firing two
+        # thirds into it without a successful renewal, leaving a third of
+        # the lease as margin against clock-rate error and slow replies.
+        self.renew_interval = ttl_ms / 3000
+        self.fire_deadline = 2 * ttl_ms / 3000
+        self.retry_interval = min(1.0, ttl_ms / 6000)
+        self.stopping = threading.Event()
+        self.epoch: int | None = None
+        self._renew_at = 0.0
+        self._deadline = 0.0
+        self._fire_not_before = 0.0
+        self._seen_epoch = False
+        self._failover_suspected = False
+        self._synced = False
+        self._last: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []
+        self._owed: list[_Owed] = []
+        self._unsettled: _Batch | None = None
+        self._reachable = True
+        self._enqueue_failing = False
+        self._unexpected: str | None = None
+
+    # -- life cycle ---------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        """Whether this process currently leads (as far as it knows)."""
+        return self.epoch is not None
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the loop and release the lease if held (compare-and-delete)."""
+        self.stopping.set()
+        if self.is_alive() and not self.leading:
+            try:
+                self.lease.wake_self()
+            except _FAULTS:
+                pass
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+        self._release()
+
+    def _release(self) -> None:
+        was_leading = self.leading
+        epoch = self.epoch
+        self.epoch = None
+        try:
+            released = self.lease.release()
+        except _FAULTS as exc:
+            if was_leading:
+                self.logger.warning(
+                    "Could not release the cron lease (epoch %s): %s; it expires within %d ms.",
+                    epoch,
+                    redact(str(exc)),
+                    self.ttl_ms,
+                )
+            return
+        if was_leading and released:
+            self.logger.info("Released cron leadership (epoch %s).", epoch)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                if self._unsettled is not None:
+                    self._settle()
+                if self.leading:
+                    self._lead()
+                else:
+                    self._follow()
+                self._set_reachable(True)
+                self._unexpected = None
+            except NotLeader:
+                self._step_down("Redis holds another leader's token")
+            except redis.ReadOnlyError as exc:
+                # A replica answered: a failover is under way or just happened.
+                self._failover_suspected = True
+                self._set_reachable(False, exc)
+                self._on_fault()
+            except _FAULTS as exc:
+                self._set_reachable(False, exc)
+                self._on_fault()
+            except Exception as exc:  # a bug or an unforeseen reply: report once, keep going
+                key = f"{type(exc).__name__}: {exc}"
+                if key != self._unexpected:
+                    self._unexpected = key
+                    self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
+                self._on_fault()
+
+    # -- following ------------------------------------------------------------
+
+    def _follow(self) -> None:
+        sent = time.monotonic()
+        result = self.lease.acquire()
+        if isinstance(result, Acquired):
+            self._become_leader(result, sent)
+            return
+        self._set_reachable(True)
+        remaining = result.remaining_ms
+        wait = self.ttl_ms if remaining < 0 else min(remaining + 5, self.ttl_ms)
+        if remaining == -2:  # vanished between the check and PTTL
+            wait = 1
+        if not self.stopping.is_set():
+            self.lease.wait_for_release(wait)
+
+    def _become_leader(self, acquired: Acquired, sent: float) -> None:
+        self.epoch = acquired.epoch
+        self._deadline = sent + self.fire_deadline
+        self._renew_at = sent + self.renew_interval
+        self._synced = False
+        suspect = self._failover_suspected or (acquired.epoch_was_missing and self._seen_epoch)
+        self._seen_epoch = True
+        self._failover_suspected = False
+        if suspect:
+            # A write acknowledged by the old master may be missing here; wait
+            # until any previous leader's lease has certainly run out.
+            self._fire_not_before = sent + self.ttl_ms / 1000
+            self.logger.warning(
+                "Acquired cron leadership (epoch %d) after a suspected Redis failover or data loss; "
+                "first fire delayed by %d ms.",
+                acquired.epoch,
+                self.ttl_ms,
+            )
+        else:
+            self._fire_not_before = 0.0
+            self.logger.info(
+                "Acquired cron leadership (epoch %d) on %s pid %d.", acquired.epoch, self.lease.host, self.lease.pid
+            )
+
+    # -- leading --------------------------------------------------------------
+
+    def _lead(self) -> None:
+        now = time.monotonic()
+        if now >= self._renew_at:
+            if not self.lease.renew():
+                raise NotLeader()
+            self._deadline = now + self.fire_deadline
+            self._renew_at = now + self.renew_interval
+        if time.monotonic() >= self._deadline:
+            self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
+            return
+        token, epoch = self.lease.token, self.epoch
+        assert token is not None and epoch is not None
+        if not self._synced:
+            self._sync(token, epoch)
+        if time.monotonic() >= self._fire_not_before:
+            self._fire_due(token, epoch)
+        self._pay_owed()
+        self._sleep()
+
+    def _sync(self, token: str, epoch: int) -> None:
+        last = self.ledger.sync(token, epoch, list(self.schedules))
+        self._last = {sid: entry.tick_ms for sid, entry in last.items()}
+        self._heap = [(self.schedules[sid].next_after(tick), sid) for sid, tick in self._last.items()]
+        heapq.heapify(self._heap)
+        self._synced = True
+
+    def _fire_due(self, token: str, epoch: int) -> None:
+        now = self.clock.now_ms()
+        claims: list[Claim] = []
+        messages: dict[int, tuple[BoundSchedule, Message[Any]]] = {}
+        touched: list[str] = []
+        while self._heap and self._heap[0][0] <= now:
+            _, sid = heapq.heappop(self._heap)
+            touched.append(sid)
+            schedule = self.schedules[sid]
+            for claim, message in self._decide(schedule, self._last[sid], now):
+                if message is not None:
+                    messages[len(claims)] = (schedule, message)
+                claims.append(claim)
+        if not claims:
+            for sid in touched:
+                heapq.heappush(self._heap, (self.schedules[sid].next_after(max(self._last[sid], now)), sid))
+            return
+        if time.monotonic() >= self._deadline:
+            self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
+            return
+        batch = _Batch(batch_id=uuid.uuid4().hex, claims=claims, messages=messages, started=time.monotonic())
+        self._unsettled = batch
+        # Whatever happens next, the heap is rebuilt from the ledger unless
+        # the claim succeeds below.
+        self._synced = False
+        try:
+            results = self.ledger.claim(token, epoch, batch.batch_id, claims)
+        except NotLeader:
+            self._unsettled = None  # refused before writing anything
+            raise
+        self._unsettled = None
+        self._apply(batch, results)
+        latest: dict[str, int] = {}
+        for claim in claims:
+            latest[claim.schedule_id] = max(claim.tick_ms, latest.get(claim.schedule_id, claim.tick_ms))
+        for sid in touched:
+            self._last[sid] = max(latest.get(sid, self._last[sid]), self._last[sid])
+            heapq.heappush(self._heap, (self.schedules[sid].next_after(max(self._last[sid], now)), sid))
+        if all(r not in (LOST, REFUSED) for r in results):
+            self._synced = True
+
+    def _apply(self, batch: _Batch, results: list[int]) -> None:
+        for index, (claim, result) in enumerate(zip(batch.claims, results)):
+            if result == FIRE and index in batch.messages:
+                schedule, message = batch.messages[index]
+                self._try_enqueue(_Owed(schedule=schedule, tick_ms=claim.tick_ms, message=message, next_try=0.0))
+            elif result in (SKIPPED, PAUSED):
+                self.logger.debug("Tick %s of %s %s.", claim.tick_ms, claim.schedule_id, claim.outcome)
+
+    def _settle(self) -> None:
+        """Learn what became of a claim whose reply was lost.  The batch ran
+        if and only if its results are in Redis; granted ticks are ours to
+        enqueue even if we no longer lead."""
+        batch = self._unsettled
+        if batch is None:
+            return
+        results = self.ledger.batch_results(batch.batch_id)
+        self._unsettled = None
+        if results is not None:
+            self._apply(batch, results)
+
+    def _decide(
+        self, schedule: BoundSchedule, last: int, now: int
+    ) -> list[tuple[Claim, Message[Any] | None]]:
+        """Turn the ticks due since ``last`` into claims, per the schedule's
+        catch-up policy.  Ticks older than the window are recorded as missed
+        in one entry, not enumerated."""
+        out: list[tuple[Claim, Message[Any] | None]] = []
+        window_start = now - schedule.catch_up_window
+        first = schedule.next_after(last)
+        if first > now:
+            return out
+        start = last
+        if first <= window_start:
+            last_missed = schedule.last_before(window_start + 1)
+            detail = f"outside the catch-up window, from {first}"
+            out.append((self._record(schedule, last_missed, Outcome.MISSED, detail), None))
+            start = last_missed
+        due = list(schedule.ticks_between(start, now))
+        if not due:
+            return out
+        if schedule.catch_up == "latest":
+            fire, skip = due[-1:], due[:-1]
+        elif schedule.catch_up == "none":
+            fire = [t for t in due if now - t <= ON_TIME_MS]
+            skip = [t for t in due if now - t > ON_TIME_MS]
+        else:
+            fire, skip = due, []
+        if skip:
+            detail = f"{len(skip)} ticks from {skip[0]} (catch_up={schedule.catch_up})"
+            out.append((self._record(schedule, skip[-1], Outcome.MISSED, detail), None))
+        for tick in fire:
+            message = message_for(schedule, tick, prefix=self.prefix)
+            late = now - tick > ON_TIME_MS
+            claim = Claim(
+                schedule_id=schedule.id,
+                tick_ms=tick,
+                outcome=Outcome.CAUGHT_UP if late else Outcome.FIRED,
+                fire=True,
+                detail=str(now - tick),
+                message_id=message.message_id,
+                overlap_ttl_ms=self._overlap_ttl(schedule),
+            )
+            out.append((claim, message))
+        return out
+
+    @staticmethod
+    def _record(schedule: BoundSchedule, tick: int, outcome: str, detail: str) -> Claim:
+        return Claim(schedule_id=schedule.id, tick_ms=tick, outcome=outcome, fire=False, detail=detail)
+
+    def _overlap_ttl(self, schedule: BoundSchedule) -> int:
+        if schedule.overlap != "skip":
+            return 0
+        return int(schedule.options.get("overlap_ttl", 3_600_000))
+
+    def _try_enqueue(self, owed: _Owed) -> bool:
+        owed.attempts += 1
+        delay = jitter_ms(owed.schedule, owed.message.message_id)
+        try:
+            self.broker.enqueue(owed.message, delay=delay or None)
+        except Exception as exc:
+            if not self._enqueue_failing:
+                self._enqueue_failing = True
+                self.logger.warning(
+                    "Enqueueing cron messages fails (%s); tick %s of %s and any later ones are retried "
+                    "with the same message id.",
+                    redact(f"{type(exc).__name__}: {exc}"),
+                    owed.message.options["cron_tick"],
+                    owed.schedule.id,
+                )
+            owed.next_try = time.monotonic() + min(0.1 * 2**owed.attempts, 5.0)
+            if owed not in self._owed:
+                self._owed.append(owed)
+            return False
+        if self._enqueue_failing:
+            self._enqueue_failing = False
+            self.logger.warning("Enqueueing cron messages works again.")
+        self.logger.debug(
+            "Enqueued %s for tick %s (message %s).", owed.schedule.id, owed.message.options["cron_tick"], owed.message.message_id
+        )
+        return True
+
+    def _pay_owed(self) -> None:
+        """Retry granted ticks whose enqueue failed.  They are ours alone (the
+        ledger refuses them to everyone else), so retrying even after losing
+        the lease fires them late, but once."""
+        if not self._owed:
+            return
+        now = time.monotonic()
+        for owed in list(self._owed):
+            if owed.next_try > now:
+                continue
+            if self._try_enqueue(owed):
+                self._owed.remove(owed)
+            elif self.clock.now_ms() - owed.tick_ms > owed.schedule.catch_up_window:
+                self._owed.remove(owed)
+                self.logger.warning(
+                    "Gave up enqueueing tick %s of %s after %d attempts.",
+                    owed.message.options["cron_tick"],
+                    owed.schedule.id,
+                    owed.attempts,
+                )
+
+    def _sleep(self) -> None:
+        now_mono = time.monotonic()
+        wake = min(self._renew_at, self._deadline)
+        if self._heap:
+            due_in = (self._heap[0][0] - self.clock.now_ms()) / 1000
+            wake = min(wake, now_mono + max(due_in, 0.0), max(self._fire_not_before, now_mono))
+        if self._owed:
+            wake = min(wake, min(o.next_try for o in self._owed))
+        self.stopping.wait(max(wake - now_mono, 0.0))
+
+    # -- faults ---------------------------------------------------------------
+
+    def _on_fault(self) -> None:
+        if self.leading and time.monotonic() >= self._deadline:
+            self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
+        if self.leading:
+            # Retry the renewal soon, but keep firing nothing past the deadline.
+            self._renew_at = time.monotonic()
+        self._pay_owed_quietly()
+        self.stopping.wait(self.retry_interval)
+
+    def _pay_owed_quietly(self) -> None:
+        try:
+            self._pay_owed()
+        except Exception:  # the clock or broker may be down too; retried later
+            pass
+
+    def _step_down(self, reason: str) -> None:
+        if self.epoch is not None:
+            self.logger.warning("Lost cron leadership (epoch %s): %s; no further ticks fired by this process.", self.epoch, reason)
+        self.epoch = None
+        self.lease.forget()
+        self._synced = False
+
+    def _set_reachable(self, reachable: bool, exc: BaseException | None = None) -> None:
+        if reachable == self._reachable:
+            return
+        self._reachable = reachable
+        if reachable:
+            self.logger.warning("Cron scheduler reaches Redis again.")
+        else:
+            self.logger.warning(
+                "Cron scheduler cannot reach Redis (%s); retrying every %d ms.",
+                redact(f"{type(exc).__name__}: {exc}"),
+                int(self.retry_interval * 1000),
+            )

@@ -1,0 +1,202 @@
+"""The lease: which candidate leads, for how long, and how followers wait.
+
+The lease is one Redis hash holding the leader's token and epoch, expiring
+after ``lock_ttl``.  Holding the lease is necessary but not sufficient to
+fire: every claim in the ledger is checked against the lease token inside
+Redis (see ``ledger.py``), so a process that merely *believes* it leads
+cannot enqueue.  This module only acquires, renews, releases and waits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from .clock import Clock
+from .keys import Keys
+
+__all__ = ["Acquired", "Held", "Lease"]
+
+# Take the lease if it is free; refresh it if it is already ours (a retry
+# after a reply was lost must not look like someone else holding it).
+# Bumps the epoch on every new acquisition and reports whether the epoch
+# counter had vanished (a wiped or failed-over Redis).
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[3], now, ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 10 * ttl)
+local holder = redis.call('HGET', KEYS[1], 'token')
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('HSET', KEYS[1], 'renewed', now)
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'epoch')), now, 0}
+end
+if holder then
+  return {0, redis.call('PTTL', KEYS[1]), now, 0}
+end
+local fresh = 0
+if redis.call('EXISTS', KEYS[2]) == 0 then fresh = 1 end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'epoch', epoch, 'host', ARGV[3], 'pid', ARGV[4],
+           'since', now, 'renewed', now, 'ttl', ttl, 'candidate', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return {1, epoch, now, fresh}
+"""
+
+# Extend the lease only if it still holds our token.  PEXPIRE replaces the
+# TTL, so retried renewals never stretch the lease beyond one TTL.
+_RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[2], now, ARGV[3])
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[1], 'renewed', now)
+return {1, now}
+"""
+
+# Compare-and-delete, then wake the followers seen recently so one of them
+# takes over at once instead of waiting for the TTL.
+_RELEASE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[2])
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local n = redis.call('ZCOUNT', KEYS[3], now - 2 * ttl, '+inf')
+if n < 1 then n = 1 end
+if n > 64 then n = 64 end
+for i = 1, n do redis.call('RPUSH', KEYS[2], now) end
+redis.call('PEXPIRE', KEYS[2], ttl)
+return 1
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Acquired:
+    """This candidate now holds the lease."""
+
+    epoch: int
+    server_ms: int
+    #: The epoch counter was missing: the Redis data was wiped or a replica
+    #: without it was promoted.
+    epoch_was_missing: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Another candidate holds the lease for ``remaining_ms`` more."""
+
+    remaining_ms: int
+
+
+class Lease:
+    """One candidate's handle on the shared lease.
+
+    Parameters:
+      client: The scheduler's command client (short timeouts).
+      blocking_client: The client used to block while following.
+      keys: The key names.
+      ttl_ms: The lease length in milliseconds.
+      clock: Refreshed from the server time every script returns.
+      host, pid: Shown to operators as the leader's identity.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        blocking_client: redis.Redis,
+        keys: Keys,
+        ttl_ms: int,
+        clock: Clock,
+        host: str,
+        pid: int,
+    ) -> None:
+        self.keys = keys
+        self.ttl_ms = ttl_ms
+        self.clock = clock
+        self.host = host
+        self.pid = pid
+        self.candidate_id = uuid.uuid4().hex[:12]
+        self.member = f"{host}|{pid}|{self.candidate_id}"
+        self.token: str | None = None
+        self._client = client
+        self._blocking = blocking_client
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    def acquire(self) -> Acquired | Held:
+        """Try once to take the lease."""
+        token = self.token or f"{self.candidate_id}-{uuid.uuid4().hex[:8]}"
+        result = self._call(
+            self._acquire,
+            [self.keys.lease, self.keys.epoch, self.keys.candidates],
+            [token, self.ttl_ms, self.host, self.pid, self.member],
+        )
+        if int(result[0]) == 1:
+            self.token = token
+            return Acquired(epoch=int(result[1]), server_ms=int(result[2]), epoch_was_missing=bool(int(result[3])))
+        self.token = None
+        return Held(remaining_ms=int(result[1]))
+
+    def renew(self) -> bool:
+        """Extend the lease; False when Redis no longer holds our token."""
+        if self.token is None:
+            return False
+        result = self._call(
+            self._renew, [self.keys.lease, self.keys.candidates], [self.token, self.ttl_ms, self.member]
+        )
+        if int(result[0]) != 1:
+            self.token = None
+            return False
+        return True
+
+    def release(self) -> bool:
+        """Give the lease up (compare-and-delete) and wake the followers;
+        also removes this candidate from the candidate list."""
+        token, self.token = self.token, None
+        result = self._client_call(
+            self._release,
+            [self.keys.lease, self.keys.wake, self.keys.candidates],
+            [token or "-", self.member, self.ttl_ms],
+        )
+        return int(result) == 1
+
+    def forget(self) -> None:
+        """Drop the local belief of leading, without touching Redis."""
+        self.token = None
+
+    def wait_for_release(self, timeout_ms: int) -> bool:
+        """Block until a leader releases the lease, our own wake-up list is
+        pushed, or ``timeout_ms`` passes.  True when woken by a push."""
+        timeout = max(timeout_ms, 1) / 1000
+        popped = self._blocking.blpop([self.keys.wake, self.keys.wake_one(self.candidate_id)], timeout=timeout)
+        return popped is not None
+
+    def wake_self(self) -> None:
+        """Interrupt our own ``wait_for_release`` (used at shutdown)."""
+        key = self.keys.wake_one(self.candidate_id)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.rpush(key, 1)
+        pipe.pexpire(key, self.ttl_ms)
+        pipe.execute()
+
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> list[Any]:
+        sent = time.monotonic()
+        result = script(keys=keys, args=args)
+        received = time.monotonic()
+        self.clock.observe(int(result[2] if script is self._acquire else result[1]), sent, received)
+        return list(result)
+
+    def _client_call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        return script(keys=keys, args=args)

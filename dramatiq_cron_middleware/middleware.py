@@ -1,0 +1,208 @@
+"""The middleware: configuration, the ``cron`` actor option, and the hooks
+that start and stop the leader thread in every worker process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Any
+
+import dramatiq
+from dramatiq import Broker, Middleware, Worker
+from dramatiq.logging import get_logger
+
+from .clock import Clock
+from .connection import ENV_URL, describe, scheduler_clients, url_from_environment
+from .errors import CronConfigurationError
+from .keys import Keys
+from .leader import LeaderThread
+from .lease import Lease
+from .ledger import Ledger
+from .schedule import BoundSchedule, CatchUp, parse_timezone, schedules_for_actor
+
+__all__ = ["CronMiddleware"]
+
+_DEFAULT_TTL = 15_000
+_DEFAULT_WINDOW = 300_000
+
+
+class CronMiddleware(Middleware):
+    """Enqueues messages for actors declared with a ``cron`` option, from
+    inside the worker processes, exactly once per scheduled tick.
+
+    Every worker process runs a leader thread; the threads compete for a
+    lease in Redis, and only the holder fires, each fire being a claim that
+    Redis checks against the lease (see docs/design.md).  Add the middleware
+    to the broker *before* declaring actors.
+
+    Parameters:
+      redis(str|redis.Redis): Where the lease and the tick ledger live: a
+        ``redis://``/``rediss://``/``unix://`` URL or a redis-py client
+        (only its connection parameters are used; the scheduler makes its
+        own connections with short timeouts).  Defaults to None, meaning
+        the URL in ``DRAMATIQ_CRON_REDIS_URL``, else the broker's client if
+        the broker is a ``RedisBroker``, else an error when the worker boots.
+      lock_ttl(int): The lease length in milliseconds.  The leader renews
+        every third of it and stops firing two thirds into it without a
+        successful renewal; after a crash a follower takes over within
+        about one ``lock_ttl``.  Defaults to 15000 (Kubernetes' lease).
+      catch_up(str): What a new leader does with ticks that fell due while
+        nobody led: ``"each"`` fires every one inside the window once,
+        ``"latest"`` only the newest, ``"none"`` none.  Defaults to
+        ``"each"``.  Actors and schedules may override it.
+      catch_up_window(int): How far back, in milliseconds, missed ticks are
+        still caught up; older ones are recorded as missed.  Defaults to
+        300000 (five minutes: a failover, a restart or a deploy).
+      timezone(str): The IANA time zone expressions are evaluated in unless
+        a schedule names its own.  Defaults to ``"UTC"``.
+      prefix(str): Prefix of every key in Redis (used as a hash tag).  Apps
+        sharing a Redis need distinct prefixes.  Defaults to
+        ``"dramatiq-cron"``.
+      history_length(int): Approximate number of tick outcomes kept in the
+        history stream.  Defaults to 10000.
+    """
+
+    def __init__(
+        self,
+        *,
+        redis: Any = None,
+        lock_ttl: int = _DEFAULT_TTL,
+        catch_up: CatchUp = "each",
+        catch_up_window: int = _DEFAULT_WINDOW,
+        timezone: str = "UTC",
+        prefix: str = "dramatiq-cron",
+        history_length: int = 10_000,
+    ) -> None:
+        self.logger = get_logger(__name__, type(self))
+        if isinstance(lock_ttl, bool) or not isinstance(lock_ttl, int) or lock_ttl < 300:
+            raise CronConfigurationError(f"CronMiddleware: lock_ttl must be an int of at least 300 ms, got {lock_ttl!r}")
+        if catch_up not in ("each", "latest", "none"):
+            raise CronConfigurationError(f"CronMiddleware: catch_up must be 'each', 'latest' or 'none', got {catch_up!r}")
+        if isinstance(catch_up_window, bool) or not isinstance(catch_up_window, int) or catch_up_window < 0:
+            raise CronConfigurationError(
+                f"CronMiddleware: catch_up_window must be a non-negative int of ms, got {catch_up_window!r}"
+            )
+        parse_timezone(timezone, what="CronMiddleware(timezone=...)")
+        if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
+            raise CronConfigurationError(f"CronMiddleware: prefix must be a non-empty string without braces, got {prefix!r}")
+        if isinstance(history_length, bool) or not isinstance(history_length, int) or history_length < 1:
+            raise CronConfigurationError(f"CronMiddleware: history_length must be a positive int, got {history_length!r}")
+        self.redis = redis
+        self.lock_ttl = lock_ttl
+        self.catch_up: CatchUp = catch_up
+        self.catch_up_window = catch_up_window
+        self.timezone = timezone
+        self.prefix = prefix
+        self.keys = Keys(prefix)
+        self.history_length = history_length
+        self.schedules: dict[str, list[BoundSchedule]] = {}
+        self.leader: LeaderThread | None = None
+        self._start_lock = threading.Lock()
+
+    @property
+    def actor_options(self) -> set[str]:
+        """The actor option this middleware adds: ``cron``."""
+        return {"cron"}
+
+    # -- declaration ----------------------------------------------------------
+
+    def before_declare_actor(self, broker: Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        """Validate the actor's ``cron`` option; a bad one raises
+        :class:`CronScheduleError` out of the ``@dramatiq.actor`` decorator."""
+        spec = actor.options.get("cron")
+        if spec is None:
+            self.schedules.pop(actor.actor_name, None)
+            return
+        self.schedules[actor.actor_name] = schedules_for_actor(
+            actor.actor_name,
+            actor.queue_name,
+            spec,
+            timezone=self.timezone,
+            catch_up=self.catch_up,
+            catch_up_window=self.catch_up_window,
+        )
+
+    def all_schedules(self) -> list[BoundSchedule]:
+        """Every declared schedule, in declaration order."""
+        return [s for schedules in self.schedules.values() for s in schedules]
+
+    # -- worker life cycle ----------------------------------------------------
+
+    def before_worker_boot(self, broker: Broker, worker: Worker) -> None:
+        """Resolve the Redis connection, failing the boot with a clear error
+        when none is configured."""
+        self._source(broker)
+
+    def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
+        """Start the leader thread (once per process, however often called)."""
+        self.start(broker)
+
+    def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
+        """Stop the leader thread and release the lease, so a follower takes
+        over in milliseconds instead of a lease."""
+        self.stop()
+
+    def start(self, broker: Broker) -> LeaderThread | None:
+        """Start the leader thread if there are schedules and it is not
+        running yet.  Returns the thread (or None with no schedules)."""
+        with self._start_lock:
+            if self.leader is not None and self.leader.is_alive():
+                return self.leader
+            schedules = self.all_schedules()
+            if not schedules:
+                self.logger.debug("No cron schedules declared; the leader thread is not started.")
+                return None
+            source = self._source(broker)
+            op_timeout = max(100, min(self.lock_ttl // 6, 2000))
+            client, blocking = scheduler_clients(source, op_timeout_ms=op_timeout, block_timeout_ms=self.lock_ttl)
+            clock = Clock()
+            lease = Lease(
+                client=client,
+                blocking_client=blocking,
+                keys=self.keys,
+                ttl_ms=self.lock_ttl,
+                clock=clock,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+            )
+            ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
+            self.leader = LeaderThread(
+                broker=broker,
+                schedules=schedules,
+                lease=lease,
+                ledger=ledger,
+                clock=clock,
+                prefix=self.prefix,
+                ttl_ms=self.lock_ttl,
+                logger=self.logger,
+            )
+            self.logger.info(
+                "Cron scheduler started with %d schedule(s) on %s (lease %d ms).",
+                len(schedules),
+                describe(client),
+                self.lock_ttl,
+            )
+            self.leader.start()
+            return self.leader
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the leader thread and release the lease if held."""
+        with self._start_lock:
+            leader, self.leader = self.leader, None
+        if leader is not None:
+            leader.stop(timeout)
+
+    def _source(self, broker: Broker) -> Any:
+        if self.redis is not None:
+            return self.redis
+        url = url_from_environment()
+        if url is not None:
+            return url
+        client = getattr(broker, "client", None)
+        if client is not None and type(broker).__name__ == "RedisBroker":
+            return client
+        raise CronConfigurationError(
+            "CronMiddleware: no Redis configured for the cron lease: pass CronMiddleware(redis='redis://...'), "
+            f"set {ENV_URL}, or use a RedisBroker (the broker is {type(broker).__name__})."
+        )

