@@ -1,0 +1,181 @@
+"""The fencing argument, pinned directly against a real Redis: a claim is
+granted only to the token the lease holds, once per tick, and a lost reply
+can be settled without firing twice."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dramatiq_cron_middleware.clock import Clock
+from dramatiq_cron_middleware.connection import scheduler_clients
+from dramatiq_cron_middleware.keys import Keys
+from dramatiq_cron_middleware.lease import Acquired, Held, Lease
+from dramatiq_cron_middleware.ledger import FIRE, PAUSED, RECORDED, REFUSED, Claim, Ledger, NotLeader
+from tests.support.instances import wait_for
+from tests.support.redis_server import RedisServer
+
+TTL = 2000
+
+
+def make(server: RedisServer, name: str = "a", prefix: str = "t") -> tuple[Lease, Ledger]:
+    client, blocking = scheduler_clients(server.url, op_timeout_ms=500, block_timeout_ms=TTL)
+    clock = Clock()
+    keys = Keys(prefix)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host=name, pid=os.getpid())
+    return lease, Ledger(client=client, keys=keys, clock=clock)
+
+
+def server_ms(server: RedisServer) -> int:
+    seconds, micros = server.client().time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def fire(sid: str, tick: int) -> Claim:
+    return Claim(schedule_id=sid, tick_ms=tick, outcome="fired", fire=True, message_id=f"m-{tick}")
+
+
+def test_only_one_candidate_acquires_a_free_lease(redis_server: RedisServer) -> None:
+    a, _ = make(redis_server, "a")
+    b, _ = make(redis_server, "b")
+    first = a.acquire()
+    second = b.acquire()
+    assert isinstance(first, Acquired)
+    assert isinstance(second, Held)
+    assert 0 < second.remaining_ms <= TTL
+
+
+def test_a_deposed_leader_is_refused_by_redis_not_by_its_own_belief(redis_server: RedisServer) -> None:
+    """Given a leader whose lease key was deleted and taken by another
+    candidate, when the old leader (still believing it leads) claims a tick,
+    then Redis refuses it and only the new leader's claim is granted."""
+    old, old_ledger = make(redis_server, "old")
+    new, new_ledger = make(redis_server, "new")
+    acquired = old.acquire()
+    assert isinstance(acquired, Acquired)
+    assert old.token is not None
+    old_ledger.sync(old.token, acquired.epoch, ["s/x@UTC"])
+    stale_token = old.token
+
+    redis_server.client().delete(Keys("t").lease)
+    taken = new.acquire()
+    assert isinstance(taken, Acquired) and taken.epoch == acquired.epoch + 1
+    assert new.token is not None
+
+    baseline = new_ledger.sync(new.token, taken.epoch, ["s/x@UTC"])["s/x@UTC"].tick_ms
+    with pytest.raises(NotLeader):
+        old_ledger.claim(stale_token, acquired.epoch, "b1", [fire("s/x@UTC", baseline + 1000)])
+    assert new_ledger.claim(new.token, taken.epoch, "b2", [fire("s/x@UTC", baseline + 1000)]) == [FIRE]
+    assert old.renew() is False
+
+
+def test_each_tick_is_granted_once_and_never_older_than_the_last(redis_server: RedisServer) -> None:
+    lease, ledger = make(redis_server)
+    acquired = lease.acquire()
+    assert isinstance(acquired, Acquired) and lease.token
+    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"])["s/x@UTC"].tick_ms
+    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", base + 1000)]) == [FIRE]
+    # The same epoch asking again for the same tick (a retry after a lost
+    # reply) gets the same answer; an older tick is refused.
+    assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("s/x@UTC", base + 1000)]) == [FIRE]
+    assert ledger.claim(lease.token, acquired.epoch, "b3", [fire("s/x@UTC", base)]) == [REFUSED]
+
+
+def test_a_tick_granted_to_one_epoch_is_refused_to_the_next(redis_server: RedisServer) -> None:
+    """Given epoch 1 claimed tick T and lost the lease, when epoch 2 asks
+    for the same T (it never saw epoch 1's claim), then it is refused."""
+    a, a_ledger = make(redis_server, "a")
+    b, b_ledger = make(redis_server, "b")
+    first = a.acquire()
+    assert isinstance(first, Acquired) and a.token
+    base = a_ledger.sync(a.token, first.epoch, ["s/x@UTC"])["s/x@UTC"].tick_ms
+    assert a_ledger.claim(a.token, first.epoch, "b1", [fire("s/x@UTC", base + 1000)]) == [FIRE]
+    a.release()
+    second = b.acquire()
+    assert isinstance(second, Acquired) and b.token
+    assert b_ledger.claim(b.token, second.epoch, "b2", [fire("s/x@UTC", base + 1000)]) == [REFUSED]
+    assert b_ledger.claim(b.token, second.epoch, "b3", [fire("s/x@UTC", base + 2000)]) == [FIRE]
+
+
+def test_a_lost_claim_reply_is_settled_from_the_batch_record(redis_server: RedisServer) -> None:
+    lease, ledger = make(redis_server)
+    acquired = lease.acquire()
+    assert isinstance(acquired, Acquired) and lease.token
+    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC", "s/y@UTC"])["s/x@UTC"].tick_ms
+    claims = [fire("s/x@UTC", base + 1000), Claim("s/y@UTC", base + 1000, "missed", fire=False)]
+    assert ledger.claim(lease.token, acquired.epoch, "batch-1", claims) == [FIRE, RECORDED]
+    assert ledger.batch_results("batch-1") == [FIRE, RECORDED]
+    assert ledger.batch_results("never-sent") is None
+
+
+def test_a_wiped_ledger_baselines_at_now_so_old_ticks_never_fire(redis_server: RedisServer) -> None:
+    """Given a ledger that vanished (FLUSHALL, restart without persistence),
+    when a leader syncs, then the schedule restarts from the server's now
+    and a tick from before that instant is refused."""
+    lease, ledger = make(redis_server)
+    acquired = lease.acquire()
+    assert isinstance(acquired, Acquired) and lease.token
+    first = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"])["s/x@UTC"]
+    fired = first.tick_ms + 10
+    wait_for(lambda: server_ms(redis_server) > fired, timeout=5, what="the tick to be in the past")
+    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", fired)]) == [FIRE]
+    redis_server.client().delete(Keys("t").ticks)
+    entry = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"])["s/x@UTC"]
+    assert entry.baseline and entry.tick_ms > fired
+    assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("s/x@UTC", fired)]) == [REFUSED]
+
+
+def test_a_paused_actor_records_its_ticks_as_paused(redis_server: RedisServer) -> None:
+    lease, ledger = make(redis_server)
+    acquired = lease.acquire()
+    assert isinstance(acquired, Acquired) and lease.token
+    base = ledger.sync(lease.token, acquired.epoch, ["job/x@UTC"])["job/x@UTC"].tick_ms
+    redis_server.client().sadd(Keys("t").paused, "job")
+    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("job/x@UTC", base + 1000)]) == [PAUSED]
+    entries = redis_server.client().xrange(Keys("t").history)
+    assert [e[1]["outcome"] for e in entries] == ["paused"]
+
+
+def test_release_is_compare_and_delete(redis_server: RedisServer) -> None:
+    a, _ = make(redis_server, "a")
+    b, _ = make(redis_server, "b")
+    assert isinstance(a.acquire(), Acquired)
+    redis_server.client().delete(Keys("t").lease)
+    assert isinstance(b.acquire(), Acquired)
+    assert a.release() is False  # must not delete b's lease
+    assert redis_server.client().hget(Keys("t").lease, "host") == "b"
+
+
+def test_a_graceful_release_wakes_a_waiting_follower(redis_server: RedisServer) -> None:
+    import threading
+    import time
+
+    a, _ = make(redis_server, "a")
+    b, _ = make(redis_server, "b")
+    assert isinstance(a.acquire(), Acquired)
+    assert isinstance(b.acquire(), Held)
+    woke: list[float] = []
+
+    def follow() -> None:
+        b.wait_for_release(TTL)
+        woke.append(time.monotonic())
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    time.sleep(0.2)  # let the follower block; correctness does not depend on it
+    released_at = time.monotonic()
+    assert a.release() is True
+    thread.join(5)
+    assert woke, "follower never woke"
+    # Woken by the push, not by the TTL running out.
+    assert woke[0] - released_at < TTL / 2000
+    assert isinstance(b.acquire(), Acquired)
+
+
+def test_renewal_does_not_stretch_the_lease(redis_server: RedisServer) -> None:
+    a, _ = make(redis_server)
+    assert isinstance(a.acquire(), Acquired)
+    for _ in range(5):
+        assert a.renew()
+    assert redis_server.client().pttl(Keys("t").lease) <= TTL

@@ -1,0 +1,324 @@
+"""The core guarantees, each pinned against a real redis-server and real
+``dramatiq`` processes running tests/apps/cronapp.py (a per-second schedule,
+``lock_ttl=2000``).  Every enqueue is recorded by the app and judged by
+:class:`tests.support.instances.History`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.instances import ROOT, History, Instance, alive, now_ms, wait_for
+from tests.support.redis_server import RedisServer
+
+TTL_MS = 2000
+SCHEDULE = "tick_0/* * * * * *@UTC"
+LEASE = "{dramatiq-cron}:lease"
+
+Start = Callable[..., Instance]
+
+
+def leader_pid(server: RedisServer) -> int | None:
+    """The worker process that holds the lease, according to Redis."""
+    try:
+        pid = server.client().hget(LEASE, "pid")
+    except Exception:
+        return None
+    return int(pid) if pid else None
+
+
+def owner(pid: int, instances: list[Instance]) -> Instance:
+    for instance in instances:
+        if pid in instance.worker_pids():
+            return instance
+    raise AssertionError(f"pid {pid} belongs to none of the instances")
+
+
+def wait_for_ticks(history: History, count: int, *, after_ms: int, timeout: float = 20) -> None:
+    wait_for(
+        lambda: len([t for t in history.ticks(SCHEDULE) if t > after_ms]) >= count,
+        timeout=timeout,
+        what=f"{count} ticks after {after_ms}",
+    )
+
+
+def assert_quiet(instance: Instance) -> None:
+    """No traceback in an instance's log."""
+    assert "Traceback" not in instance.log(), instance.log()[-3000:]
+
+
+def test_each_tick_is_enqueued_once_across_processes_and_instances(
+    app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
+) -> None:
+    """Given two dramatiq instances with two processes and two threads each,
+    all competing, when they run for several ticks, then every tick in the
+    window was enqueued exactly once."""
+    group = [instances(app_env, processes=2, threads=2) for _ in range(2)]
+    wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+    start = now_ms()
+    wait_for_ticks(history, 6, after_ms=start)
+    end = now_ms() - 1500
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=end)
+    assert verdict.expected >= 4
+    assert not verdict.duplicates and not verdict.losses, verdict.summary()
+    assert len({e.pid for e in history.enqueues()}) == 1, "a single leader fired everything"
+    for instance in group:
+        assert_quiet(instance)
+
+
+def test_deleting_the_lease_key_repeatedly_never_duplicates(
+    app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
+) -> None:
+    """Given a leader and a follower, when the lease key is deleted about
+    every second for eight seconds, then no tick is enqueued twice, the
+    deposed leader logs one WARNING per loss without a traceback, and the
+    processes keep competing (new epochs are acquired)."""
+    group = [instances(app_env) for _ in range(2)]
+    wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+    client = redis_server.client()
+    start = now_ms()
+    deletions = 0
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        deletions += client.delete(LEASE)
+        time.sleep(0.9)
+    wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader after the deletions")
+    wait_for_ticks(history, 3, after_ms=now_ms())
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
+    assert not verdict.duplicates, verdict.summary()
+    assert deletions >= 5
+    logs = "".join(i.log() for i in group)
+    losses = logs.count("Lost cron leadership")
+    assert 1 <= losses <= deletions, logs[-3000:]
+    assert max(e for i in group for _, e in i.leader_pids()) >= 3
+    for instance in group:
+        assert_quiet(instance)
+
+
+def test_a_leader_paused_past_its_lease_cannot_enqueue_when_it_wakes(
+    app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
+) -> None:
+    """Given a leader process, when it is SIGSTOPped for twice its lease and
+    then resumed, then another process took over, and the woken process
+    enqueues nothing while the other leads: no tick is enqueued twice."""
+    group = [instances(app_env) for _ in range(2)]
+    paused = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+    start = now_ms()
+    wait_for_ticks(history, 2, after_ms=start)
+    os.kill(paused, signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: (leader_pid(redis_server) or paused) != paused,
+            timeout=TTL_MS / 1000 * 3,
+            what="another process to take over",
+        )
+        time.sleep(TTL_MS / 1000)  # stay paused past the lease (the pause is the fault)
+    finally:
+        os.kill(paused, signal.SIGCONT)
+    resumed = time.time()
+    wait_for_ticks(history, 4, after_ms=int(resumed * 1000))
+    late = [e for e in history.enqueues() if e.pid == paused and e.at > resumed]
+    assert not late, f"the paused leader enqueued after waking: {late}"
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
+    assert not verdict.duplicates and not verdict.losses, verdict.summary()
+    assert "Lost cron leadership" in owner(paused, group).log()
+    for instance in group:
+        assert_quiet(instance)
+
+
+def test_after_kill_9_another_instance_takes_over_and_catches_up(
+    app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
+) -> None:
+    """Given two instances, when the leader's whole instance is killed with
+    SIGKILL, then the other takes over within lock_ttl plus one retry
+    interval and fires the ticks missed in the gap, late, once each."""
+    group = [instances(app_env) for _ in range(2)]
+    first = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+    start = now_ms()
+    wait_for_ticks(history, 2, after_ms=start)
+    victim = owner(first, group)
+    killed = time.monotonic()
+    killed_ms = now_ms()
+    victim.kill9()
+    successor = wait_for(
+        lambda: (p := leader_pid(redis_server)) and p != first and p, timeout=10, what="a new leader"
+    )
+    takeover = time.monotonic() - killed
+    took_over_ms = now_ms()
+    survivor = owner(successor, group)
+    wait_for_ticks(history, 3, after_ms=now_ms())
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
+    print(f"takeover after kill -9: {takeover * 1000:.0f} ms")
+    assert not verdict.duplicates and not verdict.losses, verdict.summary()
+    # lock_ttl plus one retry interval, with a second of slack for a loaded CI box.
+    assert takeover < TTL_MS / 1000 + 1.0 + 1.0
+    # The ticks that fell in the gap were fired by the survivor, late.
+    gap = [e for e in history.enqueues() if killed_ms < e.tick_ms < took_over_ms - 100]
+    assert gap, "no tick fell in the takeover gap"
+    assert all(e.pid == successor and e.at * 1000 >= took_over_ms - 100 for e in gap), gap
+    assert_quiet(survivor)
+
+
+def test_sigterm_releases_the_lease_and_a_follower_takes_over_within_a_second(
+    app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
+) -> None:
+    group = [instances(app_env) for _ in range(2)]
+    first = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+    start = now_ms()
+    wait_for_ticks(history, 2, after_ms=start)
+    victim = owner(first, group)
+    stopped = time.monotonic()
+    victim.signal(signal.SIGTERM)
+    wait_for(lambda: (p := leader_pid(redis_server)) and p != first, timeout=5, interval=0.005, what="a new leader")
+    takeover = time.monotonic() - stopped
+    print(f"takeover after SIGTERM: {takeover * 1000:.0f} ms")
+    assert victim.proc is not None and victim.proc.wait(20) == 0
+    assert "Released cron leadership" in victim.log()
+    assert takeover < 1.0
+    wait_for_ticks(history, 3, after_ms=now_ms())
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
+    assert not verdict.duplicates and not verdict.losses, verdict.summary()
+    for instance in group:
+        assert_quiet(instance)
+
+
+def test_redis_restart_keeps_workers_up_and_never_refires_old_ticks(
+    app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer, record_dir: str
+) -> None:
+    """Given instances whose lease Redis is stopped (the broker lives on
+    another Redis), when it comes back empty (no persistence), then the
+    workers kept processing messages, logged one WARNING per state change
+    and no traceback, scheduling resumed within 2 x lock_ttl, and no tick
+    from before the restart was enqueued again."""
+    with RedisServer() as broker_redis:
+        env = {**app_env, "CRON_APP_BROKER": broker_redis.url}
+        group = [instances(env) for _ in range(2)]
+        wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+        wait_for_ticks(history, 2, after_ms=now_ms())
+        fired_before = set(history.ticks(SCHEDULE))
+        redis_server.stop()
+        down_at = now_ms()
+        time.sleep(TTL_MS / 1000 * 1.5)  # the outage itself
+        # Workers keep processing while the lease Redis is down.
+        from dramatiq import Message
+        from dramatiq.brokers.redis import RedisBroker
+
+        sender = RedisBroker(url=broker_redis.url)
+        for n in range(3):
+            sender.enqueue(Message(queue_name="default", actor_name="plain_job", args=(n,), kwargs={}, options={}))
+        wait_for(lambda: jobs_done(record_dir) >= 3, timeout=15, what="plain jobs processed during the outage")
+        redis_server.start()
+        back = time.monotonic()
+        wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader after the restart")
+        wait_for(
+            lambda: [t for t in history.ticks(SCHEDULE) if t > now_ms() - 1500 and t not in fired_before],
+            timeout=TTL_MS / 1000 * 4,
+            what="scheduling to resume",
+        )
+        resumed = time.monotonic() - back
+        print(f"scheduling resumed {resumed * 1000:.0f} ms after Redis came back")
+        assert resumed < 2 * TTL_MS / 1000 + 1.0
+        refired = [e for e in history.enqueues() if e.tick_ms in fired_before]
+        assert len(refired) == len(fired_before), "an old tick was enqueued again"
+        verdict = history.judge(schedules=[SCHEDULE], start_ms=down_at - 5000, end_ms=now_ms() - 1500)
+        assert not verdict.duplicates, verdict.summary()
+        for instance in group:
+            assert instance.proc is not None and instance.proc.poll() is None, "an instance died"
+            assert_quiet(instance)
+            log = instance.log()
+            assert log.count("cannot reach Redis") <= instance.processes, log[-3000:]
+
+
+def jobs_done(record_dir: str) -> int:
+    total = 0
+    for name in os.listdir(record_dir):
+        if name.startswith("jobs-"):
+            with open(os.path.join(record_dir, name)) as f:
+                total += sum(1 for line in f if line.strip())
+    return total
+
+
+def test_a_bad_cron_expression_stops_the_worker_at_import(tmp_path: object) -> None:
+    """A bad expression must reach the user: ``dramatiq`` exits non-zero with
+    a message naming the actor and the expression, before any worker runs."""
+    app = os.path.join(str(tmp_path), "badapp.py")
+    with open(app, "w") as f:
+        f.write(
+            "import dramatiq\n"
+            "from dramatiq.brokers.stub import StubBroker\n"
+            "from dramatiq_cron_middleware import CronMiddleware\n"
+            "broker = StubBroker()\n"
+            "broker.add_middleware(CronMiddleware(redis='redis://127.0.0.1:1'))\n"
+            "dramatiq.set_broker(broker)\n"
+            "@dramatiq.actor(cron='61 * * * *')\n"
+            "def nightly():\n    pass\n"
+        )
+    dramatiq_bin = os.path.join(os.path.dirname(sys.executable), "dramatiq")
+    proc = subprocess.run(
+        [dramatiq_bin, "badapp", "--processes", "1", "--threads", "1", "--path", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "CronScheduleError" in output and "'nightly'" in output and "'61 * * * *'" in output, output
+
+
+def test_no_redis_configured_is_one_clear_error_at_boot(tmp_path: object) -> None:
+    app = os.path.join(str(tmp_path), "noredis.py")
+    with open(app, "w") as f:
+        f.write(
+            "import dramatiq\n"
+            "from dramatiq.brokers.stub import StubBroker\n"
+            "from dramatiq_cron_middleware import CronMiddleware\n"
+            "broker = StubBroker()\n"
+            "broker.add_middleware(CronMiddleware())\n"
+            "dramatiq.set_broker(broker)\n"
+            "@dramatiq.actor(cron='* * * * *')\n"
+            "def every_minute():\n    pass\n"
+        )
+    env = {k: v for k, v in os.environ.items() if k != "DRAMATIQ_CRON_REDIS_URL"}
+    dramatiq_bin = os.path.join(os.path.dirname(sys.executable), "dramatiq")
+    proc = subprocess.run(
+        [dramatiq_bin, "noredis", "--processes", "1", "--threads", "1", "--path", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert output.count("no Redis configured") == 1, output
+    assert "DRAMATIQ_CRON_REDIS_URL" in output
+
+
+@pytest.mark.parametrize("extra", [["--use-spawn"], []], ids=["spawn", "fork"])
+def test_sighup_reload_and_spawned_workers_keep_exactly_once(
+    extra: list[str], app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
+) -> None:
+    """Works under ``--processes 2 --threads 2``, with ``--use-spawn`` and
+    across a SIGHUP reload of every worker process."""
+    instance = instances(app_env, processes=2, threads=2, extra=extra)
+    wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+    start = now_ms()
+    wait_for_ticks(history, 2, after_ms=start)
+    old_workers = set(instance.worker_pids())
+    instance.signal(signal.SIGHUP)
+    wait_for(
+        lambda: (p := leader_pid(redis_server)) and p not in old_workers and alive(p),
+        timeout=30,
+        what="a leader among the reloaded workers",
+    )
+    wait_for_ticks(history, 3, after_ms=now_ms())
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
+    assert not verdict.duplicates and not verdict.losses, verdict.summary()
+    assert_quiet(instance)
