@@ -35,17 +35,27 @@ local holder = redis.call('HGET', KEYS[1], 'token')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('HSET', KEYS[1], 'renewed', now)
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'epoch')), now, 0}
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'epoch')), now, tonumber(redis.call('HGET', KEYS[1], 'fresh') or '0')}
 end
 if holder then
   return {0, redis.call('PTTL', KEYS[1]), now, 0}
 end
 local fresh = 0
-if redis.call('EXISTS', KEYS[2]) == 0 then fresh = 1 end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  -- The counter vanished (wipe, failover to an empty replica).  Restart it
+  -- above every epoch the ledger still names, so epochs stay unique.
+  fresh = 1
+  local highest = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
+    local e = tonumber(string.match(v, '^%-?%d+:(%d+)'))
+    if e and e > highest then highest = e end
+  end
+  redis.call('SET', KEYS[2], highest)
+end
 local epoch = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'epoch', epoch, 'host', ARGV[3], 'pid', ARGV[4],
-           'since', now, 'renewed', now, 'ttl', ttl, 'candidate', ARGV[5])
+           'since', now, 'renewed', now, 'ttl', ttl, 'candidate', ARGV[5], 'fresh', fresh)
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {1, epoch, now, fresh}
 """
@@ -129,6 +139,7 @@ class Lease:
         self.candidate_id = uuid.uuid4().hex[:12]
         self.member = f"{host}|{pid}|{self.candidate_id}"
         self.token: str | None = None
+        self._attempt: str | None = None
         self._client = client
         self._blocking = blocking_client
         self._acquire = client.register_script(_ACQUIRE)
@@ -137,12 +148,17 @@ class Lease:
 
     def acquire(self) -> Acquired | Held:
         """Try once to take the lease."""
-        token = self.token or f"{self.candidate_id}-{uuid.uuid4().hex[:8]}"
+        # An attempt whose reply was lost (a timeout, a stalled Redis) may
+        # have taken the lease anyway; retrying with the same token finds
+        # that "ghost" lease ours instead of waiting a whole TTL for it.
+        token = self.token or self._attempt or f"{self.candidate_id}-{uuid.uuid4().hex[:8]}"
+        self._attempt = token
         result = self._call(
             self._acquire,
-            [self.keys.lease, self.keys.epoch, self.keys.candidates],
+            [self.keys.lease, self.keys.epoch, self.keys.candidates, self.keys.ticks],
             [token, self.ttl_ms, self.host, self.pid, self.member],
         )
+        self._attempt = None
         if int(result[0]) == 1:
             self.token = token
             return Acquired(epoch=int(result[1]), server_ms=int(result[2]), epoch_was_missing=bool(int(result[3])))
@@ -164,7 +180,8 @@ class Lease:
     def release(self) -> bool:
         """Give the lease up (compare-and-delete) and wake the followers;
         also removes this candidate from the candidate list."""
-        token, self.token = self.token, None
+        # A pending attempt's lost reply may have won the lease: release that too.
+        token, self.token, self._attempt = self.token or self._attempt, None, None
         result = self._client_call(
             self._release,
             [self.keys.lease, self.keys.wake, self.keys.candidates],

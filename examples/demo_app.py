@@ -34,7 +34,13 @@ def heartbeat() -> None:
     tick = message.options["cron_tick"]
     lag = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(tick)
     runs = broker.client.hincrby("demo:runs", tick, 1)
-    logger.info("heartbeat for tick %s ran in pid %d, %d ms after the tick (run #%d)", tick, os.getpid(), lag.total_seconds() * 1000, runs)
+    logger.info(
+        "heartbeat for tick %s ran in pid %d, %d ms after the tick (run #%d)",
+        tick,
+        os.getpid(),
+        lag.total_seconds() * 1000,
+        runs,
+    )
 
 
 @dramatiq.actor(cron=Schedule("*/5 * * * * *", timezone="Europe/Berlin", kwargs={"label": "every 5 s, Berlin time"}))

@@ -23,7 +23,9 @@ def make(server: RedisServer, name: str = "a", prefix: str = "t") -> tuple[Lease
     client, blocking = scheduler_clients(server.url, op_timeout_ms=500, block_timeout_ms=TTL)
     clock = Clock()
     keys = Keys(prefix)
-    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host=name, pid=os.getpid())
+    lease = Lease(
+        client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host=name, pid=os.getpid()
+    )
     return lease, Ledger(client=client, keys=keys, clock=clock)
 
 
@@ -179,3 +181,23 @@ def test_renewal_does_not_stretch_the_lease(redis_server: RedisServer) -> None:
     for _ in range(5):
         assert a.renew()
     assert redis_server.client().pttl(Keys("t").lease) <= TTL
+
+
+def test_epochs_stay_unique_when_the_epoch_counter_vanishes(redis_server: RedisServer) -> None:
+    """Given a ledger entry claimed by epoch N, when the epoch counter alone
+    is lost, then the next acquisition gets an epoch above N, so it can
+    never be mistaken for the epoch that claimed the tick."""
+    a, a_ledger = make(redis_server, "a")
+    first = a.acquire()
+    assert isinstance(first, Acquired) and a.token
+    for _ in range(3):
+        a.release()
+        first = a.acquire()
+        assert isinstance(first, Acquired) and a.token
+    a_ledger.sync(a.token, first.epoch, ["s/x@UTC"])
+    a.release()
+    redis_server.client().delete(Keys("t").epoch)
+    b, _ = make(redis_server, "b")
+    second = b.acquire()
+    assert isinstance(second, Acquired)
+    assert second.epoch_was_missing and second.epoch > first.epoch

@@ -146,9 +146,7 @@ def test_after_kill_9_another_instance_takes_over_and_catches_up(
     killed = time.monotonic()
     killed_ms = now_ms()
     victim.kill9()
-    successor = wait_for(
-        lambda: (p := leader_pid(redis_server)) and p != first and p, timeout=10, what="a new leader"
-    )
+    successor = wait_for(lambda: (p := leader_pid(redis_server)) and p != first and p, timeout=10, what="a new leader")
     takeover = time.monotonic() - killed
     took_over_ms = now_ms()
     survivor = owner(successor, group)

@@ -108,7 +108,9 @@ class RedisServer:
                     break
             except redis.ConnectionError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server exited with {self.proc.returncode}; see {self.log_path}") from None
+                    raise RuntimeError(
+                        f"redis-server exited with {self.proc.returncode}; see {self.log_path}"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not answer within {timeout}s") from None
                 time.sleep(0.02)

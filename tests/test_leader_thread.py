@@ -1,0 +1,161 @@
+"""The leader thread in one process: it starts once, sleeps instead of
+polling, stops within a second, and recovers from a flushed Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import dramatiq
+import pytest
+from dramatiq import Worker
+from dramatiq.brokers.stub import StubBroker
+
+from dramatiq_cron_middleware import CronMiddleware
+from tests.support.instances import wait_for
+from tests.support.redis_server import RedisServer
+
+LEASE = "{dramatiq-cron}:lease"
+
+
+@pytest.fixture
+def stub_app(redis_server: RedisServer) -> Iterator[tuple[StubBroker, CronMiddleware]]:
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url, lock_ttl=1500)
+    broker.add_middleware(middleware)
+    dramatiq.set_broker(broker)
+
+    @dramatiq.actor(broker=broker, cron="0 0 1 1 *")
+    def new_year() -> None:
+        pass
+
+    yield broker, middleware
+    middleware.stop()
+    broker.close()
+
+
+def leader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "dramatiq-cron-leader" and t.is_alive()]
+
+
+def commands(server: RedisServer) -> int:
+    """Round trips clients made: script calls and blocking pops.  (Redis'
+    own total also counts the commands each script runs inside.)"""
+    stats = server.client().info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval", "blpop", "get"))
+
+
+def test_the_leader_thread_starts_once_and_stops_within_a_second(
+    stub_app: tuple[StubBroker, CronMiddleware], redis_server: RedisServer
+) -> None:
+    broker, middleware = stub_app
+    worker = Worker(broker, worker_threads=1)
+    before = len(leader_threads())
+    middleware.after_worker_boot(broker, worker)
+    middleware.after_worker_boot(broker, worker)  # some integrations fire hooks twice
+    assert len(leader_threads()) == before + 1
+    wait_for(lambda: redis_server.client().exists(LEASE), timeout=5, what="the lease")
+    thread = middleware.leader
+    assert thread is not None
+    started = time.monotonic()
+    middleware.before_worker_shutdown(broker, worker)
+    stopped = time.monotonic() - started
+    assert not thread.is_alive()
+    assert stopped < 1.0, f"stopping took {stopped:.3f}s"
+    assert not redis_server.client().exists(LEASE), "the lease was not released"
+
+
+def test_an_idle_leader_sends_only_renewals(
+    stub_app: tuple[StubBroker, CronMiddleware], redis_server: RedisServer
+) -> None:
+    """Given a leader whose only schedule is due next New Year, when it idles
+    for three seconds with a 1500 ms lease, then it sent about one renewal
+    per 500 ms and nothing else: it sleeps, it does not poll."""
+    broker, middleware = stub_app
+    middleware.start(broker)
+    wait_for(lambda: redis_server.client().exists(LEASE), timeout=5, what="the lease")
+    first = commands(redis_server)
+    time.sleep(3.0)  # the measurement window itself
+    sent = commands(redis_server) - first
+    assert 2 <= sent <= 3.0 / 0.5 + 2, f"{sent} round trips in 3 s"
+
+
+def test_an_idle_follower_costs_about_two_commands_per_lease(redis_server: RedisServer) -> None:
+    """A follower blocks on Redis until the lease would expire or is
+    released; it does not poll faster than the lease."""
+    from dramatiq_cron_middleware.clock import Clock
+    from dramatiq_cron_middleware.connection import scheduler_clients
+    from dramatiq_cron_middleware.keys import Keys
+    from dramatiq_cron_middleware.lease import Lease
+
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url, lock_ttl=1500)
+    broker.add_middleware(middleware)
+
+    @dramatiq.actor(broker=broker, cron="0 0 1 1 *")
+    def new_year() -> None:
+        pass
+
+    # Another candidate holds the lease, renewing it by hand.
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=500, block_timeout_ms=1500)
+    holder = Lease(
+        client=client,
+        blocking_client=blocking,
+        keys=Keys("dramatiq-cron"),
+        ttl_ms=1500,
+        clock=Clock(),
+        host="other",
+        pid=1,
+    )
+    holder.acquire()
+    middleware.start(broker)
+    try:
+        wait_for(lambda: redis_server.client().zcard("{dramatiq-cron}:candidates") == 2, timeout=5, what="the follower")
+        first = commands(redis_server)
+        end = time.monotonic() + 3.0
+        renewals = 0
+        while time.monotonic() < end:
+            assert holder.renew()
+            renewals += 1
+            time.sleep(0.5)
+        sent = commands(redis_server) - first - renewals
+        assert sent <= 3.0 / 1.0 * 2 + 2, f"the follower sent {sent} round trips in 3 s"
+        assert middleware.leader is not None and not middleware.leader.leading
+    finally:
+        middleware.stop()
+        holder.release()
+
+
+def test_a_flushed_redis_deposes_the_leader_which_recovers_without_refiring(redis_server: RedisServer) -> None:
+    """Given a leader firing a per-second schedule, when Redis is flushed,
+    then the leader steps down (WARNING), reacquires, and no tick is
+    enqueued twice."""
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url, lock_ttl=1000)
+    broker.add_middleware(middleware)
+    enqueued: list[str] = []
+
+    class Record(dramatiq.Middleware):
+        def after_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message, delay: int | None) -> None:  # type: ignore[type-arg]
+            enqueued.append(message.options["cron_tick"])
+
+    broker.add_middleware(Record())
+
+    @dramatiq.actor(broker=broker, cron="* * * * * *")
+    def every_second() -> None:
+        pass
+
+    middleware.start(broker)
+    try:
+        wait_for(lambda: len(enqueued) >= 2, timeout=10, what="two ticks")
+        leader = middleware.leader
+        assert leader is not None
+        token = leader.lease.token
+        redis_server.client().flushall()
+        count = len(enqueued)
+        wait_for(lambda: leader.lease.token not in (None, token), timeout=10, what="a new acquisition")
+        wait_for(lambda: len(enqueued) >= count + 2, timeout=10, what="ticks after the flush")
+        assert len(enqueued) == len(set(enqueued)), f"duplicates: {enqueued}"
+    finally:
+        middleware.stop()
