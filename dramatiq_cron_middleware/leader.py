@@ -29,7 +29,7 @@ from .lease import Acquired, Lease
 from .ledger import FIRE, LOST, PAUSED, REFUSED, SKIPPED, Claim, Ledger, NotLeader, Outcome
 from .schedule import BoundSchedule
 
-__all__ = ["LeaderThread", "message_for", "ON_TIME_MS"]
+__all__ = ["LeaderObserver", "LeaderThread", "due_claims", "message_for", "ON_TIME_MS"]
 
 #: A tick enqueued within this long after it fell due counts as on time;
 #: later ones are catch-up, subject to the schedule's catch-up policy.
@@ -48,6 +48,10 @@ def message_for(schedule: BoundSchedule, tick_ms: int, *, prefix: str, manual: b
     options["cron_schedule"] = schedule.id
     if schedule.max_age is not None:
         options["max_age"] = schedule.max_age
+    if schedule.overlap == "skip":
+        # Tells the worker that finishes the message to clear the
+        # schedule's running mark (see overlap.py).
+        options["cron_overlap"] = "skip"
     if manual:
         options["cron_manual"] = True
         message_id = str(uuid.uuid4())
@@ -71,6 +75,56 @@ def jitter_ms(schedule: BoundSchedule, message_id: str) -> int:
     return int.from_bytes(digest[:8], "big") % (schedule.jitter + 1)
 
 
+def due_claims(schedule: BoundSchedule, last: int, now: int, *, prefix: str) -> list[tuple[Claim, Message[Any] | None]]:
+    """Turn a schedule's ticks due since ``last`` (its last decided tick)
+    into claims at ``now``, per its catch-up policy, each firing claim with
+    the message it would send.  Ticks older than the window are recorded as
+    missed in one entry, not enumerated.  Pure: the leader and
+    ``testing.CronSimulator`` decide alike."""
+    out: list[tuple[Claim, Message[Any] | None]] = []
+    window_start = now - schedule.catch_up_window
+    first = schedule.next_after(last)
+    if first > now:
+        return out
+    start = last
+    if first <= window_start:
+        last_missed = schedule.last_before(window_start + 1)
+        detail = f"outside the catch-up window, from {first}"
+        out.append((_missed(schedule, last_missed, detail), None))
+        start = last_missed
+    due = list(schedule.ticks_between(start, now))
+    if not due:
+        return out
+    if schedule.catch_up == "latest":
+        fire, skip = due[-1:], due[:-1]
+    elif schedule.catch_up == "none":
+        fire = [t for t in due if now - t <= ON_TIME_MS]
+        skip = [t for t in due if now - t > ON_TIME_MS]
+    else:
+        fire, skip = due, []
+    if skip:
+        detail = f"{len(skip)} ticks from {skip[0]} (catch_up={schedule.catch_up})"
+        out.append((_missed(schedule, skip[-1], detail), None))
+    for tick in fire:
+        message = message_for(schedule, tick, prefix=prefix)
+        late = now - tick > ON_TIME_MS
+        claim = Claim(
+            schedule_id=schedule.id,
+            tick_ms=tick,
+            outcome=Outcome.CAUGHT_UP if late else Outcome.FIRED,
+            fire=True,
+            detail=str(now - tick),
+            message_id=message.message_id,
+            overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
+        )
+        out.append((claim, message))
+    return out
+
+
+def _missed(schedule: BoundSchedule, tick: int, detail: str) -> Claim:
+    return Claim(schedule_id=schedule.id, tick_ms=tick, outcome=Outcome.MISSED, fire=False, detail=detail)
+
+
 @dataclasses.dataclass
 class _Owed:
     """A tick Redis granted whose enqueue has not succeeded yet."""
@@ -92,6 +146,26 @@ class _Batch:
     started: float
 
 
+class LeaderObserver:
+    """What the leader thread reports as it goes (metrics listen here).
+
+    This base class ignores everything.  The methods are called on the
+    leader thread itself, so they must be quick and must not raise.
+    """
+
+    def leadership_changed(self, *, epoch: int, leading: bool) -> None:
+        """This process gained (``leading``) or lost leadership of ``epoch``."""
+
+    def renewed(self, *, latency_ms: float) -> None:
+        """A lease renewal succeeded after ``latency_ms``."""
+
+    def tick_decided(self, *, schedule_id: str, outcome: str) -> None:
+        """Redis recorded a tick of ``schedule_id`` with ``outcome``."""
+
+    def enqueued(self, *, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
+        """A granted tick was enqueued ``lag_ms`` after it fell due."""
+
+
 class LeaderThread(threading.Thread):
     """Competes for the lease and, while leading, fires due ticks.
 
@@ -102,6 +176,8 @@ class LeaderThread(threading.Thread):
       prefix: The key prefix (part of every deterministic message id).
       ttl_ms: The lease length.
       logger: Where state changes are reported.
+      observer: Told about leadership, renewals and decided ticks.
+        Defaults to None, meaning nobody listens.
     """
 
     def __init__(
@@ -115,8 +191,10 @@ class LeaderThread(threading.Thread):
         prefix: str,
         ttl_ms: int,
         logger: logging.Logger,
+        observer: LeaderObserver | None = None,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
+        self.observer = observer or LeaderObserver()
         self.broker = broker
         self.schedules = {s.id: s for s in schedules}
         self.lease = lease
@@ -143,6 +221,8 @@ class LeaderThread(threading.Thread):
         self._heap: list[tuple[int, str]] = []
         self._owed: list[_Owed] = []
         self._unsettled: _Batch | None = None
+        self._release_lock = threading.Lock()
+        self._released = False
         self._reachable = True
         self._enqueue_failing = False
         self._unexpected: str | None = None
@@ -153,6 +233,12 @@ class LeaderThread(threading.Thread):
     def leading(self) -> bool:
         """Whether this process currently leads (as far as it knows)."""
         return self.epoch is not None
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop; safe to call from a signal handler (it only
+        sets an event).  A leader then releases the lease from its own
+        thread at once, without waiting for the worker to drain."""
+        self.stopping.set()
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the loop and release the lease if held (compare-and-delete)."""
@@ -167,9 +253,18 @@ class LeaderThread(threading.Thread):
         self._release()
 
     def _release(self) -> None:
-        was_leading = self.leading
-        epoch = self.epoch
-        self.epoch = None
+        with self._release_lock:
+            if self._released:
+                return
+            self._released = True
+            was_leading = self.leading
+            epoch = self.epoch
+            self.epoch = None
+            if epoch is not None:
+                self.observer.leadership_changed(epoch=epoch, leading=False)
+            self._release_from_redis(was_leading, epoch)
+
+    def _release_from_redis(self, was_leading: bool, epoch: int | None) -> None:
         try:
             released = self.lease.release()
         except _FAULTS as exc:
@@ -211,6 +306,9 @@ class LeaderThread(threading.Thread):
                     self._unexpected = key
                     self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
                 self._on_fault()
+        # Stopped: give the lease up right away so a follower takes over in
+        # milliseconds, while the worker may still be draining messages.
+        self._release()
 
     # -- following ------------------------------------------------------------
 
@@ -251,6 +349,7 @@ class LeaderThread(threading.Thread):
             self.logger.info(
                 "Acquired cron leadership (epoch %d) on %s pid %d.", acquired.epoch, self.lease.host, self.lease.pid
             )
+        self.observer.leadership_changed(epoch=acquired.epoch, leading=True)
 
     # -- leading --------------------------------------------------------------
 
@@ -259,6 +358,7 @@ class LeaderThread(threading.Thread):
         if now >= self._renew_at:
             if not self.lease.renew():
                 raise NotLeader()
+            self.observer.renewed(latency_ms=(time.monotonic() - now) * 1000)
             self._deadline = now + self.fire_deadline
             self._renew_at = now + self.renew_interval
         if time.monotonic() >= self._deadline:
@@ -323,11 +423,16 @@ class LeaderThread(threading.Thread):
 
     def _apply(self, batch: _Batch, results: list[int]) -> None:
         for index, (claim, result) in enumerate(zip(batch.claims, results)):
+            # The script overrides the requested outcome for paused and
+            # overlapping ticks; report what Redis recorded.
+            outcome = {SKIPPED: Outcome.SKIPPED, PAUSED: Outcome.PAUSED}.get(result, claim.outcome)
+            if result not in (REFUSED, LOST):
+                self.observer.tick_decided(schedule_id=claim.schedule_id, outcome=outcome)
             if result == FIRE and index in batch.messages:
                 schedule, message = batch.messages[index]
                 self._try_enqueue(_Owed(schedule=schedule, tick_ms=claim.tick_ms, message=message, next_try=0.0))
             elif result in (SKIPPED, PAUSED):
-                self.logger.debug("Tick %s of %s %s.", claim.tick_ms, claim.schedule_id, claim.outcome)
+                self.logger.debug("Tick %s of %s %s.", claim.tick_ms, claim.schedule_id, outcome)
 
     def _settle(self) -> None:
         """Learn what became of a claim whose reply was lost.  The batch ran
@@ -344,56 +449,8 @@ class LeaderThread(threading.Thread):
     def _decide(
         self, schedule: BoundSchedule, last: int, now: int
     ) -> list[tuple[Claim, Message[Any] | None]]:
-        """Turn the ticks due since ``last`` into claims, per the schedule's
-        catch-up policy.  Ticks older than the window are recorded as missed
-        in one entry, not enumerated."""
-        out: list[tuple[Claim, Message[Any] | None]] = []
-        window_start = now - schedule.catch_up_window
-        first = schedule.next_after(last)
-        if first > now:
-            return out
-        start = last
-        if first <= window_start:
-            last_missed = schedule.last_before(window_start + 1)
-            detail = f"outside the catch-up window, from {first}"
-            out.append((self._record(schedule, last_missed, Outcome.MISSED, detail), None))
-            start = last_missed
-        due = list(schedule.ticks_between(start, now))
-        if not due:
-            return out
-        if schedule.catch_up == "latest":
-            fire, skip = due[-1:], due[:-1]
-        elif schedule.catch_up == "none":
-            fire = [t for t in due if now - t <= ON_TIME_MS]
-            skip = [t for t in due if now - t > ON_TIME_MS]
-        else:
-            fire, skip = due, []
-        if skip:
-            detail = f"{len(skip)} ticks from {skip[0]} (catch_up={schedule.catch_up})"
-            out.append((self._record(schedule, skip[-1], Outcome.MISSED, detail), None))
-        for tick in fire:
-            message = message_for(schedule, tick, prefix=self.prefix)
-            late = now - tick > ON_TIME_MS
-            claim = Claim(
-                schedule_id=schedule.id,
-                tick_ms=tick,
-                outcome=Outcome.CAUGHT_UP if late else Outcome.FIRED,
-                fire=True,
-                detail=str(now - tick),
-                message_id=message.message_id,
-                overlap_ttl_ms=self._overlap_ttl(schedule),
-            )
-            out.append((claim, message))
-        return out
-
-    @staticmethod
-    def _record(schedule: BoundSchedule, tick: int, outcome: str, detail: str) -> Claim:
-        return Claim(schedule_id=schedule.id, tick_ms=tick, outcome=outcome, fire=False, detail=detail)
-
-    def _overlap_ttl(self, schedule: BoundSchedule) -> int:
-        if schedule.overlap != "skip":
-            return 0
-        return int(schedule.options.get("overlap_ttl", 3_600_000))
+        """Turn the ticks due since ``last`` into claims (see :func:`due_claims`)."""
+        return due_claims(schedule, last, now, prefix=self.prefix)
 
     def _try_enqueue(self, owed: _Owed) -> bool:
         owed.attempts += 1
@@ -417,6 +474,9 @@ class LeaderThread(threading.Thread):
         if self._enqueue_failing:
             self._enqueue_failing = False
             self.logger.warning("Enqueueing cron messages works again.")
+        self.observer.enqueued(
+            schedule_id=owed.schedule.id, tick_ms=owed.tick_ms, lag_ms=self.clock.now_ms() - owed.tick_ms
+        )
         self.logger.debug(
             "Enqueued %s for tick %s (message %s).", owed.schedule.id, owed.message.options["cron_tick"], owed.message.message_id
         )
@@ -448,7 +508,10 @@ class LeaderThread(threading.Thread):
         wake = min(self._renew_at, self._deadline)
         if self._heap:
             due_in = (self._heap[0][0] - self.clock.now_ms()) / 1000
-            wake = min(wake, now_mono + max(due_in, 0.0), max(self._fire_not_before, now_mono))
+            wake = min(wake, now_mono + max(due_in, 0.0))
+            if self._fire_not_before > now_mono:
+                # Nothing fires before then (post-failover wait): sleep until it.
+                wake = min(self._renew_at, self._deadline, max(wake, self._fire_not_before))
         if self._owed:
             wake = min(wake, min(o.next_try for o in self._owed))
         self.stopping.wait(max(wake - now_mono, 0.0))
@@ -473,6 +536,7 @@ class LeaderThread(threading.Thread):
     def _step_down(self, reason: str) -> None:
         if self.epoch is not None:
             self.logger.warning("Lost cron leadership (epoch %s): %s; no further ticks fired by this process.", self.epoch, reason)
+            self.observer.leadership_changed(epoch=self.epoch, leading=False)
         self.epoch = None
         self.lease.forget()
         self._synced = False

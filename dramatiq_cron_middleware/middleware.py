@@ -4,6 +4,7 @@ that start and stop the leader thread in every worker process."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 from typing import Any
@@ -11,15 +12,17 @@ from typing import Any
 import dramatiq
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
+from dramatiq.middleware import TimeLimit
 
 from .clock import Clock
 from .connection import ENV_URL, describe, scheduler_clients, url_from_environment
 from .errors import CronConfigurationError
 from .keys import Keys
-from .leader import LeaderThread
+from .leader import LeaderObserver, LeaderThread
 from .lease import Lease
 from .ledger import Ledger
-from .schedule import BoundSchedule, CatchUp, parse_timezone, schedules_for_actor
+from .overlap import RunningMarks
+from .schedule import DEFAULT_TIME_LIMIT, BoundSchedule, CatchUp, parse_timezone, schedules_for_actor
 
 __all__ = ["CronMiddleware"]
 
@@ -74,7 +77,7 @@ class CronMiddleware(Middleware):
         prefix: str = "dramatiq-cron",
         history_length: int = 10_000,
     ) -> None:
-        self.logger = get_logger(__name__, type(self))
+        self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         if isinstance(lock_ttl, bool) or not isinstance(lock_ttl, int) or lock_ttl < 300:
             raise CronConfigurationError(f"CronMiddleware: lock_ttl must be an int of at least 300 ms, got {lock_ttl!r}")
         if catch_up not in ("each", "latest", "none"):
@@ -98,7 +101,13 @@ class CronMiddleware(Middleware):
         self.history_length = history_length
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread | None = None
+        #: Told what the leader thread does (``CronMetrics`` sets it).
+        self.observer: LeaderObserver | None = None
+        #: Set by ``testing.CronSimulator``: the simulator fires the ticks,
+        #: so workers start no leader thread and need no Redis.
+        self.simulated = False
         self._start_lock = threading.Lock()
+        self._marks: RunningMarks | None = None
 
     @property
     def actor_options(self) -> set[str]:
@@ -121,7 +130,48 @@ class CronMiddleware(Middleware):
             timezone=self.timezone,
             catch_up=self.catch_up,
             catch_up_window=self.catch_up_window,
+            time_limit=_time_limit(broker, actor),
         )
+
+    # -- overlap="skip": the worker side --------------------------------------
+
+    def after_process_message(
+        self,
+        broker: Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        """Clear the running mark of a skip-overlap schedule once its
+        message is done: succeeded, or failed for good (a retry keeps it)."""
+        if exception is None or message.failed:
+            self._clear_running_mark(broker, message)
+
+    def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Clear the running mark of a message that will not run (for
+        example dropped by ``AgeLimit`` for its ``max_age``)."""
+        self._clear_running_mark(broker, message)
+
+    def _clear_running_mark(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        if self.simulated or message.options.get("cron_overlap") != "skip":
+            return
+        schedule_id = message.options.get("cron_schedule")
+        if not isinstance(schedule_id, str):
+            return
+        if self._marks is None:
+            with self._start_lock:
+                if self._marks is None:
+                    self._marks = RunningMarks(
+                        keys=self.keys,
+                        client_factory=lambda: scheduler_clients(
+                            self._source(broker),
+                            op_timeout_ms=max(100, min(self.lock_ttl // 6, 2000)),
+                            block_timeout_ms=0,
+                        )[0],
+                        logger=self.logger,
+                    )
+        self._marks.clear(schedule_id, message.message_id)
 
     def all_schedules(self) -> list[BoundSchedule]:
         """Every declared schedule, in declaration order."""
@@ -132,11 +182,44 @@ class CronMiddleware(Middleware):
     def before_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Resolve the Redis connection, failing the boot with a clear error
         when none is configured."""
-        self._source(broker)
+        if not self.simulated:
+            self._source(broker)
 
     def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Start the leader thread (once per process, however often called)."""
-        self.start(broker)
+        if not self.simulated and self.start(broker) is not None:
+            self._hand_over_on_signal()
+
+    def _hand_over_on_signal(self) -> None:
+        """Stop leading as soon as the worker process is told to stop.
+
+        dramatiq's worker process notices SIGTERM/SIGHUP only at its next
+        once-a-second poll before running the shutdown hooks; chaining its
+        handler lets the leader release the lease at once, so a follower
+        takes over in milliseconds.  Only the main thread may install
+        handlers; elsewhere ``before_worker_shutdown`` does the job.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for name in ("SIGTERM", "SIGHUP", "SIGINT"):
+            signum = getattr(signal, name, None)
+            if signum is None:
+                continue
+            previous = signal.getsignal(signum)
+            if not callable(previous) or getattr(previous, "_cron_chained", False):
+                continue
+
+            def handler(received: int, frame: Any, previous: Any = previous) -> Any:
+                leader = self.leader
+                if leader is not None:
+                    leader.request_stop()
+                return previous(received, frame)
+
+            handler._cron_chained = True  # type: ignore[attr-defined]
+            try:
+                signal.signal(signum, handler)
+            except (ValueError, OSError):  # not the main thread of the main interpreter
+                return
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the leader thread and release the lease, so a follower takes
@@ -176,6 +259,7 @@ class CronMiddleware(Middleware):
                 prefix=self.prefix,
                 ttl_ms=self.lock_ttl,
                 logger=self.logger,
+                observer=self.observer,
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms).",
@@ -206,3 +290,16 @@ class CronMiddleware(Middleware):
             "CronMiddleware: no Redis configured for the cron lease: pass CronMiddleware(redis='redis://...'), "
             f"set {ENV_URL}, or use a RedisBroker (the broker is {type(broker).__name__})."
         )
+
+
+def _time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:
+    """The actor's time limit in ms, as dramatiq's ``TimeLimit`` would apply it."""
+    limit = actor.options.get("time_limit")
+    if limit is None:
+        for middleware in broker.middleware:
+            if isinstance(middleware, TimeLimit):
+                limit = middleware.time_limit
+                break
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+        return DEFAULT_TIME_LIMIT
+    return int(limit)

@@ -3,6 +3,7 @@ polling, stops within a second, and recovers from a flushed Redis."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +38,12 @@ def stub_app(redis_server: RedisServer) -> Iterator[tuple[StubBroker, CronMiddle
 
 def leader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "dramatiq-cron-leader" and t.is_alive()]
+
+
+def thread_cpu_seconds(native_id: int) -> float:
+    """User plus system CPU time of one thread of this process."""
+    fields = open(f"/proc/self/task/{native_id}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def commands(server: RedisServer) -> int:
@@ -75,10 +82,16 @@ def test_an_idle_leader_sends_only_renewals(
     broker, middleware = stub_app
     middleware.start(broker)
     wait_for(lambda: redis_server.client().exists(LEASE), timeout=5, what="the lease")
+    thread = middleware.leader
+    assert thread is not None and thread.native_id is not None
     first = commands(redis_server)
+    cpu_before = thread_cpu_seconds(thread.native_id)
     time.sleep(3.0)  # the measurement window itself
+    cpu = thread_cpu_seconds(thread.native_id) - cpu_before
     sent = commands(redis_server) - first
     assert 2 <= sent <= 3.0 / 0.5 + 2, f"{sent} round trips in 3 s"
+    # A busy loop burns the whole window; sleeping costs a few milliseconds.
+    assert cpu < 0.5, f"the idle leader thread used {cpu:.2f} s of CPU in 3 s"
 
 
 def test_an_idle_follower_costs_about_two_commands_per_lease(redis_server: RedisServer) -> None:

@@ -1,0 +1,442 @@
+"""The ``dramatiq-cron`` command: see and steer the scheduler of an app.
+
+It loads the app the way ``dramatiq`` does (``module[:broker]``, with
+``--path`` directories put on ``sys.path``), finds the broker's
+:class:`~dramatiq_cron_middleware.CronMiddleware`, and talks to the Redis
+that middleware uses.  Every command prints a table, or JSON with
+``--json``; every failure is one line on stderr and a non-zero exit.
+
+Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease;
+2 a usage or configuration error (bad module, no middleware, unknown
+actor); 3 Redis could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import dramatiq
+import redis
+
+from .connection import describe, redact, scheduler_clients
+from .control import Control, HistoryEntry
+from .leader import message_for
+from .ledger import Outcome
+from .middleware import CronMiddleware
+from .schedule import BoundSchedule
+
+__all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
+
+EXIT_OK = 0
+#: ``status``: no process renewed the lease within its length.
+EXIT_NO_LEADER = 1
+#: Bad module, no CronMiddleware on the broker, unknown actor, bad arguments.
+EXIT_ERROR = 2
+#: Redis did not answer.
+EXIT_UNREACHABLE = 3
+
+# Short enough that an unreachable Redis is reported promptly, long enough
+# for a loaded server.
+_TIMEOUT_MS = 2000
+_UTC = dt.timezone.utc
+
+
+class _Failure(Exception):
+    """A failure reported as one line on stderr."""
+
+    def __init__(self, message: str, status: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass
+class _App:
+    """The loaded app: its broker, middleware and a handle on its Redis."""
+
+    broker: dramatiq.Broker
+    middleware: CronMiddleware
+    control: Control
+    where: str
+
+    @property
+    def schedules(self) -> list[BoundSchedule]:
+        return self.middleware.all_schedules()
+
+    def zone_of(self, schedule_id: str) -> dt.tzinfo:
+        for schedule in self.schedules:
+            if schedule.id == schedule_id:
+                return schedule.zone
+        return _UTC
+
+    def resolve(self, target: str) -> list[BoundSchedule]:
+        """The schedules an actor name or schedule id stands for."""
+        found = [s for s in self.schedules if target in (s.actor_name, s.id)]
+        if not found:
+            known = sorted({s.actor_name for s in self.schedules})
+            raise _Failure(f"unknown cron actor or schedule {target!r} (cron actors: {', '.join(known) or 'none'})")
+        return found
+
+
+# -- loading --------------------------------------------------------------
+
+
+def _load(spec: str, paths: Sequence[str]) -> _App:
+    for path in reversed(paths):
+        sys.path.insert(0, path)
+    broker = _import_broker(spec)
+    middleware = next((m for m in broker.middleware if isinstance(m, CronMiddleware)), None)
+    if middleware is None:
+        raise _Failure(f"the broker of {spec!r} has no CronMiddleware")
+    try:
+        source = middleware._source(broker)
+        client, _ = scheduler_clients(source, op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
+    except Exception as exc:
+        raise _Failure(redact(str(exc))) from None
+    control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
+    return _App(broker=broker, middleware=middleware, control=control, where=describe(client))
+
+
+def _import_broker(spec: str) -> dramatiq.Broker:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        if not attribute:
+            return dramatiq.get_broker()
+        value: Any = module
+        for part in attribute.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, (dramatiq.Broker, dramatiq.Actor)) and callable(value):
+            value()
+            return dramatiq.get_broker()
+    except Exception as exc:  # whatever the app raised on import: one line, no traceback
+        raise _Failure(f"cannot load {spec!r}: {redact(f'{type(exc).__name__}: {exc}')}") from None
+    if not isinstance(value, dramatiq.Broker):
+        raise _Failure(f"cannot load {spec!r}: {attribute!r} is not a dramatiq Broker")
+    return value
+
+
+# -- formatting -----------------------------------------------------------
+
+
+def _iso(ms: int, zone: dt.tzinfo = _UTC) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(timespec="milliseconds")
+
+
+def _when(ms: int, zone: dt.tzinfo = _UTC) -> str:
+    text = dt.datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(sep=" ", timespec="seconds")
+    return text.replace("+00:00", "Z")
+
+
+def _span(ms: float) -> str:
+    """A duration for humans: 850ms, 12.3s, 4m05s, 2h03m, 3d04h."""
+    ms = abs(ms)
+    if ms < 1000:
+        return f"{ms:.0f}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _emit(args: argparse.Namespace, data: object, text: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=False))
+    else:
+        print(text)
+
+
+# -- commands -------------------------------------------------------------
+
+
+def _list(app: _App, args: argparse.Namespace) -> int:
+    now = app.control.server_ms()
+    last = app.control.last_decisions()
+    paused = app.control.paused()
+    records = []
+    upcoming_by_schedule = []
+    for s in app.schedules:
+        upcoming, tick = [], now
+        for _ in range(args.next):
+            tick = s.next_after(tick)
+            upcoming.append(tick)
+        upcoming_by_schedule.append(upcoming)
+        decision = last.get(s.id)
+        records.append(
+            {
+                "actor": s.actor_name,
+                "schedule": s.id,
+                "name": s.name,
+                "expression": s.expression,
+                "timezone": s.timezone,
+                "queue": s.queue_name,
+                "catch_up": s.catch_up,
+                "overlap": s.overlap,
+                "next": [_iso(t, s.zone) for t in upcoming],
+                "last_tick": _iso(decision.tick_ms, s.zone) if decision else None,
+                "last_outcome": decision.outcome if decision else None,
+                "last_epoch": decision.epoch if decision else None,
+                "paused": s.actor_name in paused or s.id in paused,
+            }
+        )
+    named = any(s.name != s.expression for s in app.schedules)
+    headers = ["ACTOR", *(["NAME"] if named else []), "EXPRESSION", "ZONE", "NEXT", "LAST TICK", "OUTCOME", "PAUSED"]
+    rows = []
+    for s, upcoming_ms in zip(app.schedules, upcoming_by_schedule, strict=True):
+        decision = last.get(s.id)
+        rows.append(
+            [
+                s.actor_name,
+                *([s.name] if named else []),
+                s.expression,
+                s.timezone,
+                ", ".join(_when(t, s.zone) for t in upcoming_ms),
+                _when(decision.tick_ms, s.zone) if decision else "-",
+                decision.outcome if decision else "-",
+                "yes" if s.actor_name in paused or s.id in paused else "no",
+            ]
+        )
+    _emit(args, {"now": _iso(now), "schedules": records}, _table(headers, rows) if rows else "No cron schedules.")
+    return EXIT_OK
+
+
+def _status(app: _App, args: argparse.Namespace) -> int:
+    sent = time.monotonic()
+    now = app.control.server_ms()
+    ping_ms = (time.monotonic() - sent) * 1000
+    leader = app.control.leader()
+    ttl = leader.ttl_ms if leader else app.middleware.lock_ttl
+    # Followers refresh their entry about once per lease; three leases keeps
+    # a live follower listed while dropping the ones that stopped.
+    candidates = app.control.candidates(since_ms=now - 3 * ttl)
+    healthy = leader is not None and now - leader.renewed_ms <= leader.ttl_ms
+    data: dict[str, Any] = {
+        "redis": {"url": app.where, "reachable": True, "round_trip_ms": round(ping_ms, 2)},
+        "now": _iso(now),
+        "healthy": healthy,
+        "leader": None,
+        "candidates": [
+            {
+                "host": c.host,
+                "pid": c.pid,
+                "candidate": c.candidate_id,
+                "last_seen": _iso(c.seen_ms),
+                "leader": leader is not None and c.candidate_id == leader.candidate.rsplit("|", 1)[-1],
+            }
+            for c in candidates
+        ],
+    }
+    lines = [f"Redis:      {app.where} reachable ({ping_ms:.1f} ms round trip)"]
+    if leader is None:
+        lines.append(f"Leader:     none (no process holds the lease; lease length {_span(ttl)})")
+    else:
+        data["leader"] = {
+            "host": leader.host,
+            "pid": leader.pid,
+            "epoch": leader.epoch,
+            "since": _iso(leader.since_ms),
+            "renewed": _iso(leader.renewed_ms),
+            "lease_ms": leader.ttl_ms,
+            "remaining_ms": leader.remaining_ms,
+        }
+        lines += [
+            f"Leader:     {leader.host} pid {leader.pid}, epoch {leader.epoch}",
+            f"Since:      {_when(leader.since_ms)} ({_span(now - leader.since_ms)} ago)",
+            f"Lease:      renewed {_span(now - leader.renewed_ms)} ago, "
+            f"{_span(leader.remaining_ms)} of {_span(leader.ttl_ms)} left",
+        ]
+    rows = [
+        [c["host"], c["pid"], c["candidate"], _span(now - c_ms) + " ago", "yes" if c["leader"] else ""]
+        for c, c_ms in zip(data["candidates"], (c.seen_ms for c in candidates), strict=True)
+    ]
+    lines.append(f"Candidates: {len(candidates)} seen in the last {_span(3 * ttl)}")
+    if rows:
+        lines.append(_table(["HOST", "PID", "CANDIDATE", "LAST SEEN", "LEADER"], rows))
+    if not healthy:
+        lines.append("Status:     NO LEADER - no process renewed the lease within its length")
+    _emit(args, data, "\n".join(lines))
+    return EXIT_OK if healthy else EXIT_NO_LEADER
+
+
+def _history(app: _App, args: argparse.Namespace) -> int:
+    match = None
+    if args.actor:
+        match = {args.actor} | {s.id for s in app.resolve(args.actor)}
+    entries = list(reversed(app.control.history(limit=args.limit, match=match)))
+    records = [_history_record(app, e) for e in entries]
+    rows = [
+        [
+            _when(e.at_ms),
+            e.outcome,
+            e.schedule_id,
+            _when(e.tick_ms, app.zone_of(e.schedule_id)),
+            r["delay"] or "",
+            "" if e.epoch is None else e.epoch,
+            "" if e.detail.isdigit() else e.detail,  # a bare number is the delay, shown already
+        ]
+        for e, r in zip(entries, records, strict=True)
+    ]
+    text = _table(["WHEN", "OUTCOME", "SCHEDULE", "TICK", "DELAY", "EPOCH", "DETAIL"], rows) if rows else "No history."
+    _emit(args, {"entries": records}, text)
+    return EXIT_OK
+
+
+def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
+    delay_ms = int(e.detail) if e.outcome in (Outcome.FIRED, Outcome.CAUGHT_UP) and e.detail.isdigit() else None
+    return {
+        "at": _iso(e.at_ms),
+        "outcome": e.outcome,
+        "schedule": e.schedule_id,
+        "actor": e.actor_name,
+        "tick": _iso(e.tick_ms, app.zone_of(e.schedule_id)),
+        "tick_ms": e.tick_ms,
+        "delay_ms": delay_ms,
+        "delay": None if delay_ms is None else "+" + _span(delay_ms),
+        "epoch": e.epoch,
+        "detail": e.detail,
+        "message_id": e.message_id or None,
+    }
+
+
+def _trigger(app: _App, args: argparse.Namespace) -> int:
+    schedule = app.resolve(args.actor)[0]
+    if type(app.broker).__name__ == "StubBroker":
+        raise _Failure("the app's broker is a StubBroker: a triggered message would only live in this process")
+    tick = app.control.server_ms()
+    message = message_for(schedule, tick, prefix=app.middleware.prefix, manual=True)
+    try:
+        app.broker.enqueue(message)
+    except redis.RedisError:
+        raise
+    except Exception as exc:
+        raise _Failure(f"enqueueing {schedule.actor_name} failed: {redact(f'{type(exc).__name__}: {exc}')}") from None
+    at = app.control.record_trigger(schedule_id=schedule.id, tick_ms=tick, message_id=message.message_id)
+    data = {
+        "actor": schedule.actor_name,
+        "schedule": schedule.id,
+        "queue": schedule.queue_name,
+        "message_id": message.message_id,
+        "tick": message.options["cron_tick"],
+        "recorded_at": _iso(at),
+    }
+    text = (
+        f"Triggered {schedule.actor_name} ({schedule.id}): message {message.message_id} "
+        f"enqueued on queue {schedule.queue_name!r}, tick {message.options['cron_tick']}."
+    )
+    _emit(args, data, text)
+    return EXIT_OK
+
+
+def _pause(app: _App, args: argparse.Namespace) -> int:
+    app.resolve(args.actor)
+    if args.command == "pause":
+        changed = app.control.pause(args.actor)
+        text = (
+            f"Paused {args.actor}: whichever process leads records its ticks as paused and enqueues nothing."
+            if changed
+            else f"{args.actor} was already paused."
+        )
+    else:
+        changed = app.control.resume(args.actor)
+        text = f"Resumed {args.actor}: its next tick fires." if changed else f"{args.actor} was not paused."
+    _emit(args, {"target": args.actor, "changed": changed, "paused": sorted(app.control.paused())}, text)
+    return EXIT_OK
+
+
+# -- entry point ----------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dramatiq-cron",
+        description="See and steer the cron schedules of a dramatiq app.",
+        epilog="Exit status: 0 ok, 1 no live leader (status), 2 error, 3 Redis unreachable.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.add_argument("app", metavar="APP", help="the app's module, optionally module:broker (as for dramatiq)")
+        sub.add_argument(
+            "--path", "-P", action="append", default=[], metavar="DIR", help="a directory to import the app from"
+        )
+        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        return sub
+
+    command("list", "every schedule, its next fire times, last tick and whether it is paused").add_argument(
+        "--next", type=int, default=3, metavar="N", help="how many next fire times to show (default 3)"
+    )
+    command("status", "the current leader, the candidates, and whether the lease is being renewed")
+    sub = command("history", "recent tick outcomes, oldest first")
+    sub.add_argument("actor", nargs="?", metavar="ACTOR", help="only this actor (or schedule id)")
+    sub.add_argument("--limit", "-n", type=int, default=20, metavar="N", help="how many entries (default 20)")
+    command("trigger", "enqueue a schedule's message now, marked manual; the schedule is left as it is").add_argument(
+        "actor", metavar="ACTOR", help="an actor name or schedule id"
+    )
+    command("pause", "stop firing an actor's (or one schedule's) ticks until resumed").add_argument(
+        "actor", metavar="ACTOR", help="an actor name or schedule id"
+    )
+    command("resume", "undo pause").add_argument("actor", metavar="ACTOR", help="an actor name or schedule id")
+    return parser
+
+
+_COMMANDS = {
+    "list": _list,
+    "status": _status,
+    "history": _history,
+    "trigger": _trigger,
+    "pause": _pause,
+    "resume": _pause,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dramatiq-cron``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if getattr(args, "next", 1) < 1 or getattr(args, "limit", 1) < 1:
+        return _fail("--next and --limit must be at least 1")
+    app: _App | None = None
+    try:
+        app = _load(args.app, args.path or ["."])
+        return _COMMANDS[args.command](app, args)
+    except _Failure as exc:
+        return _fail(str(exc), exc.status)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        where = app.where if app else "?"
+        return _fail(f"cannot reach Redis at {where}: {redact(str(exc))}", EXIT_UNREACHABLE)
+    except redis.RedisError as exc:
+        return _fail(f"Redis error: {redact(f'{type(exc).__name__}: {exc}')}")
+    finally:
+        if app is not None:
+            app.control.client.close()
+
+
+def _fail(message: str, status: int = EXIT_ERROR) -> int:
+    print(f"dramatiq-cron: error: {message}", file=sys.stderr)
+    return status
+
+
+def run() -> NoReturn:
+    """``python -m dramatiq_cron_middleware``."""
+    sys.exit(main())

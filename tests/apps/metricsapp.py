@@ -1,0 +1,21 @@
+"""The test app (tests/apps/cronapp.py) with :class:`CronMetrics` added.
+
+With ``CRON_APP_DRAMATIQ_PROMETHEUS=1`` dramatiq's own ``Prometheus``
+middleware is added too, so the cron metrics go through its exposition
+(configured by dramatiq's ``dramatiq_prom_*`` variables).
+"""
+
+from __future__ import annotations
+
+import os
+
+from dramatiq.middleware.prometheus import Prometheus
+
+from dramatiq_cron_middleware.metrics import CronMetrics
+from tests.apps.cronapp import actors, broker
+
+__all__ = ["actors", "broker"]
+
+if os.environ.get("CRON_APP_DRAMATIQ_PROMETHEUS") == "1":
+    broker.add_middleware(Prometheus())
+broker.add_middleware(CronMetrics())
