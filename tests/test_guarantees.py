@@ -242,59 +242,45 @@ def jobs_done(record_dir: str) -> int:
     return total
 
 
-def test_a_bad_cron_expression_stops_the_worker_at_import(tmp_path: object) -> None:
-    """A bad expression must reach the user: ``dramatiq`` exits non-zero with
-    a message naming the actor and the expression, before any worker runs."""
-    app = os.path.join(str(tmp_path), "badapp.py")
-    with open(app, "w") as f:
+def run_app(directory: str, name: str, cron_line: str, middleware: str, env: dict[str, str]) -> tuple[int, str]:
+    """Write a one-actor app and run ``dramatiq`` on it until it exits."""
+    with open(os.path.join(directory, f"{name}.py"), "w") as f:
         f.write(
             "import dramatiq\n"
             "from dramatiq.brokers.stub import StubBroker\n"
             "from dramatiq_cron_middleware import CronMiddleware\n"
             "broker = StubBroker()\n"
-            "broker.add_middleware(CronMiddleware(redis='redis://127.0.0.1:1'))\n"
+            f"broker.add_middleware({middleware})\n"
             "dramatiq.set_broker(broker)\n"
-            "@dramatiq.actor(cron='61 * * * *')\n"
+            f"@dramatiq.actor(cron={cron_line!r})\n"
             "def nightly():\n    pass\n"
         )
     dramatiq_bin = os.path.join(os.path.dirname(sys.executable), "dramatiq")
     proc = subprocess.run(
-        [dramatiq_bin, "badapp", "--processes", "1", "--threads", "1", "--path", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert proc.returncode != 0
-    output = proc.stdout + proc.stderr
-    assert "CronScheduleError" in output and "'nightly'" in output and "'61 * * * *'" in output, output
-
-
-def test_no_redis_configured_is_one_clear_error_at_boot(tmp_path: object) -> None:
-    app = os.path.join(str(tmp_path), "noredis.py")
-    with open(app, "w") as f:
-        f.write(
-            "import dramatiq\n"
-            "from dramatiq.brokers.stub import StubBroker\n"
-            "from dramatiq_cron_middleware import CronMiddleware\n"
-            "broker = StubBroker()\n"
-            "broker.add_middleware(CronMiddleware())\n"
-            "dramatiq.set_broker(broker)\n"
-            "@dramatiq.actor(cron='* * * * *')\n"
-            "def every_minute():\n    pass\n"
-        )
-    env = {k: v for k, v in os.environ.items() if k != "DRAMATIQ_CRON_REDIS_URL"}
-    dramatiq_bin = os.path.join(os.path.dirname(sys.executable), "dramatiq")
-    proc = subprocess.run(
-        [dramatiq_bin, "noredis", "--processes", "1", "--threads", "1", "--path", str(tmp_path)],
+        [dramatiq_bin, name, "--processes", "1", "--threads", "1", "--path", directory],
         capture_output=True,
         text=True,
         timeout=60,
         env=env,
         cwd=ROOT,
     )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_bad_cron_expression_stops_the_worker_at_import(tmp_path: object) -> None:
+    """A bad expression must reach the user: ``dramatiq`` exits non-zero with
+    a message naming the actor and the expression, before any worker runs."""
+    code, output = run_app(
+        str(tmp_path), "badapp", "61 * * * *", "CronMiddleware(redis='redis://127.0.0.1:1')", dict(os.environ)
+    )
+    assert code != 0
+    assert "CronScheduleError" in output and "'nightly'" in output and "'61 * * * *'" in output, output
+
+
+def test_no_redis_configured_is_one_clear_error_at_boot(tmp_path: object) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DRAMATIQ_CRON_REDIS_URL"}
+    code, output = run_app(str(tmp_path), "noredis", "* * * * *", "CronMiddleware()", env)
+    assert code != 0, output
     assert output.count("no Redis configured") == 1, output
     assert "DRAMATIQ_CRON_REDIS_URL" in output
 
