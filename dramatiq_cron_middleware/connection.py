@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection
 
 from .errors import CronConfigurationError
 
-__all__ = ["ENV_URL", "redact", "scheduler_clients", "describe"]
+__all__ = ["CLUSTER_SCHEME", "ENV_URL", "MasterChanged", "SENTINEL_SCHEME", "redact", "scheduler_clients", "describe"]
+
+#: The URL scheme of a Redis Cluster: ``redis+cluster://[user:password@]host:port[,host:port...]``
+#: (any reachable nodes; the rest of the cluster is discovered).
+CLUSTER_SCHEME = "redis+cluster"
+
+#: The URL scheme of a Sentinel-managed master:
+#: ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``.
+SENTINEL_SCHEME = "redis+sentinel"
+
 
 #: The environment variable read when ``CronMiddleware(redis=...)`` is omitted.
 ENV_URL = "DRAMATIQ_CRON_REDIS_URL"
@@ -52,7 +63,16 @@ def redact(text: str) -> str:
 
 def describe(client: redis.Redis) -> str:
     """A credential-free description of where a client connects."""
-    kwargs = client.connection_pool.connection_kwargs
+    if isinstance(client, RedisCluster):
+        return f"{CLUSTER_SCHEME}://" + ",".join(f"{n.host}:{n.port}" for n in client.get_primaries())
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    if isinstance(pool, SentinelConnectionPool):
+        hosts = ",".join(
+            f"{s.connection_pool.connection_kwargs.get('host')}:{s.connection_pool.connection_kwargs.get('port')}"
+            for s in pool.sentinel_manager.sentinels
+        )
+        return f"{SENTINEL_SCHEME}://{hosts}/{pool.service_name}/{kwargs.get('db', 0)}"
     if kwargs.get("path"):
         return f"unix://{kwargs['path']}"
     scheme = "rediss" if "ssl" in client.connection_pool.connection_class.__name__.lower() else "redis"
@@ -66,12 +86,24 @@ def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int)
     ``op_timeout_ms`` and retries at most once; ``blocking`` is for the
     follower's ``BLPOP`` and allows ``block_timeout_ms`` on top of that.
     """
+    if isinstance(source, str) and urlsplit(source).scheme == CLUSTER_SCHEME:
+        return _cluster_clients(_parse_cluster_url(source), op_timeout_ms, block_timeout_ms)
+    if isinstance(source, RedisCluster):
+        nodes = [(n.host, int(n.port)) for n in source.get_nodes()]  # type: ignore[no-untyped-call]
+        carried = _CARRIED - {"host", "port", "db"}
+        kwargs = {k: v for k, v in source.nodes_manager.connection_kwargs.items() if k in carried}
+        return _cluster_clients((nodes, kwargs), op_timeout_ms, block_timeout_ms)
+    if isinstance(source, str) and urlsplit(source).scheme == SENTINEL_SCHEME:
+        return _sentinel_clients(_parse_sentinel_url(source), op_timeout_ms, block_timeout_ms)
+    if isinstance(source, redis.Redis) and isinstance(source.connection_pool, SentinelConnectionPool):
+        return _sentinel_clients(_sentinel_of(source.connection_pool), op_timeout_ms, block_timeout_ms)
     if isinstance(source, str):
         url = source
         scheme = urlsplit(url).scheme
         if scheme not in ("redis", "rediss", "unix"):
             raise CronConfigurationError(
-                f"CronMiddleware: redis URL must start with redis://, rediss:// or unix://, got {redact(url)!r}"
+                "CronMiddleware: redis URL must start with redis://, rediss://, unix:// or "
+                f"{SENTINEL_SCHEME}://, got {redact(url)!r}"
             )
         try:
             template = redis.Redis.from_url(url)
@@ -81,8 +113,8 @@ def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int)
         template = source
     else:
         raise CronConfigurationError(
-            "CronMiddleware: redis= must be a redis:// URL or a redis.Redis client, "
-            f"got {type(source).__name__}"
+            "CronMiddleware: redis= must be a redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// "
+            f"URL, a redis.Redis (plain or Sentinel-managed) or a RedisCluster client, got {type(source).__name__}"
         )
     return (
         _derive(template, timeout_ms=op_timeout_ms),
@@ -121,3 +153,161 @@ def unparse(url: str) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# -- Redis Sentinel -------------------------------------------------------------
+
+
+class MasterChanged(redis.ReadOnlyError):
+    """The Sentinel-managed master moved to another address: a failover.
+
+    A ``ReadOnlyError`` subclass because the leader already treats that as a
+    suspected failover and delays its first fire by one lease: a write the
+    old master acknowledged may not have reached the new one.
+    """
+
+
+class _SentinelSpec:
+    """What the scheduler needs to build its own Sentinel-managed clients."""
+
+    def __init__(
+        self,
+        *,
+        sentinels: list[tuple[str, int]],
+        service: str,
+        master: dict[str, Any],
+        sentinel: dict[str, Any],
+        ssl: bool,
+    ) -> None:
+        self.sentinels = sentinels
+        self.service = service
+        self.master = master
+        self.sentinel = sentinel
+        self.ssl = ssl
+
+
+class _WatchedConnection(SentinelManagedConnection):
+    """Raises :class:`MasterChanged` once when it connects to a master at
+    another address than the pool's previous connection did."""
+
+    def connect_to(self, address: tuple[str, int]) -> None:
+        proxy = self.connection_pool
+        previous = getattr(proxy, "cron_master", None)
+        super().connect_to(address)  # type: ignore[no-untyped-call]
+        proxy.cron_master = tuple(address)
+        if previous is not None and tuple(previous) != tuple(address):
+            raise MasterChanged(f"the Redis master moved from {previous[0]}:{previous[1]} to {address[0]}:{address[1]}")
+
+
+class _WatchedSSLConnection(_WatchedConnection, SentinelManagedSSLConnection):
+    """:class:`_WatchedConnection` over TLS."""
+
+
+def _parse_sentinel_url(url: str) -> _SentinelSpec:
+    parts = urlsplit(url)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    sentinels: list[tuple[str, int]] = []
+    try:
+        for item in hostlist.split(","):
+            host, _, port = item.strip().rpartition(":")
+            sentinels.append((host or item.strip(), int(port) if host else 26379))
+    except ValueError:
+        raise CronConfigurationError(f"CronMiddleware: bad sentinel address in {redact(url)!r}") from None
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise CronConfigurationError(
+            f"CronMiddleware: a sentinel URL is {SENTINEL_SCHEME}://host:port[,host:port...]/service[/db], "
+            f"got {redact(url)!r}"
+        )
+    master: dict[str, Any] = {"db": int(path[1]) if len(path) == 2 else 0}
+    if userinfo:
+        username, has_password, password = userinfo.partition(":")
+        master["username"] = unquote(username) or None
+        master["password"] = unquote(password) if has_password else None
+    return _SentinelSpec(sentinels=sentinels, service=path[0], master=master, sentinel={}, ssl=False)
+
+
+def _sentinel_of(pool: SentinelConnectionPool) -> _SentinelSpec:
+    manager = pool.sentinel_manager
+    sentinels = [
+        (s.connection_pool.connection_kwargs["host"], int(s.connection_pool.connection_kwargs["port"]))
+        for s in manager.sentinels
+    ]
+    master = {k: v for k, v in pool.connection_kwargs.items() if k in _CARRIED or (k.startswith("ssl") and k != "ssl")}
+    sentinel = {k: v for k, v in manager.sentinel_kwargs.items() if k in _CARRIED or k.startswith("ssl")}
+    ssl = issubclass(pool.connection_class, SentinelManagedSSLConnection)
+    return _SentinelSpec(sentinels=sentinels, service=pool.service_name, master=master, sentinel=sentinel, ssl=ssl)
+
+
+def _sentinel_clients(
+    spec: _SentinelSpec, op_timeout_ms: int, block_timeout_ms: int
+) -> tuple[redis.Redis, redis.Redis]:
+    # Sentinels are asked with the short timeout whatever the client; each
+    # scheduler client gets its own manager and pool, so each notices a
+    # moved master by itself.
+    def build(timeout_ms: int) -> redis.Redis:
+        short = op_timeout_ms / 1000
+        manager = Sentinel(  # type: ignore[no-untyped-call]
+            spec.sentinels,
+            sentinel_kwargs={**spec.sentinel, "socket_timeout": short, "socket_connect_timeout": short},
+        )
+        timeout = timeout_ms / 1000
+        client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+            spec.service,
+            connection_class=_WatchedSSLConnection if spec.ssl else _WatchedConnection,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+            decode_responses=True,
+            health_check_interval=0,
+            **spec.master,
+        )
+        return client
+
+    return build(op_timeout_ms), build(op_timeout_ms + block_timeout_ms)
+
+
+# -- Redis Cluster --------------------------------------------------------------
+
+
+def _parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    parts = urlsplit(url)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    try:
+        nodes = [(h, int(p)) for h, _, p in (item.strip().rpartition(":") for item in hostlist.split(","))]
+    except ValueError:
+        raise CronConfigurationError(
+            f"CronMiddleware: a cluster URL is {CLUSTER_SCHEME}://host:port[,host:port...], got {redact(url)!r}"
+        ) from None
+    kwargs: dict[str, Any] = {}
+    if userinfo:
+        username, has_password, password = userinfo.partition(":")
+        kwargs["username"] = unquote(username) or None
+        kwargs["password"] = unquote(password) if has_password else None
+    return nodes, kwargs
+
+
+def _cluster_clients(
+    spec: tuple[list[tuple[str, int]], dict[str, Any]], op_timeout_ms: int, block_timeout_ms: int
+) -> tuple[redis.Redis, redis.Redis]:
+    # Every key of a script shares the ``{prefix}`` hash tag (keys.py), so
+    # each script runs on the one node owning that slot.  The cluster client
+    # offers the same command and script API; it is typed as ``Redis`` for
+    # the lease and ledger, which use nothing else.
+    nodes, kwargs = spec
+
+    def build(timeout_ms: int) -> redis.Redis:
+        timeout = timeout_ms / 1000
+        client = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 1),
+            decode_responses=True,
+            health_check_interval=0,
+            **kwargs,
+        )
+        return cast(redis.Redis, client)
+
+    return build(op_timeout_ms), build(op_timeout_ms + block_timeout_ms)

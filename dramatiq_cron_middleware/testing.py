@@ -1,0 +1,180 @@
+"""Test your own cron actors without Redis and without waiting for the clock.
+
+With a ``StubBroker`` carrying a :class:`~dramatiq_cron_middleware.CronMiddleware`
+and your actors declared on it, :class:`CronSimulator` plays the leader on a
+fake clock::
+
+    simulator = CronSimulator(broker, now=datetime(2030, 1, 1, tzinfo=timezone.utc))
+    messages = simulator.advance(by=timedelta(hours=1))   # enqueued into the broker
+    broker.join("default")
+    worker.join()
+
+It decides ticks with the leader's own code (``leader.due_claims``), so the
+messages carry the same ``cron_tick`` option, arguments, options and
+deterministic message ids a real leader would send, and a leaderless gap
+(``advance(..., leading=False)``) is caught up by the schedules' catch-up
+policy.  What lives only in Redis is not simulated: pausing, and
+``overlap="skip"`` (every tick of such a schedule fires).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+from typing import Any
+
+from dramatiq import Broker, Message
+
+from .errors import CronConfigurationError
+from .leader import due_claims, jitter_ms, message_for
+from .middleware import CronMiddleware
+from .schedule import BoundSchedule
+
+__all__ = ["CronSimulator", "Instant", "cron_middleware_of", "ticks_between"]
+
+#: A point in time: a timezone-aware ``datetime``, or epoch milliseconds.
+Instant = dt.datetime | int
+
+
+def cron_middleware_of(broker: Broker) -> CronMiddleware:
+    """The :class:`CronMiddleware` added to ``broker``."""
+    for middleware in broker.middleware:
+        if isinstance(middleware, CronMiddleware):
+            return middleware
+    raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no CronMiddleware")
+
+
+def ticks_between(broker: Broker, start: Instant, end: Instant) -> list[Message[Any]]:
+    """The messages the broker's schedules would enqueue for every tick
+    ``t`` with ``start < t <= end``, each on time, ordered by tick (then by
+    declaration order).  Nothing is enqueued."""
+    middleware = cron_middleware_of(broker)
+    start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
+    found: list[tuple[int, int, Message[Any]]] = []
+    for order, schedule in enumerate(middleware.all_schedules()):
+        for tick in schedule.ticks_between(start_ms, end_ms):
+            found.append((tick, order, message_for(schedule, tick, prefix=middleware.prefix)))
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [message for _, _, message in found]
+
+
+class CronSimulator:
+    """Plays the cron leader for a broker's schedules on a fake clock,
+    enqueueing what a real leader would, with no Redis and no waiting.
+
+    Attaching it marks the broker's :class:`CronMiddleware` as simulated, so
+    workers started on the broker start no leader thread and need no Redis
+    configured.  Every schedule starts with ``now`` as its last decided
+    tick, as a fresh ledger does.
+
+    Parameters:
+      broker: A broker (typically a ``StubBroker``) with a ``CronMiddleware``
+        and the cron actors already declared.
+      now: Where the fake clock starts: an aware ``datetime`` or epoch ms.
+    """
+
+    def __init__(self, broker: Broker, *, now: Instant) -> None:
+        self.broker = broker
+        self.middleware = cron_middleware_of(broker)
+        self.middleware.simulated = True
+        self._now = _ms(now, "now")
+        self._schedules = {s.id: s for s in self.middleware.all_schedules()}
+        self._last = {sid: self._now for sid in self._schedules}
+        #: Every message enqueued so far, in order.
+        self.enqueued: list[Message[Any]] = []
+        #: ``(schedule id, tick ms)`` of every tick recorded as missed (by the
+        #: catch-up policy or window); for a run of missed ticks, the last one.
+        self.missed: list[tuple[str, int]] = []
+
+    @property
+    def now(self) -> dt.datetime:
+        """The fake clock, in UTC."""
+        return dt.datetime.fromtimestamp(self._now / 1000, tz=dt.timezone.utc)
+
+    @property
+    def now_ms(self) -> int:
+        """The fake clock, in epoch milliseconds."""
+        return self._now
+
+    def advance(
+        self, *, to: Instant | None = None, by: dt.timedelta | int | None = None, leading: bool = True
+    ) -> list[Message[Any]]:
+        """Move the fake clock forward and enqueue what falls due.
+
+        With ``leading=True`` (the default) a leader runs the whole time:
+        ticks left over from a leaderless stretch are first decided at once
+        by the catch-up policy, then every tick up to the new time fires on
+        time, in order.  With ``leading=False`` nobody leads: time passes,
+        nothing is enqueued, and the next leading ``advance`` catches up.
+
+        Parameters:
+          to: The new time (an aware datetime or epoch ms).
+          by: Or how far to move: a ``timedelta`` or milliseconds.
+          leading: Whether a leader runs during the interval.
+
+        Returns the messages enqueued by this call, in enqueue order.
+        """
+        if (to is None) == (by is None):
+            raise ValueError("advance() takes exactly one of to= or by=")
+        if by is not None:
+            step = int(by.total_seconds() * 1000) if isinstance(by, dt.timedelta) else by
+            target = self._now + step
+        else:
+            assert to is not None
+            target = _ms(to, "to")
+        if target < self._now:
+            raise ValueError("the simulated clock cannot go backwards")
+        if not leading:
+            self._now = target
+            return []
+        sent: list[Message[Any]] = []
+        # A leader decides at once when it takes over, then wakes at each tick.
+        sent += self._decide_at(self._now, list(self._schedules))
+        heap = [(s.next_after(self._last[sid]), sid) for sid, s in self._schedules.items()]
+        heapq.heapify(heap)
+        while heap and heap[0][0] <= target:
+            at = heap[0][0]
+            due: list[str] = []
+            while heap and heap[0][0] == at:
+                due.append(heapq.heappop(heap)[1])
+            self._now = at
+            sent += self._decide_at(at, due)
+            for sid in due:
+                heapq.heappush(heap, (self._schedules[sid].next_after(self._last[sid]), sid))
+        self._now = target
+        return sent
+
+    def _decide_at(self, now: int, schedule_ids: list[str]) -> list[Message[Any]]:
+        sent: list[Message[Any]] = []
+        for sid in schedule_ids:
+            schedule = self._schedules[sid]
+            for claim, message in due_claims(schedule, self._last[sid], now, prefix=self.middleware.prefix):
+                self._last[sid] = max(self._last[sid], claim.tick_ms)
+                if message is None:
+                    self.missed.append((sid, claim.tick_ms))
+                    continue
+                self._enqueue(schedule, message)
+                sent.append(message)
+        return sent
+
+    def _enqueue(self, schedule: BoundSchedule, message: Message[Any]) -> None:
+        # The same jitter delay the leader would apply, so a test sees it.
+        delay = jitter_ms(schedule, message.message_id)
+        self.broker.enqueue(message, delay=delay or None)
+        self.enqueued.append(message)
+
+    def close(self) -> None:
+        """Detach from the middleware: workers start leader threads again."""
+        self.middleware.simulated = False
+
+
+def _ms(value: Instant, what: str) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an aware datetime or epoch ms, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{what} must be timezone-aware (got the naive {value.isoformat()})")
+        return int(value.timestamp() * 1000)
+    raise TypeError(f"{what} must be an aware datetime or epoch ms, got {type(value).__name__}")

@@ -1,0 +1,10 @@
+"""The minimal Django project of tests/test_django.py (``python manage.py rundramatiq``)."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cronsite.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

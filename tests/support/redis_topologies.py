@@ -1,0 +1,304 @@
+"""Real Redis topologies on loopback for the integration tests: a TLS-only
+server with an ACL user, a Sentinel group, a three-master cluster.
+
+Every process is a ``redis-server`` started from a config file in its own
+temporary directory, persistence off, and is stopped by pid by ``close()``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from tests.support.redis_server import free_port, redis_server_binary
+
+__all__ = ["ClusterGroup", "RedisProcess", "SentinelGroup", "TlsRedis", "make_certificates"]
+
+
+def _wait(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (redis.RedisError, OSError) as exc:
+            last = exc
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last!r})")
+
+
+class RedisProcess:
+    """One ``redis-server`` started from ``config`` lines in its own directory.
+
+    Parameters:
+      config: Config-file lines (``port``, ``bind``, ``dir`` and ``logfile``
+        are added).
+      port: The port to listen on (``0`` turns plain TCP off, as TLS-only
+        servers need); a free one when None.
+      sentinel: Start in sentinel mode.
+    """
+
+    def __init__(self, config: list[str], *, port: int | None = None, sentinel: bool = False) -> None:
+        self.port = free_port() if port is None else port
+        self.dir = tempfile.mkdtemp(prefix="cron-redis-topo-")
+        self.log_path = os.path.join(self.dir, "redis.log")
+        self.config_path = os.path.join(self.dir, "redis.conf")
+        lines = [f"port {self.port}", "bind 127.0.0.1", f"dir {self.dir}", f"logfile {self.log_path}"]
+        if not sentinel:
+            lines += ['save ""', "appendonly no"]
+        Path(self.config_path).write_text("\n".join([*lines, *config]) + "\n")
+        self.sentinel = sentinel
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisProcess:
+        """Start the process (without waiting for it to answer)."""
+        args = [redis_server_binary(), self.config_path]
+        if self.sentinel:
+            args.append("--sentinel")
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A plain client for assertions and fault injection."""
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=5, **kwargs)
+
+    def wait_ready(self, probe: Callable[[], Any] | None = None, timeout: float = 10.0) -> None:
+        """Wait until ``probe`` (PING by default) succeeds."""
+
+        def check() -> Any:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"redis-server exited with {self.proc.returncode}; see {self.log_path}")
+            return (probe or self.client().ping)()
+
+        _wait(check, timeout=timeout, what=f"redis-server on port {self.port} ({self.log_path})")
+
+    def log(self) -> str:
+        """What the server logged."""
+        try:
+            return Path(self.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGKILL the process (a crash: nothing is saved or handed over)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self) -> None:
+        """Stop and remove the directory."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- TLS ------------------------------------------------------------------------
+
+
+def make_certificates(directory: str) -> dict[str, str]:
+    """A throwaway CA and a server certificate for 127.0.0.1, made with the
+    ``openssl`` command.  Returns the paths: ``ca``, ``cert``, ``key``."""
+    paths = {
+        name: os.path.join(directory, name) for name in ("ca.key", "ca.crt", "server.key", "server.csr", "server.crt")
+    }
+    ext = os.path.join(directory, "san.cnf")
+    Path(ext).write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    key_args = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    openssl("req", "-x509", "-new", *key_args, "-keyout", paths["ca.key"], "-out", paths["ca.crt"], "-days", "2",
+            "-subj", "/CN=dramatiq-cron test CA")  # fmt: skip
+    openssl("req", "-new", *key_args, "-keyout", paths["server.key"], "-out", paths["server.csr"],
+            "-subj", "/CN=127.0.0.1")  # fmt: skip
+    openssl("x509", "-req", "-in", paths["server.csr"], "-CA", paths["ca.crt"], "-CAkey", paths["ca.key"],
+            "-CAcreateserial", "-out", paths["server.crt"], "-days", "2", "-extfile", ext)  # fmt: skip
+    return {"ca": paths["ca.crt"], "cert": paths["server.crt"], "key": paths["server.key"]}
+
+
+class TlsRedis:
+    """A redis-server that speaks only TLS, where the default user is off
+    and only the ACL user ``username``/``password`` may log in.
+
+    Parameters:
+      username, password: The ACL user.
+    """
+
+    def __init__(self, *, username: str, password: str) -> None:
+        self.username = username
+        self.password = password
+        self.tls_port = free_port()
+        self.certs_dir = tempfile.mkdtemp(prefix="cron-redis-certs-")
+        self.certs = make_certificates(self.certs_dir)
+        self.server = RedisProcess(
+            [
+                f"tls-port {self.tls_port}",
+                f"tls-cert-file {self.certs['cert']}",
+                f"tls-key-file {self.certs['key']}",
+                f"tls-ca-cert-file {self.certs['ca']}",
+                "tls-auth-clients no",
+                "user default off",
+                f"user {username} on >{password} ~* &* +@all",
+            ],
+            port=0,
+        )
+
+    def url(self) -> str:
+        """The ``rediss://`` URL with credentials and the CA to trust."""
+        return (
+            f"rediss://{self.username}:{self.password}@127.0.0.1:{self.tls_port}/0"
+            f"?ssl_ca_certs={self.certs['ca']}&ssl_cert_reqs=required"
+        )
+
+    def client(self) -> redis.Redis:
+        """An authenticated TLS client for assertions."""
+        return redis.Redis.from_url(self.url(), decode_responses=True, socket_timeout=5)
+
+    def start(self) -> TlsRedis:
+        """Start and wait until an authenticated TLS PING works."""
+        self.server.start()
+        self.server.wait_ready(self.client().ping)
+        return self
+
+    def restart(self) -> None:
+        """Kill and start again on the same ports."""
+        self.server.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop and remove everything."""
+        self.server.close()
+        shutil.rmtree(self.certs_dir, ignore_errors=True)
+
+
+# -- Sentinel -------------------------------------------------------------------
+
+
+class SentinelGroup:
+    """A master, a replica and three sentinels watching them as ``service``.
+
+    Sentinels are tuned for a test: the master is judged down after
+    ``down_after_ms`` and a failover may be retried after a few seconds.
+    """
+
+    def __init__(self, *, service: str = "cronmaster", down_after_ms: int = 1000) -> None:
+        self.service = service
+        self.master = RedisProcess([])
+        self.replica = RedisProcess([f"replicaof 127.0.0.1 {self.master.port}"])
+        self.sentinels = [
+            RedisProcess(
+                [
+                    f"sentinel monitor {service} 127.0.0.1 {self.master.port} 2",
+                    f"sentinel down-after-milliseconds {service} {down_after_ms}",
+                    f"sentinel failover-timeout {service} 5000",
+                    f"sentinel parallel-syncs {service} 1",
+                ],
+                sentinel=True,
+            )
+            for _ in range(3)
+        ]
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The sentinels' (host, port)."""
+        return [("127.0.0.1", s.port) for s in self.sentinels]
+
+    def url(self) -> str:
+        """The ``redis+sentinel://`` URL of the service (see connection.py)."""
+        hosts = ",".join(f"{h}:{p}" for h, p in self.addresses)
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def master_port(self) -> int:
+        """The port of the current master, according to the sentinels."""
+        for sentinel in self.sentinels:
+            try:
+                found = sentinel.client().sentinel_get_master_addr_by_name(self.service)
+            except redis.RedisError:
+                continue
+            if found:
+                return int(found[1])
+        raise AssertionError("no sentinel knows the master")
+
+    def start(self) -> SentinelGroup:
+        """Start everything and wait until the replica is in sync and every
+        sentinel sees the replica and its two peers."""
+        for process in (self.master, self.replica, *self.sentinels):
+            process.start()
+        self.master.wait_ready()
+        self.replica.wait_ready(lambda: self.replica.client().info("replication").get("master_link_status") == "up")
+        for sentinel in self.sentinels:
+
+            def settled(sentinel: RedisProcess = sentinel) -> bool:
+                info = sentinel.client().sentinel_master(self.service)
+                return int(info["num-slaves"]) >= 1 and int(info["num-other-sentinels"]) >= 2
+
+            sentinel.wait_ready(settled, timeout=20)
+        return self
+
+    def close(self) -> None:
+        """Stop every process."""
+        for process in (*self.sentinels, self.master, self.replica):
+            process.close()
+
+
+# -- Cluster --------------------------------------------------------------------
+
+
+class ClusterGroup:
+    """Three cluster masters joined with ``redis-cli --cluster create``."""
+
+    def __init__(self, *, masters: int = 3) -> None:
+        self.nodes = [
+            # The bus port defaults to port + 10000, past 65535 for high
+            # ephemeral ports: pick a free one explicitly.
+            RedisProcess(
+                [
+                    "cluster-enabled yes",
+                    "cluster-config-file nodes.conf",
+                    "cluster-node-timeout 2000",
+                    f"cluster-port {free_port()}",
+                ]
+            )
+            for _ in range(masters)
+        ]
+
+    def url(self) -> str:
+        """A ``redis+cluster://`` URL naming every node (see connection.py)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self) -> ClusterGroup:
+        """Start the nodes, create the cluster, wait until it reports ok."""
+        for node in self.nodes:
+            node.start()
+        for node in self.nodes:
+            node.wait_ready()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is needed to create a cluster")
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        for node in self.nodes:
+            node.wait_ready(
+                lambda node=node: "cluster_state:ok" in node.client().execute_command("CLUSTER", "INFO"), timeout=20
+            )
+        return self
+
+    def close(self) -> None:
+        """Stop every node."""
+        for node in self.nodes:
+            node.close()

@@ -1,0 +1,62 @@
+"""Django: a minimal project (tests/django_project) with django_dramatiq,
+the cron middleware named by dotted path and configured by
+``settings.DRAMATIQ_CRON``, run for real with ``manage.py rundramatiq``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+from tests.support.components import require_module
+from tests.support.instances import ROOT, History, Instance, now_ms, wait_for
+from tests.support.redis_server import RedisServer
+
+PROJECT = ROOT / "tests" / "django_project"
+SCHEDULE = "heartbeat/* * * * * *@UTC"
+
+
+def _require_django() -> None:
+    require_module("django", install="pip install django")
+    require_module("django_dramatiq", install="pip install django-dramatiq")
+
+
+def test_rundramatiq_fires_each_tick_once_with_settings_from_dramatiq_cron(
+    redis_server: RedisServer, instances: Callable[..., Instance], history: History, record_dir: str
+) -> None:
+    _require_django()
+    env = {"CRON_DJANGO_REDIS_URL": redis_server.url, "CRON_APP_RECORD": record_dir}
+    command = [sys.executable, str(PROJECT / "manage.py"), "rundramatiq", "--path", str(PROJECT)]
+    instance = instances(env, command=[*command, "--processes", "2", "--threads", "1"], processes=2)
+    start = now_ms()
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 3, timeout=20, what="three ticks")
+
+    # The lease lives under the prefix and TTL the settings gave.
+    lease = redis_server.client().hgetall("{django-cron}:lease")
+    assert lease["ttl"] == "2000"
+    assert int(lease["pid"]) in instance.worker_pids()
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
+    assert not verdict.duplicates and not verdict.losses, verdict.summary()
+    assert instance.terminate() == 0
+    assert "Released cron leadership" in instance.log()
+    assert "Traceback" not in instance.log(), instance.log()[-3000:]
+
+
+def test_an_unknown_dramatiq_cron_key_is_one_clear_error() -> None:
+    _require_django()
+    code = (
+        "import django; from django.conf import settings;"
+        "settings.configure(DRAMATIQ_CRON={'redis': 'redis://127.0.0.1:1/0', 'lock_tll': 2000});"
+        "from dramatiq_cron_middleware.django import DjangoCronMiddleware;"
+        "DjangoCronMiddleware()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode != 0
+    assert "settings.DRAMATIQ_CRON has unknown keys ['lock_tll']" in done.stderr
