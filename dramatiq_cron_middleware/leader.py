@@ -82,7 +82,9 @@ def due_claims(schedule: BoundSchedule, last: int, now: int, *, prefix: str) -> 
     missed in one entry, not enumerated.  Pure: the leader and
     ``testing.CronSimulator`` decide alike."""
     out: list[tuple[Claim, Message[Any] | None]] = []
-    window_start = now - schedule.catch_up_window
+    # A tick reached within ON_TIME_MS is on time, not catch-up: no window,
+    # however small, turns it into a missed one.
+    window_start = now - max(schedule.catch_up_window, ON_TIME_MS)
     first = schedule.next_after(last)
     if first > now:
         return out
@@ -309,6 +311,8 @@ class LeaderThread(threading.Thread):
         # Stopped: give the lease up right away so a follower takes over in
         # milliseconds, while the worker may still be draining messages.
         self._release()
+        # Last chance for granted ticks whose enqueue failed.
+        self._pay_owed_quietly()
 
     # -- following ------------------------------------------------------------
 
@@ -319,10 +323,18 @@ class LeaderThread(threading.Thread):
             self._become_leader(result, sent)
             return
         self._set_reachable(True)
+        # Someone holds the lease, so an epoch exists: if it later vanishes,
+        # that is data loss, and this process must wait before firing.
+        self._seen_epoch = True
         remaining = result.remaining_ms
         wait = self.ttl_ms if remaining < 0 else min(remaining + 5, self.ttl_ms)
         if remaining == -2:  # vanished between the check and PTTL
             wait = 1
+        # Ticks granted to this process while it led stay its own to enqueue.
+        self._pay_owed()
+        if self._owed:
+            retry_in = min(o.next_try for o in self._owed) - time.monotonic()
+            wait = max(1, min(wait, int(retry_in * 1000) + 1))
         if not self.stopping.is_set():
             self.lease.wait_for_release(wait)
 
@@ -365,7 +377,8 @@ class LeaderThread(threading.Thread):
             self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
             return
         token, epoch = self.lease.token, self.epoch
-        assert token is not None and epoch is not None
+        if token is None or epoch is None:  # released by stop() on another thread
+            return
         if not self._synced:
             self._sync(token, epoch)
         if time.monotonic() >= self._fire_not_before:
@@ -385,14 +398,20 @@ class LeaderThread(threading.Thread):
         claims: list[Claim] = []
         messages: dict[int, tuple[BoundSchedule, Message[Any]]] = {}
         touched: list[str] = []
-        while self._heap and self._heap[0][0] <= now:
-            _, sid = heapq.heappop(self._heap)
-            touched.append(sid)
-            schedule = self.schedules[sid]
-            for claim, message in self._decide(schedule, self._last[sid], now):
-                if message is not None:
-                    messages[len(claims)] = (schedule, message)
-                claims.append(claim)
+        try:
+            while self._heap and self._heap[0][0] <= now:
+                _, sid = heapq.heappop(self._heap)
+                touched.append(sid)
+                schedule = self.schedules[sid]
+                for claim, message in self._decide(schedule, self._last[sid], now):
+                    if message is not None:
+                        messages[len(claims)] = (schedule, message)
+                    claims.append(claim)
+        except BaseException:
+            # Schedules already popped would vanish from the heap: rebuild it
+            # from the ledger before anything else.
+            self._synced = False
+            raise
         if not claims:
             for sid in touched:
                 heapq.heappush(self._heap, (self.schedules[sid].next_after(max(self._last[sid], now)), sid))

@@ -54,6 +54,19 @@ return out
 _CLAIM = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A batch runs at most once.  A retry after a lost reply gets the first
+-- run's answers (even if the lease moved on since); a batch the caller has
+-- settled as never run ('void') is refused whole, writing nothing.
+local prior = redis.call('GET', ARGV[4] .. ':batch:' .. ARGV[5])
+if prior then
+  local out = {1, now}
+  if prior == 'void' then
+    for _ = 1, (#ARGV - 5) / 7 do table.insert(out, 0) end
+  else
+    for r in string.gmatch(prior, '[^,]+') do table.insert(out, tonumber(r)) end
+  end
+  return out
+end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
 local epoch = ARGV[2]
 local maxlen = tonumber(ARGV[3])
@@ -105,6 +118,15 @@ local results = {}
 for j = 3, #out do results[#results + 1] = tostring(out[j]) end
 redis.call('SET', prefix .. ':batch:' .. ARGV[5], table.concat(results, ','), 'PX', 600000)
 return out
+"""
+
+# Settle a batch whose reply was lost: its results if it ran; otherwise
+# void it, so that a copy of the claim still in flight can never run.
+_SETTLE = """
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], 'void', 'PX', 600000)
+return false
 """
 
 
@@ -167,6 +189,7 @@ class Ledger:
         self._client = client
         self._sync = client.register_script(_SYNC)
         self._claim = client.register_script(_CLAIM)
+        self._settle = client.register_script(_SETTLE)
 
     def sync(self, token: str, epoch: int, schedule_ids: Sequence[str]) -> dict[str, LastTick]:
         """Read (and where missing, baseline) every schedule's last tick.
@@ -197,9 +220,10 @@ class Ledger:
 
     def batch_results(self, batch_id: str) -> list[int] | None:
         """The results of a claim whose reply was lost, or None when that
-        batch never ran (or ran more than ten minutes ago)."""
-        value = self._client.get(self.keys.batch(batch_id))
-        if value is None:
+        batch never ran; from then on it never will (a copy of it still in
+        flight is refused)."""
+        value = self._settle(keys=[self.keys.batch(batch_id)])
+        if value is None or value == "void":
             return None
         return [int(r) for r in str(value).split(",") if r]
 
