@@ -6,16 +6,30 @@ actor's ``cron`` option into bound schedules: validated, given a time zone
 and a stable identity in the ledger.  Every time value crossing this module's
 boundary is an integer number of milliseconds since the Unix epoch, so the
 leader loop never handles naive datetimes.
+
+croniter matches expressions against wall-clock times only; this module
+maps wall-clock ticks to instants, which is where daylight saving time is
+decided (see docs/schedules.md):
+
+- A *fixed-time* schedule (none of its second, minute and hour fields
+  starts with ``*``) fires once per wall-clock tick: in a fall-back repeated
+  hour only at the first occurrence, and a tick inside a spring-forward gap
+  at the first instant after the gap.
+- Any other schedule repeats within the hour and fires by elapsed time:
+  through both occurrences of a repeated hour, and never at wall-clock
+  times that a gap skips.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
+import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, Union
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -23,7 +37,16 @@ from croniter.croniter import CroniterError
 
 from .errors import CronScheduleError
 
-__all__ = ["CatchUp", "Overlap", "Schedule", "CronSpec", "schedules_for_actor", "parse_timezone"]
+__all__ = [
+    "DEFAULT_TIME_LIMIT",
+    "BoundSchedule",
+    "CatchUp",
+    "CronSpec",
+    "Overlap",
+    "Schedule",
+    "parse_timezone",
+    "schedules_for_actor",
+]
 
 #: How a new leader treats ticks that fell due while nobody led:
 #: ``"each"`` fires every missed tick inside the window once, ``"latest"``
@@ -33,6 +56,14 @@ CatchUp = Literal["each", "latest", "none"]
 #: ``"allow"`` fires every tick; ``"skip"`` records a tick as skipped while
 #: the previous message of the same schedule is still queued or running.
 Overlap = Literal["allow", "skip"]
+
+#: dramatiq's ``TimeLimit`` default, used for the overlap guard's expiry
+#: when the broker has no ``TimeLimit`` middleware to ask.
+DEFAULT_TIME_LIMIT = 600_000
+
+# Allowance for a message's time in the queue, added to the overlap guard's
+# expiry when the schedule sets no max_age.
+_QUEUEING_ALLOWANCE = 600_000
 
 _CATCH_UP_POLICIES = ("each", "latest", "none")
 _OVERLAP_POLICIES = ("allow", "skip")
@@ -45,7 +76,17 @@ _ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+# Message options the scheduler sets itself, or that have a field of their own.
+_RESERVED_OPTIONS = {
+    "max_age": "use Schedule(max_age=...)",
+    "overlap_ttl": "use Schedule(overlap_ttl=...)",
+    "eta": "the scheduler sets the delay (see jitter=)",
+}
 _UTC = dt.timezone.utc
+_EPSILON = dt.timedelta(microseconds=1)
+# croniter yields nothing before this; walking further back means the
+# expression has no earlier match.
+_MIN_WALL = dt.datetime(1971, 1, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +122,14 @@ class Schedule:
         message, the same for a given tick.  Defaults to 0.
       max_age(int): Drop the message (through dramatiq's ``AgeLimit``) if it
         waited longer than this many milliseconds.  Defaults to None.
-      overlap(str): ``"allow"`` (the default) or ``"skip"``.
+      overlap(str): ``"allow"`` (the default) fires every tick; ``"skip"``
+        records a tick as skipped while the previous message of this
+        schedule is still queued or running.
+      overlap_ttl(int): With ``overlap="skip"``, how long in milliseconds a
+        message counts as queued or running at most, so that a worker
+        killed mid-run cannot block the schedule for ever.  Defaults to
+        None, meaning the actor's ``time_limit`` plus ``max_age`` (ten
+        minutes without one) plus ``jitter``.
       options(dict): Further message options (for example ``max_retries``).
     """
 
@@ -95,11 +143,22 @@ class Schedule:
     jitter: int = 0
     max_age: int | None = None
     overlap: Overlap = "allow"
+    overlap_ttl: int | None = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 #: What the ``cron`` actor option accepts.
-CronSpec = Union[str, Schedule, Sequence[Union[str, Schedule]]]
+CronSpec = str | Schedule | Sequence[str | Schedule]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Transition:
+    """One change of a zone's UTC offset, and the wall-clock span it skips
+    (offset grows) or repeats (offset shrinks): ``[wall_start, wall_end)``."""
+
+    at_ms: int
+    wall_start: dt.datetime
+    wall_end: dt.datetime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,9 +177,12 @@ class BoundSchedule:
     jitter: int
     max_age: int | None
     overlap: Overlap
+    overlap_ttl: int
     options: dict[str, Any]
     zone: dt.tzinfo = dataclasses.field(compare=False, repr=False)
     has_seconds: bool = dataclasses.field(compare=False, repr=False)
+    fixed_time: bool = dataclasses.field(default=False, compare=False, repr=False)
+    day_or: bool = dataclasses.field(default=True, compare=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -129,36 +191,40 @@ class BoundSchedule:
 
     def next_after(self, instant_ms: int) -> int:
         """The first tick strictly after ``instant_ms``, in epoch ms."""
-        start = dt.datetime.fromtimestamp(instant_ms / 1000, tz=self.zone)
-        if not self.has_seconds:
-            # croniter steps from whole minutes; truncating keeps a tick at
-            # 12:00:00.000 from being returned for a start at 12:00:00.500.
-            start = start.replace(second=0, microsecond=0)
-        else:
-            start = start.replace(microsecond=0)
-        it = croniter(
-            self.expression,
-            start,
-            second_at_beginning=self.has_seconds,
-            hash_id=self._hash_id,
-        )
-        while True:
-            tick = _to_ms(it.get_next(dt.datetime))
-            if tick > instant_ms:
-                return tick
+        local = dt.datetime.fromtimestamp(instant_ms // 1000, tz=self.zone)
+        wall = local.replace(tzinfo=None, fold=0)
+        fold = self._repeat(wall)
+        # The first passes through repeated hours (fold=0) and, for
+        # elapsed-time schedules, the second passes (fold=1) are two
+        # sequences, each increasing with the wall clock; the answer is the
+        # earlier of their first ticks after the instant.  In the second
+        # pass of a repeated hour, no first-pass tick can follow any more,
+        # and vice versa.
+        start0 = fold.wall_end - _EPSILON if fold is not None and local.fold == 1 else wall
+        best = self._find(start0, lambda t: t > instant_ms, forward=True, fold=0)
+        # UTC repeats no hour, so the second-pass walk would only repeat the
+        # first (and double the cost of the leader's busiest call).
+        if not self.fixed_time and self.zone is not _UTC:
+            start1 = fold.wall_start - _EPSILON if fold is not None and local.fold == 0 else wall
+            best = min(best, self._find(start1, lambda t: t > instant_ms, forward=True, fold=1))
+        return best
 
     def last_before(self, instant_ms: int) -> int:
         """The last tick strictly before ``instant_ms``, in epoch ms."""
-        step = 1000 if self.has_seconds else 60_000
-        # Round up to the field boundary so croniter's truncation cannot
-        # drop a tick that lies inside the partial second or minute.
-        ceiling = -(-instant_ms // step) * step
-        start = dt.datetime.fromtimestamp(ceiling / 1000, tz=self.zone)
-        it = croniter(self.expression, start, second_at_beginning=self.has_seconds, hash_id=self._hash_id)
-        while True:
-            tick = _to_ms(it.get_prev(dt.datetime))
-            if tick < instant_ms:
-                return tick
+        ceiling_ms = -(-instant_ms // 1000) * 1000
+        local = dt.datetime.fromtimestamp(ceiling_ms // 1000, tz=self.zone)
+        wall = local.replace(tzinfo=None, fold=0)
+        if not self.has_seconds and wall.second:
+            # croniter truncates its start to the minute; start from the
+            # next whole minute so a tick earlier in this minute is seen.
+            wall = wall.replace(second=0) + dt.timedelta(minutes=1)
+        fold = self._repeat(local.replace(tzinfo=None, fold=0))
+        start0 = fold.wall_end if fold is not None and local.fold == 1 else wall
+        best = self._find(start0, lambda t: t < instant_ms, forward=False, fold=0)
+        if not self.fixed_time and self.zone is not _UTC:
+            start1 = fold.wall_start if fold is not None and local.fold == 0 else wall
+            best = max(best, self._find(start1, lambda t: t < instant_ms, forward=False, fold=1))
+        return best
 
     def ticks_between(self, after_ms: int, until_ms: int) -> Iterator[int]:
         """Every tick ``t`` with ``after_ms < t <= until_ms``, in order."""
@@ -169,8 +235,88 @@ class BoundSchedule:
 
     @property
     def _hash_id(self) -> str:
-        # ``H`` fields spread schedules over the period, stably per actor.
+        # ``H`` fields spread schedules over the period, stably per actor
+        # and schedule (croniter hashes this with CRC32, not Python's
+        # per-process randomised hash()).
         return f"{self.actor_name}/{self.name}"
+
+    def _cron(self, start: dt.datetime) -> croniter:
+        # croniter is fed wall-clock times as if they were UTC, so it does
+        # pure calendar arithmetic and never applies an offset itself.
+        # Parsing costs ~0.5 ms and the leader walks every due schedule on
+        # every wake-up (1,000 due schedules took over a second per tick),
+        # so each expression is parsed once and a copy is walked from
+        # ``start``; the cached parse is never advanced itself.
+        it = copy.copy(_parsed(self.expression, self.has_seconds, self._hash_id, self.day_or))
+        it.set_current(start.replace(tzinfo=_UTC, fold=0), force=True)
+        return it
+
+    def _find(self, start: dt.datetime, wanted: Callable[[int], bool], *, forward: bool, fold: int) -> int:
+        """Walk wall-clock ticks from ``start`` and return the first instant
+        (read with ``fold``) that satisfies ``wanted``."""
+        it = self._cron(start)
+        while True:
+            # croniter may hand back fold=1; a wall time here is a plain label.
+            wall = (it.get_next(dt.datetime) if forward else it.get_prev(dt.datetime)).replace(tzinfo=None, fold=0)
+            if not forward and wall < _MIN_WALL:
+                raise CronScheduleError(f"schedule {self.id!r} has no tick before {start.isoformat()}")
+            gap = self._gap(wall)
+            if gap is None:
+                instant = _to_ms(wall.replace(tzinfo=self.zone, fold=fold))
+            elif self.fixed_time:
+                instant = gap.at_ms
+            else:
+                # No wall-clock time inside a gap exists: jump over it rather
+                # than stepping through every tick of it.
+                it = self._cron(gap.wall_end - _EPSILON if forward else gap.wall_start)
+                continue
+            if wanted(instant):
+                return instant
+
+    def _gap(self, wall: dt.datetime) -> _Transition | None:
+        """The spring-forward transition that skips ``wall``, if any."""
+        aware = wall.replace(tzinfo=self.zone, fold=0)
+        if aware.astimezone(_UTC).astimezone(self.zone).replace(tzinfo=None) == wall:
+            return None
+        # For a skipped time, fold=1 reads it with the offset after the
+        # change (an instant before it) and fold=0 with the one before.
+        return self._transition(_to_ms(wall.replace(tzinfo=self.zone, fold=1)), _to_ms(aware))
+
+    def _repeat(self, wall: dt.datetime) -> _Transition | None:
+        """The fall-back transition that makes ``wall`` occur twice, if any."""
+        first = _to_ms(wall.replace(tzinfo=self.zone, fold=0))
+        second = _to_ms(wall.replace(tzinfo=self.zone, fold=1))
+        if first >= second:
+            return None
+        return self._transition(first, second)
+
+    def _transition(self, before_ms: int, after_ms: int) -> _Transition:
+        """The offset change between two instants, found by bisection to the
+        second (zone transitions fall on whole seconds)."""
+        old = _offset(self.zone, before_ms)
+        new = _offset(self.zone, after_ms)
+        lo, hi = before_ms // 1000, -(-after_ms // 1000)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _offset(self.zone, mid * 1000) == old:
+                lo = mid
+            else:
+                hi = mid
+        at = dt.datetime.fromtimestamp(hi, tz=_UTC).replace(tzinfo=None)
+        first, last = sorted((at + old, at + new))
+        return _Transition(at_ms=hi * 1000, wall_start=first, wall_end=last)
+
+
+@functools.lru_cache(maxsize=100_000)
+def _parsed(expression: str, has_seconds: bool, hash_id: str, day_or: bool) -> croniter:
+    """A parsed expression, to be copied before walking (see ``_cron``)."""
+    return croniter(expression, 0, second_at_beginning=has_seconds, hash_id=hash_id, day_or=day_or)
+
+
+def _offset(zone: dt.tzinfo, instant_ms: int) -> dt.timedelta:
+    offset = dt.datetime.fromtimestamp(instant_ms / 1000, tz=zone).utcoffset()
+    assert offset is not None
+    return offset
 
 
 def parse_timezone(value: object, *, what: str) -> dt.tzinfo:
@@ -181,7 +327,7 @@ def parse_timezone(value: object, *, what: str) -> dt.tzinfo:
         return _UTC
     try:
         return ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise CronScheduleError(f"{what}: unknown time zone {value!r}") from exc
 
 
@@ -193,8 +339,12 @@ def schedules_for_actor(
     timezone: str,
     catch_up: CatchUp,
     catch_up_window: int,
+    time_limit: int = DEFAULT_TIME_LIMIT,
 ) -> list[BoundSchedule]:
     """Validate an actor's ``cron`` option and bind it to the actor.
+
+    ``time_limit`` is the actor's time limit in milliseconds, from which the
+    default overlap guard expiry is derived.
 
     Raises:
       CronScheduleError: naming the actor and the offending value.
@@ -212,7 +362,15 @@ def schedules_for_actor(
             f"got {spec!r} ({type(spec).__name__})"
         )
     bound = [
-        _bind(actor_name, queue_name, item, timezone=timezone, catch_up=catch_up, catch_up_window=catch_up_window)
+        _bind(
+            actor_name,
+            queue_name,
+            item,
+            timezone=timezone,
+            catch_up=catch_up,
+            catch_up_window=catch_up_window,
+            time_limit=time_limit,
+        )
         for item in items
     ]
     seen: dict[str, BoundSchedule] = {}
@@ -233,6 +391,7 @@ def _bind(
     timezone: str,
     catch_up: CatchUp,
     catch_up_window: int,
+    time_limit: int,
 ) -> BoundSchedule:
     if isinstance(item, str):
         item = Schedule(item)
@@ -254,20 +413,36 @@ def _bind(
     window = item.catch_up_window if item.catch_up_window is not None else catch_up_window
     _check_ms(where, "catch_up_window", window, allow_none=False)
     _check_ms(where, "jitter", item.jitter, allow_none=False)
-    _check_ms(where, "max_age", item.max_age, allow_none=True)
+    _check_ms(where, "max_age", item.max_age, allow_none=True, positive=True)
     if item.overlap not in _OVERLAP_POLICIES:
         raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
+    _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
     if not isinstance(item.args, (tuple, list)):
         raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
     if not isinstance(item.kwargs, Mapping):
         raise CronScheduleError(f"{where}: kwargs must be a dict, got {item.kwargs!r}")
+    if not all(isinstance(key, str) for key in item.kwargs):
+        raise CronScheduleError(f"{where}: kwargs keys must be strings, got {list(item.kwargs)!r}")
     if not isinstance(item.options, Mapping):
         raise CronScheduleError(f"{where}: options must be a dict, got {item.options!r}")
+    for key in item.options:
+        if not isinstance(key, str) or key.startswith("cron_") or key in _RESERVED_OPTIONS:
+            hint = _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
+            raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
     for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
         try:
-            json.dumps(value)
+            json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {value!r}") from None
+    overlap_ttl = item.overlap_ttl
+    if overlap_ttl is None:
+        # Long enough to cover a message's wait in the queue and its whole
+        # run; after that a crashed run no longer blocks the schedule.
+        queueing = item.max_age if item.max_age is not None else _QUEUEING_ALLOWANCE
+        overlap_ttl = int(time_limit) + queueing + item.jitter
+    fields = expression.split(" ")
+    time_fields = fields[:3] if has_seconds else fields[:2]
+    day_fields = fields[-3], fields[-1]
     return BoundSchedule(
         actor_name=actor_name,
         queue_name=queue_name,
@@ -281,20 +456,35 @@ def _bind(
         jitter=item.jitter,
         max_age=item.max_age,
         overlap=item.overlap,
+        overlap_ttl=overlap_ttl,
         options=dict(item.options),
         zone=zone,
         has_seconds=has_seconds,
+        fixed_time=not any(f.startswith("*") for f in time_fields),
+        day_or=_day_or(*day_fields),
     )
 
 
-def _check_ms(where: str, label: str, value: object, *, allow_none: bool) -> None:
+def _day_or(day_of_month: str, day_of_week: str) -> bool:
+    # Classic cron (Vixie, Debian, cronsim): when both day fields restrict,
+    # a day matching either fires; a field starting with ``*`` (``*/2``
+    # too) makes the two fields combine with AND instead.
+    return not any(f.startswith(("*", "?")) for f in (day_of_month, day_of_week))
+
+
+def _check_ms(where: str, label: str, value: object, *, allow_none: bool, positive: bool = False) -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise CronScheduleError(f"{where}: {label} must be a non-negative number of milliseconds, got {value!r}")
+    low = 1 if positive else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "positive" if positive else "non-negative"
+        raise CronScheduleError(f"{where}: {label} must be a {kind} int of milliseconds, got {value!r}")
 
 
-_FIELD_CHARS = re.compile(r"^[0-9A-Za-z*/,\-#?]+$")
+_FIELD_CHARS = re.compile(r"^[0-9A-Za-z*/,\-#?()]+$")
+# croniter's ``R`` picks a random value per process: every worker would
+# fire at a different time, so it is refused.
+_RANDOM = re.compile(r"(?i)(^|[^a-z])r($|[^a-z])")
 
 
 def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
@@ -307,7 +497,10 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
     text = " ".join(expression.split())
     if not text:
         raise CronScheduleError(f"{where}: the expression is empty")
-    text = _ALIASES.get(text.lower(), text)
+    if text.startswith("@"):
+        if text.lower() not in _ALIASES:
+            raise CronScheduleError(f"{where}: unknown alias; use one of {', '.join(sorted(_ALIASES))}")
+        text = _ALIASES[text.lower()]
     fields = text.split(" ")
     if len(fields) not in (5, 6):
         raise CronScheduleError(
@@ -316,6 +509,10 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
     for field in fields:
         if not _FIELD_CHARS.match(field):
             raise CronScheduleError(f"{where}: field {field!r} is not valid cron syntax")
+        if _RANDOM.search(field):
+            raise CronScheduleError(f"{where}: field {field!r}: random 'R' values differ per process; use 'H'")
+    fields = [_collapse_single_ranges(f) for f in fields]
+    text = " ".join(fields)
     has_seconds = len(fields) == 6
     try:
         it = croniter(
@@ -323,12 +520,32 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
             dt.datetime(2026, 1, 1, tzinfo=_UTC),
             second_at_beginning=has_seconds,
             hash_id=actor_name,
+            day_or=_day_or(fields[-3], fields[-1]),
         )
         it.get_next(float)
-    except (CroniterError, ValueError, KeyError, TypeError) as exc:
+    except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise CronScheduleError(f"{where}: {exc}") from None
     return text, has_seconds
 
 
+_RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+
+
+def _collapse_single_ranges(field: str) -> str:
+    """Rewrite ``5-5`` (and ``5-5/2``) as ``5``: croniter 7 expands such a
+    one-value range to ``*`` (every minute instead of minute 5) or to the
+    whole field stepped, while classic cron means the single value."""
+    parts = []
+    for part in field.split(","):
+        match = _RANGE.match(part)
+        if match is not None:
+            low, high = match.group(1), match.group(2)
+            same = int(low) == int(high) if low.isdigit() and high.isdigit() else low.lower() == high.lower()
+            if same:
+                part = low
+        parts.append(part)
+    return ",".join(parts)
+
+
 def _to_ms(value: dt.datetime) -> int:
-    return int(round(value.timestamp() * 1000))
+    return round(value.timestamp() * 1000)

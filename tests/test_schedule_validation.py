@@ -1,0 +1,205 @@
+"""Every bad schedule fails at declaration, naming the actor and the value.
+
+No Redis is needed to declare actors: the middleware points at a closed
+port and is never booted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import MiddlewareError
+
+from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
+from dramatiq_cron_middleware.leader import message_for
+
+
+def declare(cron: Any, *, name: str = "nightly_report", **middleware: Any) -> CronMiddleware:
+    """Declare an actor with ``cron`` on a fresh broker; return the middleware."""
+    broker = StubBroker()
+    cron_middleware = CronMiddleware(redis="redis://127.0.0.1:1", **middleware)
+    broker.add_middleware(cron_middleware)
+
+    def job(*args: Any, **kwargs: Any) -> None:
+        pass
+
+    dramatiq.actor(job, actor_name=name, broker=broker, cron=cron)
+    return cron_middleware
+
+
+BAD = [
+    ("not a cron", "not a cron", "not a cron"),
+    ("minute 61", "61 * * * *", "61"),
+    ("weekday 8", "* * * * 8", "8"),
+    ("empty", "", "empty"),
+    ("blank", "   ", "empty"),
+    ("three fields", "* * *", "got 3"),
+    ("seven fields", "* * * * * * *", "got 7"),
+    ("second 60", "60 * * * * *", "60"),
+    ("hour 24", "0 24 * * *", "24"),
+    ("month 13", "0 0 1 13 *", "13"),
+    ("day 0", "0 0 0 * *", "0 0 0"),
+    ("never matches", "0 0 31 2 *", "31 2"),
+    ("unknown alias", "@reboot", "@reboot"),
+    ("random R", "R * * * *", "R"),
+    ("bad step", "*/0 * * * *", "*/0"),
+    ("punctuation", "0 0 * * mon;rm", "mon;rm"),
+    ("non-string", 5, "5"),
+    ("None in a list", [None], "None"),
+    ("bytes", b"* * * * *", "b'"),
+    ("empty list", [], "[]"),
+    ("a dict", {"expression": "* * * * *"}, "expression"),
+]
+
+
+@pytest.mark.parametrize(("cron", "value"), [(b[1], b[2]) for b in BAD], ids=[b[0] for b in BAD])
+def test_a_bad_expression_fails_at_declaration_naming_actor_and_value(cron: Any, value: str) -> None:
+    with pytest.raises(CronScheduleError) as info:
+        declare(cron)
+    assert isinstance(info.value, MiddlewareError)
+    message = str(info.value)
+    assert "'nightly_report'" in message
+    assert value in message, message
+
+
+BAD_OPTIONS = [
+    ("unknown zone", Schedule("0 * * * *", timezone="Mars/Olympus_Mons"), "Mars/Olympus_Mons"),
+    ("zone not a string", Schedule("0 * * * *", timezone=3), "3"),  # type: ignore[arg-type]
+    ("path-like zone", Schedule("0 * * * *", timezone="../etc/passwd"), "../etc/passwd"),
+    ("args not JSON", Schedule("0 * * * *", args=(object(),)), "args"),
+    ("args a string", Schedule("0 * * * *", args="abc"), "'abc'"),  # type: ignore[arg-type]
+    ("kwargs not JSON", Schedule("0 * * * *", kwargs={"when": dt.date(2026, 1, 1)}), "kwargs"),
+    ("kwargs NaN", Schedule("0 * * * *", kwargs={"x": float("nan")}), "nan"),
+    ("kwargs int key", Schedule("0 * * * *", kwargs={1: "a"}), "[1]"),  # type: ignore[dict-item]
+    ("catch_up", Schedule("0 * * * *", catch_up="sometimes"), "'sometimes'"),  # type: ignore[arg-type]
+    ("negative window", Schedule("0 * * * *", catch_up_window=-1), "-1"),
+    ("negative jitter", Schedule("0 * * * *", jitter=-5), "-5"),
+    ("float jitter", Schedule("0 * * * *", jitter=1.5), "1.5"),  # type: ignore[arg-type]
+    ("bool jitter", Schedule("0 * * * *", jitter=True), "True"),
+    ("zero max_age", Schedule("0 * * * *", max_age=0), "max_age"),
+    ("overlap", Schedule("0 * * * *", overlap="queue"), "'queue'"),  # type: ignore[arg-type]
+    ("overlap_ttl", Schedule("0 * * * *", overlap="skip", overlap_ttl=0), "overlap_ttl"),
+    ("blank name", Schedule("0 * * * *", name="  "), "name"),
+    ("options not a dict", Schedule("0 * * * *", options=["x"]), "['x']"),  # type: ignore[arg-type]
+    ("reserved option", Schedule("0 * * * *", options={"cron_tick": "x"}), "cron_tick"),
+    ("max_age in options", Schedule("0 * * * *", options={"max_age": 5}), "max_age"),
+    ("overlap_ttl in options", Schedule("0 * * * *", options={"overlap_ttl": 5}), "overlap_ttl"),
+    (
+        "duplicate identity",
+        [Schedule("0 * * * *", args=(1,)), Schedule("0  *  * * *", args=(2,))],
+        "nightly_report/0 * * * *@UTC",
+    ),
+    ("duplicate name", [Schedule("0 * * * *", name="a"), Schedule("5 * * * *", name="a")], "nightly_report/a@UTC"),
+]
+
+
+@pytest.mark.parametrize(("cron", "value"), [(b[1], b[2]) for b in BAD_OPTIONS], ids=[b[0] for b in BAD_OPTIONS])
+def test_a_bad_schedule_option_fails_at_declaration_naming_actor_and_value(cron: Any, value: str) -> None:
+    with pytest.raises(CronScheduleError) as info:
+        declare(cron)
+    message = str(info.value)
+    assert "'nightly_report'" in message
+    assert value in message, message
+
+
+def test_an_unknown_default_zone_fails_when_the_middleware_is_built() -> None:
+    with pytest.raises(CronScheduleError, match=re.escape("'Europe/Atlantis'")):
+        CronMiddleware(redis="redis://127.0.0.1:1", timezone="Europe/Atlantis")
+
+
+GOOD = [
+    "*/10 * * * * *",
+    "0 */5 9-17 * * mon-fri",
+    "@hourly",
+    "@DAILY",
+    "  0   0 *  * *  ",
+    "0 0 L * *",
+    "0 0 15W * *",
+    "0 0 * * L5",
+    "0 0 * * 1#2",
+    "0 0 1,15 jan,jul *",
+    "H H * * *",
+    "H(0-29)/10 * * * *",
+    "0 12 ? * 3",
+]
+
+
+@pytest.mark.parametrize("cron", GOOD)
+def test_valid_expressions_are_accepted(cron: str) -> None:
+    middleware = declare(cron)
+    (schedule,) = middleware.all_schedules()
+    assert schedule.next_after(0) > 0
+
+
+def test_a_sunday_job_fires_on_sunday_whether_written_0_7_or_sun() -> None:
+    """Day-of-week 0 and 7 both mean Sunday (a peer never fired 7)."""
+    friday = int(dt.datetime(2026, 1, 2, 12, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    for dow in ("0", "7", "sun", "SUN", "6-7"):
+        (schedule,) = declare(f"0 9 * * {dow}").all_schedules()
+        tick = dt.datetime.fromtimestamp(schedule.next_after(friday) / 1000, tz=dt.timezone.utc)
+        expected = 3 if dow == "6-7" else 4  # Saturday 3rd for 6-7, else Sunday 4th
+        assert tick == dt.datetime(2026, 1, expected, 9, tzinfo=dt.timezone.utc), dow
+        if dow == "6-7":
+            after = dt.datetime.fromtimestamp(schedule.next_after(schedule.next_after(friday)) / 1000, dt.timezone.utc)
+            assert after.isoweekday() == 7
+
+
+def test_hashed_fields_are_stable_per_actor_and_spread_across_actors() -> None:
+    """``H`` picks the same minute for an actor in every process and
+    restart (CRC32 of actor and schedule name, not Python's hash()), and
+    different actors get different minutes."""
+    first = declare("H H * * *", name="report_a").all_schedules()[0].next_after(0)
+    again = declare("H H * * *", name="report_a").all_schedules()[0].next_after(0)
+    assert first == again
+    # Pinned: a change of the hash would move every user's H schedules.
+    assert dt.datetime.fromtimestamp(first / 1000, dt.timezone.utc).strftime("%H:%M") == _expected_h("report_a")
+    minutes = {declare("H * * * *", name=f"report_{i}").all_schedules()[0].next_after(0) for i in range(20)}
+    assert len(minutes) >= 10
+
+
+def _expected_h(actor: str) -> str:
+    """croniter's documented hashing: CRC32 of the hash id, shifted per field."""
+    import binascii
+
+    crc = binascii.crc32(f"{actor}/H H * * *".encode()) & 0xFFFFFFFF
+    return f"{(crc >> 1) % 24:02d}:{(crc >> 0) % 60:02d}"
+
+
+def test_several_schedules_on_one_actor_have_distinct_identities_and_args() -> None:
+    middleware = declare(
+        [
+            "0 * * * *",
+            Schedule("30 1 * * *", timezone="Europe/Berlin", kwargs={"full": True}, name="nightly"),
+            Schedule("30 1 * * *", timezone="America/New_York", kwargs={"full": False}, name="nightly"),
+        ]
+    )
+    ids = [s.id for s in middleware.all_schedules()]
+    assert ids == [
+        "nightly_report/0 * * * *@UTC",
+        "nightly_report/nightly@Europe/Berlin",
+        "nightly_report/nightly@America/New_York",
+    ]
+    messages = [message_for(s, 0, prefix="p") for s in middleware.all_schedules()]
+    assert [m.kwargs for m in messages] == [{}, {"full": True}, {"full": False}]
+    assert len({m.message_id for m in messages}) == 3
+
+
+def test_a_name_keeps_the_identity_across_an_expression_change() -> None:
+    before = declare(Schedule("0 3 * * *", name="cleanup")).all_schedules()[0]
+    after = declare(Schedule("15 4 * * *", name="cleanup")).all_schedules()[0]
+    assert before.id == after.id == "nightly_report/cleanup@UTC"
+    unnamed = declare("15 4 * * *").all_schedules()[0]
+    assert unnamed.id != before.id
+
+
+def test_overlap_ttl_defaults_to_time_limit_plus_queueing_allowance() -> None:
+    (schedule,) = declare(Schedule("* * * * * *", overlap="skip", max_age=5_000, jitter=200)).all_schedules()
+    assert schedule.overlap_ttl == 600_000 + 5_000 + 200
+    (explicit,) = declare(Schedule("* * * * * *", overlap="skip", overlap_ttl=3_000)).all_schedules()
+    assert explicit.overlap_ttl == 3_000
+    assert "overlap_ttl" not in explicit.options
