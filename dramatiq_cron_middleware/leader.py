@@ -25,6 +25,7 @@ from dramatiq import Broker, Message
 
 from .clock import Clock
 from .connection import redact
+from .enqueue import enqueue_many
 from .lease import Acquired, Lease
 from .ledger import FIRE, LOST, PAUSED, REFUSED, SKIPPED, Claim, Ledger, NotLeader, Outcome
 from .schedule import BoundSchedule
@@ -223,6 +224,7 @@ class LeaderThread(threading.Thread):
         self._heap: list[tuple[int, str]] = []
         self._owed: list[_Owed] = []
         self._unsettled: _Batch | None = None
+        self._upcoming: dict[str, tuple[int, Message[Any]]] = {}
         self._release_lock = threading.Lock()
         self._released = False
         self._reachable = True
@@ -400,9 +402,29 @@ class LeaderThread(threading.Thread):
         touched: list[str] = []
         try:
             while self._heap and self._heap[0][0] <= now:
-                _, sid = heapq.heappop(self._heap)
+                tick, sid = heapq.heappop(self._heap)
                 touched.append(sid)
                 schedule = self.schedules[sid]
+                if now - tick < ON_TIME_MS and tick > self._last[sid]:
+                    # The common case, on the fire-lag path: the heap holds the
+                    # first tick after the last decided one, it is on time, and
+                    # (ticks being at least a second apart) it is the only one
+                    # due, so no cron arithmetic is needed.  This is exactly
+                    # what due_claims decides for it.
+                    message = self._message(schedule, tick)
+                    messages[len(claims)] = (schedule, message)
+                    claims.append(
+                        Claim(
+                            schedule_id=sid,
+                            tick_ms=tick,
+                            outcome=Outcome.FIRED,
+                            fire=True,
+                            detail=str(now - tick),
+                            message_id=message.message_id,
+                            overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
+                        )
+                    )
+                    continue
                 for claim, message in self._decide(schedule, self._last[sid], now):
                     if message is not None:
                         messages[len(claims)] = (schedule, message)
@@ -434,13 +456,27 @@ class LeaderThread(threading.Thread):
         latest: dict[str, int] = {}
         for claim in claims:
             latest[claim.schedule_id] = max(claim.tick_ms, latest.get(claim.schedule_id, claim.tick_ms))
+        # Off the fire-lag path now: compute each schedule's next tick and
+        # build its message ahead of time.
         for sid in touched:
             self._last[sid] = max(latest.get(sid, self._last[sid]), self._last[sid])
-            heapq.heappush(self._heap, (self.schedules[sid].next_after(max(self._last[sid], now)), sid))
+            schedule = self.schedules[sid]
+            upcoming = schedule.next_after(max(self._last[sid], now))
+            heapq.heappush(self._heap, (upcoming, sid))
+            self._upcoming[sid] = (upcoming, message_for(schedule, upcoming, prefix=self.prefix))
         if all(r not in (LOST, REFUSED) for r in results):
             self._synced = True
 
+    def _message(self, schedule: BoundSchedule, tick: int) -> Message[Any]:
+        """The message for a tick, from the one built ahead of time if any
+        (restamped: dramatiq's AgeLimit counts from the timestamp)."""
+        cached = self._upcoming.pop(schedule.id, None)
+        if cached is not None and cached[0] == tick:
+            return dataclasses.replace(cached[1], message_timestamp=int(time.time() * 1000))
+        return message_for(schedule, tick, prefix=self.prefix)
+
     def _apply(self, batch: _Batch, results: list[int]) -> None:
+        granted: list[_Owed] = []
         for index, (claim, result) in enumerate(zip(batch.claims, results)):
             # The script overrides the requested outcome for paused and
             # overlapping ticks; report what Redis recorded.
@@ -449,9 +485,12 @@ class LeaderThread(threading.Thread):
                 self.observer.tick_decided(schedule_id=claim.schedule_id, outcome=outcome)
             if result == FIRE and index in batch.messages:
                 schedule, message = batch.messages[index]
-                self._try_enqueue(_Owed(schedule=schedule, tick_ms=claim.tick_ms, message=message, next_try=0.0))
+                granted.append(_Owed(schedule=schedule, tick_ms=claim.tick_ms, message=message, next_try=0.0))
             elif result in (SKIPPED, PAUSED):
                 self.logger.debug("Tick %s of %s %s.", claim.tick_ms, claim.schedule_id, outcome)
+        # All granted ticks of the batch go to the broker together (one
+        # pipelined round trip for a RedisBroker; see enqueue.py).
+        self._enqueue(granted)
 
     def _settle(self) -> None:
         """Learn what became of a claim whose reply was lost.  The batch ran
@@ -471,25 +510,38 @@ class LeaderThread(threading.Thread):
         """Turn the ticks due since ``last`` into claims (see :func:`due_claims`)."""
         return due_claims(schedule, last, now, prefix=self.prefix)
 
+    def _enqueue(self, owed: list[_Owed]) -> list[bool]:
+        """Enqueue granted ticks; a failure goes to the owed list, to be
+        retried with the same message id.  True per tick that made it."""
+        for item in owed:
+            item.attempts += 1
+        failures = enqueue_many(
+            self.broker, [(o.message, jitter_ms(o.schedule, o.message.message_id) or None) for o in owed]
+        )
+        return [
+            self._enqueue_failed(item, exc) if exc is not None else self._enqueued(item)
+            for item, exc in zip(owed, failures, strict=True)
+        ]
+
     def _try_enqueue(self, owed: _Owed) -> bool:
-        owed.attempts += 1
-        delay = jitter_ms(owed.schedule, owed.message.message_id)
-        try:
-            self.broker.enqueue(owed.message, delay=delay or None)
-        except Exception as exc:
-            if not self._enqueue_failing:
-                self._enqueue_failing = True
-                self.logger.warning(
-                    "Enqueueing cron messages fails (%s); tick %s of %s and any later ones are retried "
-                    "with the same message id.",
-                    redact(f"{type(exc).__name__}: {exc}"),
-                    owed.message.options["cron_tick"],
-                    owed.schedule.id,
-                )
-            owed.next_try = time.monotonic() + min(0.1 * 2**owed.attempts, 5.0)
-            if owed not in self._owed:
-                self._owed.append(owed)
-            return False
+        return self._enqueue([owed])[0]
+
+    def _enqueue_failed(self, owed: _Owed, exc: BaseException) -> bool:
+        if not self._enqueue_failing:
+            self._enqueue_failing = True
+            self.logger.warning(
+                "Enqueueing cron messages fails (%s); tick %s of %s and any later ones are retried "
+                "with the same message id.",
+                redact(f"{type(exc).__name__}: {exc}"),
+                owed.message.options["cron_tick"],
+                owed.schedule.id,
+            )
+        owed.next_try = time.monotonic() + min(0.1 * 2**owed.attempts, 5.0)
+        if owed not in self._owed:
+            self._owed.append(owed)
+        return False
+
+    def _enqueued(self, owed: _Owed) -> bool:
         if self._enqueue_failing:
             self._enqueue_failing = False
             self.logger.warning("Enqueueing cron messages works again.")
