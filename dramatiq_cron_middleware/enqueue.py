@@ -64,8 +64,7 @@ def _pipelinable(broker: Broker) -> bool:
 
 
 def _pipelined(broker: Any, items: Sequence[tuple[Message[Any], int | None]]) -> list[BaseException | None]:
-    from dramatiq.brokers.redis import dq_name
-    from dramatiq.common import current_millis
+    from dramatiq.common import current_millis, dq_name
 
     dispatch = broker.scripts["dispatch"]
     pipe = broker.client.pipeline(transaction=False)

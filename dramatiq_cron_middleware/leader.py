@@ -411,8 +411,8 @@ class LeaderThread(threading.Thread):
                     # (ticks being at least a second apart) it is the only one
                     # due, so no cron arithmetic is needed.  This is exactly
                     # what due_claims decides for it.
-                    message = self._message(schedule, tick)
-                    messages[len(claims)] = (schedule, message)
+                    ready = self._message(schedule, tick)
+                    messages[len(claims)] = (schedule, ready)
                     claims.append(
                         Claim(
                             schedule_id=sid,
@@ -420,7 +420,7 @@ class LeaderThread(threading.Thread):
                             outcome=Outcome.FIRED,
                             fire=True,
                             detail=str(now - tick),
-                            message_id=message.message_id,
+                            message_id=ready.message_id,
                             overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
                         )
                     )
