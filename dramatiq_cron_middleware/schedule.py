@@ -191,6 +191,26 @@ class BoundSchedule:
 
     def next_after(self, instant_ms: int) -> int:
         """The first tick strictly after ``instant_ms``, in epoch ms."""
+        # Schedules that share an expression and zone share their ticks; the
+        # leader asks for thousands of them at the same instant after a sync
+        # or a fire, so answers are memoised by what they depend on.
+        key = self._tick_key
+        _BY_TICK_KEY.setdefault(key, self)
+        return _memo_next_after(key, instant_ms)
+
+    @functools.cached_property
+    def _tick_key(self) -> tuple[object, ...]:
+        hashed = _hashed(self.expression)
+        return (
+            self.expression,
+            self.has_seconds,
+            self.day_or,
+            self.timezone,
+            self.fixed_time,
+            self._hash_id if hashed else "",
+        )
+
+    def _next_after(self, instant_ms: int) -> int:
         local = dt.datetime.fromtimestamp(instant_ms // 1000, tz=self.zone)
         wall = local.replace(tzinfo=None, fold=0)
         fold = self._repeat(wall)
@@ -247,7 +267,8 @@ class BoundSchedule:
         # every wake-up (1,000 due schedules took over a second per tick),
         # so each expression is parsed once and a copy is walked from
         # ``start``; the cached parse is never advanced itself.
-        it = copy.copy(_parsed(self.expression, self.has_seconds, self._hash_id, self.day_or))
+        hash_id = self._hash_id if _hashed(self.expression) else ""
+        it = copy.copy(_parsed(self.expression, self.has_seconds, hash_id, self.day_or))
         it.set_current(start.replace(tzinfo=_UTC, fold=0), force=True)
         return it
 
@@ -305,6 +326,21 @@ class BoundSchedule:
         at = dt.datetime.fromtimestamp(hi, tz=_UTC).replace(tzinfo=None)
         first, last = sorted((at + old, at + new))
         return _Transition(at_ms=hi * 1000, wall_start=first, wall_end=last)
+
+
+_BY_TICK_KEY: dict[tuple[object, ...], BoundSchedule] = {}
+
+
+@functools.lru_cache(maxsize=65_536)
+def _memo_next_after(key: tuple[object, ...], instant_ms: int) -> int:
+    return _BY_TICK_KEY[key]._next_after(instant_ms)
+
+
+def _hashed(expression: str) -> bool:
+    """Whether any field uses ``H``: only then does the parse depend on the
+    schedule's identity, so thousands of schedules sharing an expression
+    share one parse."""
+    return any(field[:1] in ("H", "h") for field in expression.split(" "))
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -512,16 +548,14 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
         if _RANDOM.search(field):
             raise CronScheduleError(f"{where}: field {field!r}: random 'R' values differ per process; use 'H'")
     fields = [_collapse_single_ranges(f) for f in fields]
+    fields = _every_day_when_either_covers_all(fields)
     text = " ".join(fields)
     has_seconds = len(fields) == 6
     try:
-        it = croniter(
-            text,
-            dt.datetime(2026, 1, 1, tzinfo=_UTC),
-            second_at_beginning=has_seconds,
-            hash_id=actor_name,
-            day_or=_day_or(fields[-3], fields[-1]),
-        )
+        # Through the parse cache: declaring 10,000 schedules that share a
+        # few expressions parses each expression once.
+        it = copy.copy(_parsed(text, has_seconds, actor_name if _hashed(text) else "", _day_or(fields[-3], fields[-1])))
+        it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
         it.get_next(float)
     except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise CronScheduleError(f"{where}: {exc}") from None
@@ -529,6 +563,23 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
 
 
 _RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+
+
+def _every_day_when_either_covers_all(fields: list[str]) -> list[str]:
+    """With both day fields restricted, classic cron fires on a day matching
+    either one; if one of them matches every day (``0,*/1``, ``0-6``), every
+    day fires.  croniter reads a day-of-week that covers the week as ``*``
+    and then applies day-of-month alone, so spell "every day" out for it."""
+    dom, dow = fields[-3], fields[-1]
+    if not _day_or(dom, dow):
+        return fields
+    try:
+        expanded = croniter(f"* * {dom} * {dow}", 0).expanded
+    except (CroniterError, ValueError, KeyError, TypeError, IndexError):
+        return fields  # reported with the whole expression by the caller
+    if expanded[2] == ["*"] or expanded[4] == ["*"]:
+        return [*fields[:-3], "*", fields[-2], "*"]
+    return fields
 
 
 def _collapse_single_ranges(field: str) -> str:

@@ -172,3 +172,12 @@ def test_last_weekday_and_nth_weekday_agree_with_cronsim(pair: tuple[str, str], 
     ours, theirs = pair
     zone, instant = where
     assert bind(ours, zone).next_after(instant) == oracle_next(theirs, zone, instant)
+
+
+def test_a_day_of_week_covering_the_week_makes_every_day_fire() -> None:
+    """Found by the oracle: with both day fields restricted, a day-of-week of
+    ``0,*/1`` matches every day, so every day fires (croniter alone read it
+    as "unrestricted" and fired on odd days only)."""
+    schedule = bind("0 0 1,*/2 * 0,*/1", "UTC")
+    start = int(dt.datetime(2022, 8, 13, 23, 59, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    assert schedule.next_after(start) == int(dt.datetime(2022, 8, 14, tzinfo=dt.timezone.utc).timestamp() * 1000)
