@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.support.instances import History, Instance
+from tests.support.redis_server import RedisServer
+
 # CI replays the same examples every run (a red build must be reproducible);
 # locally hypothesis explores new ones, and anything it finds is kept in its
 # example database.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
-
-from tests.support.instances import History, Instance
-from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture
