@@ -95,8 +95,8 @@ broker = _broker()
 _kwargs: dict[str, Any] = {}
 if "BENCH_TTL" in os.environ:
     _kwargs["lock_ttl"] = int(os.environ["BENCH_TTL"])
-if os.environ.get("BENCH_FAST_TAKEOVER") == "1":
-    _kwargs["fast_takeover"] = True
+if os.environ.get("BENCH_FAST_TAKEOVER"):
+    _kwargs["fast_takeover"] = int(os.environ["BENCH_FAST_TAKEOVER"])
 broker.add_middleware(CronMiddleware(**_kwargs))
 if os.environ.get("BENCH_RECORD"):
     broker.add_middleware(LagRecorder(os.environ["BENCH_RECORD"]))

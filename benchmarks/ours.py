@@ -138,7 +138,7 @@ def takeover(stage: Stage, *, how: str, ttl: int, reps: int, fast: bool = False)
     for rep in range(reps):
         stage.wipe()
         record = tempfile.mkdtemp(prefix="bench-takeover-")
-        more = {"BENCH_FAST_TAKEOVER": "1"} if fast else {}
+        more = {"BENCH_FAST_TAKEOVER": "250"} if fast else {}
         env = _env(stage, record, schedules=1, shape="idle", broker="stub", ttl=ttl, **more)
         first = _instance(env, f"takeover-a{rep}")
         second = _instance(env, f"takeover-b{rep}")

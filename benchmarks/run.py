@@ -86,6 +86,16 @@ def main() -> int:
         _step("ours_takeover_sigterm", results, ours.takeover, stage=stage, how="sigterm", ttl=2000, reps=reps)
         _step("ours_takeover_kill9", results, ours.takeover, stage=stage, how="kill9", ttl=2000, reps=reps)
         _step(
+            "ours_takeover_kill9_fast",
+            results,
+            ours.takeover,
+            stage=stage,
+            how="kill9",
+            ttl=2000,
+            reps=reps,
+            fast=True,
+        )
+        _step(
             "ours_cost_idle_ttl2000",
             results,
             ours.redis_cost,
@@ -178,7 +188,11 @@ def render(r: dict[str, Any]) -> str:
     for key in ("ours_lag_1_every-second_redis", "ours_lag_10000_spread_redis"):
         if key in r and "rss_mib" in r[key]:
             lines.append(f"| ours: worker RSS with {r[key]['schedules']} schedule(s) (MiB) | {r[key]['rss_mib']} |")
-    for key, label in (("ours_takeover_sigterm", "SIGTERM"), ("ours_takeover_kill9", "kill -9")):
+    for key, label in (
+        ("ours_takeover_sigterm", "SIGTERM"),
+        ("ours_takeover_kill9", "kill -9"),
+        ("ours_takeover_kill9_fast", "kill -9 with fast_takeover=250"),
+    ):
         if key in r:
             lines.append(
                 f"| ours: takeover after {label}, lock_ttl=2000 (p50/p99/max ms) | {_lag(r[key], 'takeover_ms')} |"

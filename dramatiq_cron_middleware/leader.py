@@ -195,9 +195,11 @@ class LeaderThread(threading.Thread):
         ttl_ms: int,
         logger: logging.Logger,
         observer: LeaderObserver | None = None,
+        fast_takeover_ms: int | None = None,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.observer = observer or LeaderObserver()
+        self.fast_takeover_ms = fast_takeover_ms
         self.broker = broker
         self.schedules = {s.id: s for s in schedules}
         self.lease = lease
@@ -337,8 +339,21 @@ class LeaderThread(threading.Thread):
         if self._owed:
             retry_in = min(o.next_try for o in self._owed) - time.monotonic()
             wait = max(1, min(wait, int(retry_in * 1000) + 1))
-        if not self.stopping.is_set():
+        if self.stopping.is_set():
+            return
+        if self.fast_takeover_ms is None:
             self.lease.wait_for_release(wait)
+            return
+        # Fast takeover: wait in short slices, and between them check whether
+        # the leader's process is gone (its presence connection closed).
+        deadline = time.monotonic() + wait / 1000
+        while not self.stopping.is_set():
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0 or self.lease.wait_for_release(min(left, self.fast_takeover_ms)):
+                return
+            if self.lease.depose_if_gone():
+                self.logger.info("The cron leader's connection to Redis is gone; taking over without waiting for its lease.")
+                return
 
     def _become_leader(self, acquired: Acquired, sent: float) -> None:
         self.epoch = acquired.epoch

@@ -34,7 +34,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 10 * ttl)
 local holder = redis.call('HGET', KEYS[1], 'token')
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('HSET', KEYS[1], 'renewed', now)
+  redis.call('HSET', KEYS[1], 'renewed', now, 'conn', ARGV[6])
   return {1, tonumber(redis.call('HGET', KEYS[1], 'epoch')), now, tonumber(redis.call('HGET', KEYS[1], 'fresh') or '0')}
 end
 if holder then
@@ -55,7 +55,8 @@ end
 local epoch = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'epoch', epoch, 'host', ARGV[3], 'pid', ARGV[4],
-           'since', now, 'renewed', now, 'ttl', ttl, 'candidate', ARGV[5], 'fresh', fresh)
+           'since', now, 'renewed', now, 'ttl', ttl, 'candidate', ARGV[5], 'fresh', fresh,
+           'conn', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {1, epoch, now, fresh}
 """
@@ -68,8 +69,20 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[2], now, ARGV[3])
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[1], 'renewed', now)
+redis.call('HSET', KEYS[1], 'renewed', now, 'conn', ARGV[4])
 return {1, now}
+"""
+
+# Fast takeover: delete the lease only if it still holds the token and the
+# connection id the caller saw, and Redis no longer knows that connection
+# (checked by the caller with CLIENT LIST ID, which scripts may not run).
+# Fencing keeps this safe even if the leader is alive but was cut off: its
+# claims are refused from the moment the key is gone.
+_DEPOSE = """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'conn') ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
 """
 
 # Compare-and-delete, then wake the followers seen recently so one of them
@@ -118,6 +131,9 @@ class Lease:
       ttl_ms: The lease length in milliseconds.
       clock: Refreshed from the server time every script returns.
       host, pid: Shown to operators as the leader's identity.
+      presence_client: For fast takeover: a single-connection client whose
+        ``CLIENT ID`` is registered in the lease while leading, so followers
+        can tell when the leader's process is gone.  None disables it.
     """
 
     def __init__(
@@ -130,6 +146,7 @@ class Lease:
         clock: Clock,
         host: str,
         pid: int,
+        presence_client: redis.Redis | None = None,
     ) -> None:
         self.keys = keys
         self.ttl_ms = ttl_ms
@@ -145,6 +162,8 @@ class Lease:
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._depose = client.register_script(_DEPOSE)
+        self._presence = presence_client
 
     def acquire(self) -> Acquired | Held:
         """Try once to take the lease."""
@@ -156,7 +175,7 @@ class Lease:
         result = self._call(
             self._acquire,
             [self.keys.lease, self.keys.epoch, self.keys.candidates, self.keys.ticks],
-            [token, self.ttl_ms, self.host, self.pid, self.member],
+            [token, self.ttl_ms, self.host, self.pid, self.member, self.presence_id()],
         )
         self._attempt = None
         if int(result[0]) == 1:
@@ -170,7 +189,9 @@ class Lease:
         if self.token is None:
             return False
         result = self._call(
-            self._renew, [self.keys.lease, self.keys.candidates], [self.token, self.ttl_ms, self.member]
+            self._renew,
+            [self.keys.lease, self.keys.candidates],
+            [self.token, self.ttl_ms, self.member, self.presence_id()],
         )
         if int(result[0]) != 1:
             self.token = None
@@ -192,6 +213,29 @@ class Lease:
     def forget(self) -> None:
         """Drop the local belief of leading, without touching Redis."""
         self.token = None
+
+    def presence_id(self) -> str:
+        """The ``CLIENT ID`` of this process's presence connection ("" when
+        fast takeover is off or Redis is unreachable).  Asking also keeps the
+        connection from idling out, and after a reconnection registers the
+        new id with the next renewal."""
+        if self._presence is None:
+            return ""
+        try:
+            return str(self._presence.client_id())
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return ""
+
+    def depose_if_gone(self) -> bool:
+        """Fast takeover: if the leader registered a presence connection and
+        Redis no longer knows it (the process died: its sockets closed),
+        delete the lease (compare-and-delete on what we saw) and return True."""
+        token, conn = self._client.hmget(self.keys.lease, ["token", "conn"])
+        if not token or not conn:
+            return False
+        if self._client.client_list(client_id=[conn]):
+            return False
+        return int(self._depose(keys=[self.keys.lease], args=[token, conn])) == 1
 
     def wait_for_release(self, timeout_ms: int) -> bool:
         """Block until a leader releases the lease, our own wake-up list is

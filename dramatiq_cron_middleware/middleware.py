@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 import dramatiq
+import redis
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
@@ -64,6 +65,13 @@ class CronMiddleware(Middleware):
         ``"dramatiq-cron"``.
       history_length(int): Approximate number of tick outcomes kept in the
         history stream.  Defaults to 10000.
+      fast_takeover(int): Opt-in: followers check every this many
+        milliseconds whether the leader's process is gone (its registered
+        Redis connection closed) and then take over at once instead of
+        waiting for the lease to expire.  Costs each follower about three
+        Redis commands per interval and needs the ``CLIENT`` command (ACL
+        ``+client|list +client|id``); not available on Redis Cluster.
+        Defaults to None, meaning followers wait for the lease.
     """
 
     def __init__(
@@ -76,6 +84,7 @@ class CronMiddleware(Middleware):
         timezone: str = "UTC",
         prefix: str = "dramatiq-cron",
         history_length: int = 10_000,
+        fast_takeover: int | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         if isinstance(lock_ttl, bool) or not isinstance(lock_ttl, int) or lock_ttl < 300:
@@ -99,6 +108,13 @@ class CronMiddleware(Middleware):
         self.prefix = prefix
         self.keys = Keys(prefix)
         self.history_length = history_length
+        if fast_takeover is not None and (
+            isinstance(fast_takeover, bool) or not isinstance(fast_takeover, int) or fast_takeover < 50
+        ):
+            raise CronConfigurationError(
+                f"CronMiddleware: fast_takeover must be None or an int of at least 50 ms, got {fast_takeover!r}"
+            )
+        self.fast_takeover = fast_takeover
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread | None = None
         #: Told what the leader thread does (``CronMetrics`` sets it).
@@ -248,6 +264,7 @@ class CronMiddleware(Middleware):
                 clock=clock,
                 host=socket.gethostname(),
                 pid=os.getpid(),
+                presence_client=self._presence_client(source, op_timeout) if self.fast_takeover else None,
             )
             ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
             self.leader = LeaderThread(
@@ -260,6 +277,7 @@ class CronMiddleware(Middleware):
                 ttl_ms=self.lock_ttl,
                 logger=self.logger,
                 observer=self.observer,
+                fast_takeover_ms=self.fast_takeover,
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms).",
@@ -269,6 +287,14 @@ class CronMiddleware(Middleware):
             )
             self.leader.start()
             return self.leader
+
+    def _presence_client(self, source: Any, op_timeout: int) -> redis.Redis:
+        """One dedicated connection whose id the leader registers (fast
+        takeover): it closes when the process dies."""
+        client, _ = scheduler_clients(source, op_timeout_ms=op_timeout, block_timeout_ms=0)
+        if not isinstance(client, redis.Redis) or type(client).__name__ == "RedisCluster":
+            raise CronConfigurationError("CronMiddleware: fast_takeover is not available on Redis Cluster")
+        return redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the leader thread and release the lease if held."""

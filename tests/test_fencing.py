@@ -201,3 +201,48 @@ def test_epochs_stay_unique_when_the_epoch_counter_vanishes(redis_server: RedisS
     second = b.acquire()
     assert isinstance(second, Acquired)
     assert second.epoch_was_missing and second.epoch > first.epoch
+
+
+def make_fast(server: RedisServer, name: str) -> Lease:
+    import redis as redis_py
+
+    client, blocking = scheduler_clients(server.url, op_timeout_ms=500, block_timeout_ms=TTL)
+    presence = redis_py.Redis(
+        connection_pool=scheduler_clients(server.url, op_timeout_ms=500, block_timeout_ms=0)[0].connection_pool,
+        single_connection_client=True,
+    )
+    return Lease(
+        client=client,
+        blocking_client=blocking,
+        keys=Keys("t"),
+        ttl_ms=TTL,
+        clock=Clock(),
+        host=name,
+        pid=os.getpid(),
+        presence_client=presence,
+    )
+
+
+def test_fast_takeover_deposes_only_a_leader_whose_connection_is_gone(redis_server: RedisServer) -> None:
+    """Given a leader that registered its presence connection, a follower
+    leaves it alone while that connection lives, and deposes it (and only
+    its token) the moment Redis no longer knows the connection."""
+    leader = make_fast(redis_server, "leader")
+    follower = make_fast(redis_server, "follower")
+    assert isinstance(leader.acquire(), Acquired)
+    assert not follower.depose_if_gone()
+    conn = redis_server.client().hget(Keys("t").lease, "conn")
+    assert conn and conn.isdigit()
+    redis_server.client().client_kill_filter(_id=conn)
+    assert follower.depose_if_gone()
+    assert isinstance(follower.acquire(), Acquired)
+    # The old leader, still alive, is refused from now on.
+    assert leader.renew() is False
+
+
+def test_without_fast_takeover_no_connection_is_registered(redis_server: RedisServer) -> None:
+    a, _ = make(redis_server, "a")
+    b, _ = make(redis_server, "b")
+    assert isinstance(a.acquire(), Acquired)
+    assert redis_server.client().hget(Keys("t").lease, "conn") == ""
+    assert not b.depose_if_gone()
