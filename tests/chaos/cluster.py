@@ -1,0 +1,440 @@
+"""A cluster under test: one lease Redis (optionally behind the fault proxy),
+one broker Redis that no fault touches, and a few ``dramatiq`` instances of
+tests/apps/cronapp.py.  It records every fault it injects and judges the
+history of cron enqueues against them.
+
+Times are epoch milliseconds of the real wall clock, the clock the test app
+stamps its records with, so faults, ticks and enqueues compare directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from dramatiq import Message
+from dramatiq.brokers.redis import RedisBroker
+
+from dramatiq_cron_middleware.keys import Keys
+from tests.support.instances import History, Instance, Verdict, now_ms, wait_for
+from tests.support.proxy import Proxy
+from tests.support.redis_server import RedisServer
+
+__all__ = ["Cluster", "Fault", "Mark", "Report", "PROFILE", "assert_sound"]
+
+#: ``short`` (default; CI) or ``full``.
+PROFILE = os.environ.get("CHAOS_PROFILE", "short")
+
+_CRON_WARNING = re.compile(r"\[dramatiq_cron_middleware[^\]]*\] \[WARNING\]")
+_CRON_ERROR = re.compile(r"\[dramatiq_cron_middleware[^\]]*\] \[(ERROR|CRITICAL)\]")
+_ANY_ERROR = re.compile(r"\] \[(ERROR|CRITICAL)\] ")
+_PERIOD_MS = 1000
+
+
+@dataclass
+class Fault:
+    """One injected fault.  ``wipes`` marks a fault that destroys the ledger
+    on purpose: the ticks it costs are a declared outage."""
+
+    kind: str
+    start_ms: int
+    end_ms: int = 0
+    wipes: bool = False
+    detail: str = ""
+
+
+@dataclass
+class Mark:
+    """Where a scenario started: faults, log lengths and jobs before it."""
+
+    faults: int
+    log_offsets: dict[str, int]
+    jobs_sent: int
+
+
+@dataclass
+class Report:
+    """The judgement of a run, with the figures the issue asks for."""
+
+    verdict: Verdict
+    faults: list[Fault]
+    outages: list[tuple[int, int]]
+    gaps_ms: dict[str, list[int]] = field(default_factory=dict)
+    warnings: int = 0
+    cron_errors: list[str] = field(default_factory=list)
+    tracebacks: int = 0
+    jobs_sent: int = 0
+    jobs_done: int = 0
+
+    @property
+    def worst_gap_ms(self) -> int:
+        """The longest silence beyond one period, over every fault."""
+        return max((g for gaps in self.gaps_ms.values() for g in gaps), default=0)
+
+    def lag_ms(self, quantile: float) -> float:
+        """A quantile of fire lag (enqueue time minus tick)."""
+        lags = sorted(self.verdict.lags_ms)
+        if not lags:
+            return 0.0
+        return lags[min(len(lags) - 1, int(quantile * len(lags)))]
+
+    def faults_by_kind(self) -> dict[str, int]:
+        """How many faults of each kind were injected."""
+        out: dict[str, int] = {}
+        for fault in self.faults:
+            out[fault.kind] = out.get(fault.kind, 0) + 1
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures, for JSON."""
+        return {
+            "faults_by_kind": self.faults_by_kind(),
+            "ticks_expected": self.verdict.expected,
+            "duplicates": len(self.verdict.duplicates),
+            "losses_outside_outages": len(self.verdict.losses),
+            "declared_outage_ms": sum(hi - lo for lo, hi in self.outages),
+            "worst_takeover_gap_ms": self.worst_gap_ms,
+            "gap_ms_by_kind": {k: max(v) for k, v in self.gaps_ms.items() if v},
+            "lag_p50_ms": round(self.lag_ms(0.5)),
+            "lag_p99_ms": round(self.lag_ms(0.99)),
+            "lag_max_ms": round(self.lag_ms(1.0)),
+            "cron_warnings": self.warnings,
+            "cron_errors": len(self.cron_errors),
+            "tracebacks": self.tracebacks,
+            "jobs_sent": self.jobs_sent,
+            "jobs_processed": self.jobs_done,
+        }
+
+    def line(self) -> str:
+        """One printable line."""
+        d = self.as_dict()
+        return " ".join(f"{k}={v}" for k, v in d.items())
+
+
+class Cluster:
+    """Redis, optional proxy, and ``size`` dramatiq instances.
+
+    Parameters:
+      size: Number of instances (each one process, one thread).
+      ttl_ms: The lease length given to the app.
+      proxy: Route the scheduler's Redis traffic through a :class:`Proxy`.
+      persistence: Run the lease Redis with an append-only file.
+      env: Extra app environment for every instance; ``per_instance`` adds
+        environment for instance ``i``.
+    """
+
+    def __init__(
+        self,
+        *,
+        size: int = 2,
+        ttl_ms: int = 1500,
+        proxy: bool = False,
+        persistence: bool = False,
+        prefix: str = "chaos",
+        env: dict[str, str] | None = None,
+        per_instance: dict[int, dict[str, str]] | None = None,
+    ) -> None:
+        self.size = size
+        self.ttl_ms = ttl_ms
+        self.keys = Keys(prefix)
+        self.record_dir = tempfile.mkdtemp(prefix="cron-chaos-")
+        self.history = History(self.record_dir)
+        self.redis = RedisServer(persistence=persistence)
+        self.broker_redis = RedisServer()
+        self.proxy: Proxy | None = None
+        self._use_proxy = proxy
+        self._env = dict(env or {})
+        self._per_instance = per_instance or {}
+        self.instances: list[Instance] = []
+        self.retired: list[Instance] = []
+        self.faults: list[Fault] = []
+        self.jobs_sent = 0
+        self._client: redis.Redis | None = None
+        self._sender: RedisBroker | None = None
+
+    # -- life cycle -----------------------------------------------------------
+
+    def start(self) -> Cluster:
+        """Start both Redis servers, the proxy, and every instance (in
+        parallel, they boot in about a second each)."""
+        self.redis.start()
+        self.broker_redis.start()
+        if self._use_proxy:
+            self.proxy = Proxy(self.redis.port, max_lifetime=4 * 3600).start()
+        self._client = self.redis.client()
+        self.instances = [self._new_instance(i) for i in range(self.size)]
+        self._boot(self.instances)
+        wait_for(self.leader_pid, timeout=30, what="a first leader")
+        return self
+
+    def close(self) -> None:
+        """Stop every process and thread this cluster started."""
+        # SIGTERM everyone first: a graceful dramatiq shutdown takes a couple
+        # of seconds, and they may as well overlap.
+        for instance in self.instances + self.retired:
+            if instance.proc is not None and instance.proc.poll() is None:
+                try:
+                    os.killpg(instance.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                instance.proc.send_signal(signal.SIGTERM)
+        for instance in self.instances + self.retired:
+            if instance.proc is not None:
+                try:
+                    instance.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+            instance.close()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self._sender is not None:
+            self._sender.close()
+        if self._client is not None:
+            self._client.close()
+        self.redis.close()
+        self.broker_redis.close()
+        if os.environ.get("CRON_KEEP_LOGS") != "1":
+            for instance in self.instances + self.retired:
+                try:
+                    os.unlink(instance.log_path)
+                except OSError:
+                    pass
+            shutil.rmtree(self.record_dir, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _new_instance(self, index: int) -> Instance:
+        env = {
+            "DRAMATIQ_CRON_REDIS_URL": self.proxy.url if self.proxy else self.redis.url,
+            "CRON_APP_BROKER": self.broker_redis.url,
+            "CRON_APP_RECORD": self.record_dir,
+            "CRON_APP_TTL": str(self.ttl_ms),
+            "CRON_APP_PREFIX": self.keys.prefix,
+            **self._env,
+            **self._per_instance.get(index, {}),
+        }
+        return Instance(env, name=f"chaos{index}")
+
+    @staticmethod
+    def _boot(instances: Iterable[Instance]) -> None:
+        errors: list[BaseException] = []
+
+        def boot(instance: Instance) -> None:
+            try:
+                instance.start()
+            except BaseException as exc:  # reported below, on the test thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=boot, args=(i,)) for i in instances]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    def replace(self, instance: Instance) -> Instance:
+        """Start a fresh instance in place of a stopped or killed one."""
+        index = self.instances.index(instance)
+        self.retired.append(instance)
+        fresh = self._new_instance(index)
+        fresh.name = f"{instance.name}r"
+        self.instances[index] = fresh
+        self._boot([fresh])
+        return fresh
+
+    # -- observation ----------------------------------------------------------
+
+    @property
+    def client(self) -> redis.Redis:
+        """A direct client to the lease Redis (never through the proxy)."""
+        assert self._client is not None
+        return self._client
+
+    def lease(self) -> dict[str, str]:
+        """The lease hash, or {} when nobody holds it or Redis is down."""
+        try:
+            return dict(self.client.hgetall(self.keys.lease))  # type: ignore[arg-type]
+        except redis.RedisError:
+            return {}
+
+    def leader_pid(self) -> int | None:
+        """The worker pid Redis says leads, if any."""
+        pid = self.lease().get("pid")
+        return int(pid) if pid else None
+
+    def leader_instance(self) -> tuple[Instance, int]:
+        """The instance whose worker process holds the lease, and that pid."""
+
+        def find() -> tuple[Instance, int] | None:
+            pid = self.leader_pid()
+            for instance in self.instances:
+                if pid is not None and pid in instance.worker_pids():
+                    return instance, pid
+            return None
+
+        found: tuple[Instance, int] = wait_for(find, timeout=30, what="a leader among the live instances")
+        return found
+
+    def last_enqueue_at(self) -> float:
+        """Wall time of the latest recorded enqueue (0 when none)."""
+        enqueues = self.history.enqueues()
+        return enqueues[-1].at if enqueues else 0.0
+
+    def wait_fired_after(self, tick_ms: int, timeout: float = 60) -> None:
+        """Wait until a tick later than ``tick_ms`` has been enqueued: the
+        cluster fires again."""
+        wait_for(
+            lambda: any(e.tick_ms > tick_ms for e in self.history.enqueues()),
+            timeout=timeout,
+            interval=0.1,
+            what=f"a tick after {tick_ms} to be enqueued",
+        )
+
+    # -- work flowing through the broker -------------------------------------
+
+    def send_job(self) -> int:
+        """Enqueue a plain job on the broker Redis; returns its number."""
+        if self._sender is None:
+            self._sender = RedisBroker(url=self.broker_redis.url)
+            self._sender.declare_queue("default")
+        self.jobs_sent += 1
+        self._sender.enqueue(
+            Message(queue_name="default", actor_name="plain_job", args=(self.jobs_sent,), kwargs={}, options={})
+        )
+        return self.jobs_sent
+
+    def jobs_done(self) -> set[int]:
+        """Numbers of the plain jobs the workers ran."""
+        done: set[int] = set()
+        for name in os.listdir(self.record_dir):
+            if name.startswith("jobs-"):
+                with open(os.path.join(self.record_dir, name)) as f:
+                    for line in f:
+                        if line.strip().endswith("}"):
+                            done.add(int(line.split('"n": ')[1].split(",")[0]))
+        return done
+
+    def wait_job_processed(self, timeout: float = 30) -> None:
+        """Send a job and wait until a worker ran it (workers keep working
+        whatever happens to the scheduler's Redis)."""
+        n = self.send_job()
+        wait_for(lambda: n in self.jobs_done(), timeout=timeout, interval=0.05, what=f"plain job {n} to run")
+
+    # -- judgement ------------------------------------------------------------
+
+    def record(self, fault: Fault) -> Fault:
+        """Note a fault as finished now."""
+        fault.end_ms = now_ms()
+        self.faults.append(fault)
+        return fault
+
+    def outages(self) -> list[tuple[int, int]]:
+        """Declared outages: from a period before each ledger wipe to the
+        first tick fired after it (the new baseline), but never more than
+        two leases and three seconds past the wipe; a slower recovery shows
+        up as a loss."""
+        enqueues = self.history.enqueues()
+        out = []
+        for fault in self.faults:
+            if not fault.wipes:
+                continue
+            cap = fault.end_ms + 2 * self.ttl_ms + 3000
+            after = [e.tick_ms for e in enqueues if e.at * 1000 > fault.end_ms and e.tick_ms > fault.start_ms]
+            out.append((fault.start_ms - _PERIOD_MS, min(min(after, default=cap) - 1, cap)))
+        return out
+
+    def gaps(self, faults: list[Fault]) -> dict[str, list[int]]:
+        """Per fault kind, the longest silence in the enqueue stream beyond
+        one period, among silences that ended after the fault began and
+        before the next fault began (or five seconds after its end): a
+        silence spanning two faults is the later one's takeover."""
+        ats = sorted(e.at * 1000 for e in self.history.enqueues())
+        starts = sorted(f.start_ms for f in self.faults)
+        out: dict[str, list[int]] = {}
+        for fault in faults:
+            later = [t for t in starts if t > fault.start_ms]
+            until = min([fault.end_ms + 5000, *later[:1]])
+            silence = 0.0
+            for a, b in itertools.pairwise(ats):
+                if fault.start_ms <= b <= until:
+                    silence = max(silence, b - a)
+            out.setdefault(fault.kind, []).append(max(int(silence) - _PERIOD_MS, 0))
+        return out
+
+    def mark(self) -> Mark:
+        """Where a scenario starts on a cluster that earlier ones used too."""
+        offsets = {i.log_path: len(i.log()) for i in self.instances + self.retired}
+        return Mark(faults=len(self.faults), log_offsets=offsets, jobs_sent=self.jobs_sent)
+
+    def logs(self, since: Mark | None = None) -> list[str]:
+        """Every instance's log (retired ones included), from ``since`` on."""
+        offsets = since.log_offsets if since else {}
+        return [i.log()[offsets.get(i.log_path, 0) :] for i in self.instances + self.retired]
+
+    def judge(self, *, start_ms: int, since: Mark | None = None, settle_ms: int = 2000) -> Report:
+        """Wait until the cluster fires a tick ``settle_ms`` past the last
+        fault, then judge every tick between ``start_ms`` and it (faults and
+        log lines from ``since`` on; duplicates over the whole history)."""
+        end_ms = max([f.end_ms for f in self.faults] + [now_ms()]) + settle_ms
+        self.wait_fired_after(end_ms, timeout=60)
+        outages = self.outages()
+        schedules = sorted({e.schedule for e in self.history.enqueues()})
+        verdict = self.history.judge(schedules=schedules, start_ms=start_ms, end_ms=end_ms, outages=outages)
+        logs = self.logs(since)
+        faults = self.faults[since.faults if since else 0 :]
+        gaps = self.gaps(faults)
+        report = Report(verdict=verdict, faults=faults, outages=outages, gaps_ms=gaps)
+        report.warnings = sum(len(_CRON_WARNING.findall(text)) for text in logs)
+        report.cron_errors = [line for text in logs for line in text.splitlines() if _ANY_ERROR.search(line)]
+        report.tracebacks = sum(text.count("Traceback") for text in logs)
+        done = self.jobs_done()
+        first_job = since.jobs_sent if since else 0
+        report.jobs_sent = self.jobs_sent - first_job
+        report.jobs_done = len([n for n in done if n > first_job])
+        return report
+
+    def first_tick(self) -> int:
+        """The first tick enqueued (the judgement starts after it)."""
+        self.wait_fired_after(0, timeout=30)
+        return min(e.tick_ms for e in self.history.enqueues())
+
+
+def assert_sound(report: Report, *, warnings_per_fault: int = 8) -> None:
+    """The guarantees: never a duplicate, no loss outside a declared outage,
+    no traceback or ERROR line, warnings bounded by the state changes."""
+    v = report.verdict
+    assert v.expected > 0, "nothing was expected: the run judged no ticks"
+    assert not v.duplicates, f"duplicate enqueues: {v.summary()}"
+    assert not v.losses, f"lost ticks outside declared outages {report.outages}: {v.summary()}"
+    assert report.tracebacks == 0, "a traceback in an instance log"
+    assert not report.cron_errors, f"ERROR lines in instance logs: {report.cron_errors[:3]}"
+    bound = warnings_per_fault * max(len(report.faults), 1) + 4
+    assert report.warnings <= bound, f"{report.warnings} cron WARNING lines for {len(report.faults)} faults"
+    assert report.jobs_done == report.jobs_sent, f"{report.jobs_sent - report.jobs_done} plain jobs never ran"
+
+
+def pause(seconds: float) -> None:
+    """Hold a fault for its stated duration (the fault *is* the duration;
+    nothing is asserted on the far side of it without waiting for a
+    condition)."""
+    time.sleep(seconds)

@@ -1,0 +1,228 @@
+"""A TCP proxy between the workers and Redis that the tests can degrade.
+
+It listens on a loopback port and forwards every connection to one loopback
+upstream.  A test can add latency (each chunk is delivered ``delay_ms``
+after it was read, so throughput is kept and only latency grows), blackhole
+traffic (nothing is forwarded and new connections hang, as in a network
+partition; what was sent meanwhile is delivered late once it lifts, as TCP
+retransmission would), or reset connections (RST on every open connection,
+and optionally on every new one).
+
+It is bounded: at most ``max_connections`` at once, four daemon threads
+each, and it stops by itself after ``max_lifetime`` seconds so a crashed
+test cannot leave it running.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["Proxy"]
+
+_CHUNK = 65536
+
+
+@dataclass
+class _Pipe:
+    """One direction of one proxied connection: chunks read, waiting to be
+    written no earlier than their release time."""
+
+    source: socket.socket
+    target: socket.socket
+    queue: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
+    ready: threading.Condition = field(default_factory=threading.Condition)
+    done: bool = False
+
+
+class Proxy:
+    """Forwards ``127.0.0.1:<port>`` to ``127.0.0.1:<upstream_port>``.
+
+    Parameters:
+      upstream_port: The loopback port of the real server.
+      max_connections: New connections beyond this are refused (closed).
+      max_lifetime: Seconds after which the proxy stops by itself.
+    """
+
+    def __init__(self, upstream_port: int, *, max_connections: int = 64, max_lifetime: float = 3600.0) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.max_connections = max_connections
+        self.delay_ms = 0
+        self.reset_new = False
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._lock = threading.Lock()
+        self._conns: list[tuple[socket.socket, socket.socket]] = []
+        self._stopped = threading.Event()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        # A timeout lets the accept loop notice stop() and the lifetime.
+        self._listener.settimeout(0.2)
+        self.port: int = self._listener.getsockname()[1]
+        self._expires = time.monotonic() + max_lifetime
+        self._acceptor = threading.Thread(target=self._accept_loop, name=f"proxy-{self.port}", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<proxy port>/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> Proxy:
+        """Start accepting connections."""
+        self._acceptor.start()
+        return self
+
+    # -- faults -------------------------------------------------------------
+
+    def set_delay(self, delay_ms: int) -> None:
+        """Deliver every chunk ``delay_ms`` after it was read (0: none)."""
+        self.delay_ms = delay_ms
+
+    def blackhole(self) -> None:
+        """Stop forwarding anything, in both directions, on every connection."""
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        """Undo blackhole, delay and reset-on-connect."""
+        self.delay_ms = 0
+        self.reset_new = False
+        self._flowing.set()
+
+    def reset_all(self) -> int:
+        """Send RST on every open connection, both sides; returns how many."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for client, upstream in conns:
+            _reset(client)
+            _reset(upstream)
+        return len(conns)
+
+    @property
+    def connections(self) -> int:
+        """Open proxied connections."""
+        with self._lock:
+            return len(self._conns)
+
+    # -- life cycle ---------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop accepting, close every connection, release the threads."""
+        self._stopped.set()
+        self._flowing.set()
+        self.reset_all()
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        if self._acceptor.is_alive() and threading.current_thread() is not self._acceptor:
+            self._acceptor.join(2)
+
+    def __enter__(self) -> Proxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            if time.monotonic() > self._expires:
+                self.stop()
+                return
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            if self.reset_new or self.connections >= self.max_connections:
+                _reset(client)
+                continue
+            threading.Thread(target=self._open, args=(client,), name=f"proxy-{self.port}-open", daemon=True).start()
+
+    def _open(self, client: socket.socket) -> None:
+        # A blackhole holds new connections too: the client's connect
+        # succeeds (the listener accepted) but nothing ever answers.
+        self._flowing.wait()
+        if self._stopped.is_set():
+            _reset(client)
+            return
+        try:
+            upstream = socket.create_connection(self.upstream, timeout=5)
+        except OSError:
+            _reset(client)
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._conns.append((client, upstream))
+        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client)):
+            threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
+            threading.Thread(target=self._write, args=(pipe,), daemon=True).start()
+
+    def _read(self, pipe: _Pipe) -> None:
+        try:
+            while True:
+                data = pipe.source.recv(_CHUNK)
+                if not data:
+                    break
+                with pipe.ready:
+                    pipe.queue.append((time.monotonic() + self.delay_ms / 1000, data))
+                    pipe.ready.notify()
+        except OSError:
+            pass
+        with pipe.ready:
+            pipe.done = True
+            pipe.ready.notify()
+
+    def _write(self, pipe: _Pipe) -> None:
+        try:
+            while True:
+                with pipe.ready:
+                    while not pipe.queue and not pipe.done:
+                        pipe.ready.wait(1.0)
+                    if not pipe.queue:
+                        break
+                    release, data = pipe.queue.popleft()
+                pause = release - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                self._flowing.wait()
+                if self._stopped.is_set():
+                    break
+                pipe.target.sendall(data)
+        except OSError:
+            pass
+        # The peer closed (or the connection broke): pass the end on.
+        for sock in (pipe.source, pipe.target):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._forget(pipe)
+
+    def _forget(self, pipe: _Pipe) -> None:
+        with self._lock:
+            self._conns = [c for c in self._conns if pipe.source not in c]
+        for sock in (pipe.source, pipe.target):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with SO_LINGER 0, which sends RST instead of FIN."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
