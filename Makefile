@@ -1,0 +1,18 @@
+# Shortcuts for the commands the README gives (make is optional: each target
+# is one line you can run by hand).
+.PHONY: demo test chaos soak bench
+
+demo:
+	bash scripts/demo.sh
+
+test:
+	bash scripts/test.sh
+
+chaos:
+	CHAOS_PROFILE=full bash scripts/test.sh tests/chaos -s
+
+soak:
+	.venv/bin/python -m tests.chaos.soak --minutes 30
+
+bench:
+	bash benchmarks/run.sh
