@@ -108,7 +108,9 @@ def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int)
         try:
             template = redis.Redis.from_url(url)
         except ValueError as exc:
-            raise CronConfigurationError(f"CronMiddleware: invalid redis URL {redact(url)!r}: {redact(str(exc))}") from None
+            raise CronConfigurationError(
+                f"CronMiddleware: invalid redis URL {redact(url)!r}: {redact(str(exc))}"
+            ) from None
     elif isinstance(source, redis.Redis):
         template = source
     else:

@@ -352,7 +352,9 @@ class LeaderThread(threading.Thread):
             if left <= 0 or self.lease.wait_for_release(min(left, self.fast_takeover_ms)):
                 return
             if self.lease.depose_if_gone():
-                self.logger.info("The cron leader's connection to Redis is gone; taking over without waiting for its lease.")
+                self.logger.info(
+                    "The cron leader's connection to Redis is gone; taking over without waiting for its lease."
+                )
                 return
 
     def _become_leader(self, acquired: Acquired, sent: float) -> None:
@@ -492,7 +494,7 @@ class LeaderThread(threading.Thread):
 
     def _apply(self, batch: _Batch, results: list[int]) -> None:
         granted: list[_Owed] = []
-        for index, (claim, result) in enumerate(zip(batch.claims, results)):
+        for index, (claim, result) in enumerate(zip(batch.claims, results, strict=True)):
             # The script overrides the requested outcome for paused and
             # overlapping ticks; report what Redis recorded.
             outcome = {SKIPPED: Outcome.SKIPPED, PAUSED: Outcome.PAUSED}.get(result, claim.outcome)
@@ -519,9 +521,7 @@ class LeaderThread(threading.Thread):
         if results is not None:
             self._apply(batch, results)
 
-    def _decide(
-        self, schedule: BoundSchedule, last: int, now: int
-    ) -> list[tuple[Claim, Message[Any] | None]]:
+    def _decide(self, schedule: BoundSchedule, last: int, now: int) -> list[tuple[Claim, Message[Any] | None]]:
         """Turn the ticks due since ``last`` into claims (see :func:`due_claims`)."""
         return due_claims(schedule, last, now, prefix=self.prefix)
 
@@ -564,7 +564,10 @@ class LeaderThread(threading.Thread):
             schedule_id=owed.schedule.id, tick_ms=owed.tick_ms, lag_ms=self.clock.now_ms() - owed.tick_ms
         )
         self.logger.debug(
-            "Enqueued %s for tick %s (message %s).", owed.schedule.id, owed.message.options["cron_tick"], owed.message.message_id
+            "Enqueued %s for tick %s (message %s).",
+            owed.schedule.id,
+            owed.message.options["cron_tick"],
+            owed.message.message_id,
         )
         return True
 
@@ -621,7 +624,9 @@ class LeaderThread(threading.Thread):
 
     def _step_down(self, reason: str) -> None:
         if self.epoch is not None:
-            self.logger.warning("Lost cron leadership (epoch %s): %s; no further ticks fired by this process.", self.epoch, reason)
+            self.logger.warning(
+                "Lost cron leadership (epoch %s): %s; no further ticks fired by this process.", self.epoch, reason
+            )
             self.observer.leadership_changed(epoch=self.epoch, leading=False)
         self.epoch = None
         self.lease.forget()

@@ -202,7 +202,7 @@ class Ledger:
         """
         result = self._run(self._sync, [self.keys.lease, self.keys.ticks], [token, epoch, *schedule_ids])
         out: dict[str, LastTick] = {}
-        for sid, value in zip(schedule_ids, result[2:]):
+        for sid, value in zip(schedule_ids, result[2:], strict=True):
             out[sid] = parse_last_tick(value)
         return out
 
@@ -223,9 +223,7 @@ class Ledger:
             separators=(",", ":"),
         )
         args: list[Any] = [token, epoch, self.history_length, self.keys.tag, batch_id, entries]
-        result = self._run(
-            self._claim, [self.keys.lease, self.keys.ticks, self.keys.history, self.keys.paused], args
-        )
+        result = self._run(self._claim, [self.keys.lease, self.keys.ticks, self.keys.history, self.keys.paused], args)
         return [int(r) for r in result[2:]]
 
     def batch_results(self, batch_id: str) -> list[int] | None:

@@ -88,18 +88,26 @@ class CronMiddleware(Middleware):
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         if isinstance(lock_ttl, bool) or not isinstance(lock_ttl, int) or lock_ttl < 300:
-            raise CronConfigurationError(f"CronMiddleware: lock_ttl must be an int of at least 300 ms, got {lock_ttl!r}")
+            raise CronConfigurationError(
+                f"CronMiddleware: lock_ttl must be an int of at least 300 ms, got {lock_ttl!r}"
+            )
         if catch_up not in ("each", "latest", "none"):
-            raise CronConfigurationError(f"CronMiddleware: catch_up must be 'each', 'latest' or 'none', got {catch_up!r}")
+            raise CronConfigurationError(
+                f"CronMiddleware: catch_up must be 'each', 'latest' or 'none', got {catch_up!r}"
+            )
         if isinstance(catch_up_window, bool) or not isinstance(catch_up_window, int) or catch_up_window < 0:
             raise CronConfigurationError(
                 f"CronMiddleware: catch_up_window must be a non-negative int of ms, got {catch_up_window!r}"
             )
         parse_timezone(timezone, what="CronMiddleware(timezone=...)")
         if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
-            raise CronConfigurationError(f"CronMiddleware: prefix must be a non-empty string without braces, got {prefix!r}")
+            raise CronConfigurationError(
+                f"CronMiddleware: prefix must be a non-empty string without braces, got {prefix!r}"
+            )
         if isinstance(history_length, bool) or not isinstance(history_length, int) or history_length < 1:
-            raise CronConfigurationError(f"CronMiddleware: history_length must be a positive int, got {history_length!r}")
+            raise CronConfigurationError(
+                f"CronMiddleware: history_length must be a positive int, got {history_length!r}"
+            )
         self.redis = redis
         self.lock_ttl = lock_ttl
         self.catch_up: CatchUp = catch_up

@@ -34,7 +34,9 @@ def make(url: str, *, op_timeout_ms: int = 500, prefix: str = "t") -> tuple[Leas
     client, blocking = scheduler_clients(url, op_timeout_ms=op_timeout_ms, block_timeout_ms=TTL)
     clock = Clock()
     keys = Keys(prefix)
-    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host="h", pid=os.getpid())
+    lease = Lease(
+        client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host="h", pid=os.getpid()
+    )
     return lease, Ledger(client=client, keys=keys, clock=clock)
 
 
