@@ -124,6 +124,21 @@ def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int)
     )
 
 
+def _bounded(timeout_ms: int) -> dict[str, Any]:
+    """The connection options every scheduler client gets, whatever the
+    user's client had: a timeout well under the lease, at most one retry,
+    text replies, no background health checks."""
+    timeout = timeout_ms / 1000
+    return {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 1),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        "decode_responses": True,
+        "health_check_interval": 0,
+    }
+
+
 def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
     pool = template.connection_pool
     kwargs = {
@@ -131,15 +146,7 @@ def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
         for key, value in pool.connection_kwargs.items()
         if key in _CARRIED or (key.startswith("ssl") and key != "ssl")
     }
-    timeout = timeout_ms / 1000
-    kwargs.update(
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 1),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        decode_responses=True,
-        health_check_interval=0,
-    )
+    kwargs.update(_bounded(timeout_ms))
     new_pool = redis.ConnectionPool(connection_class=pool.connection_class, max_connections=8, **kwargs)
     return redis.Redis(connection_pool=new_pool)
 
@@ -253,16 +260,10 @@ def _sentinel_clients(
             spec.sentinels,
             sentinel_kwargs={**spec.sentinel, "socket_timeout": short, "socket_connect_timeout": short},
         )
-        timeout = timeout_ms / 1000
         client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
             spec.service,
             connection_class=_WatchedSSLConnection if spec.ssl else _WatchedConnection,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-            decode_responses=True,
-            health_check_interval=0,
+            **_bounded(timeout_ms),
             **spec.master,
         )
         return client

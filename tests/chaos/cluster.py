@@ -28,6 +28,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware.keys import Keys
 from tests.support.instances import History, Instance, Verdict, now_ms, wait_for
+from tests.support.lifecycle import Lifecycle
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer
 
@@ -122,7 +123,7 @@ class Report:
         return " ".join(f"{k}={v}" for k, v in d.items())
 
 
-class Cluster:
+class Cluster(Lifecycle):
     """Redis, optional proxy, and ``size`` dramatiq instances.
 
     Parameters:
@@ -211,16 +212,6 @@ class Cluster:
                 except OSError:
                     pass
             shutil.rmtree(self.record_dir, ignore_errors=True)
-
-    def __enter__(self) -> Cluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _new_instance(self, index: int) -> Instance:
         env = {

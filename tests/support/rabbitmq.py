@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from tests.support.components import missing
+from tests.support.lifecycle import Lifecycle
 from tests.support.redis_server import free_port
 
 __all__ = ["RabbitmqServer", "rabbitmq_server_script"]
@@ -57,7 +58,7 @@ def _accepts_amqp(port: int) -> bool:
     return len(head) == 7 and head[0] == 1
 
 
-class RabbitmqServer:
+class RabbitmqServer(Lifecycle):
     """One rabbitmq-server node (and its epmd) owned by a test.
 
     Parameters:
@@ -199,13 +200,3 @@ class RabbitmqServer:
         self.stop()
         if os.environ.get("CRON_KEEP_LOGS") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> RabbitmqServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import redis
 
+from tests.support.lifecycle import Lifecycle
+
 __all__ = ["RedisServer", "free_port", "redis_server_binary"]
 
 
@@ -49,7 +51,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class RedisServer:
+class RedisServer(Lifecycle):
     """One redis-server process owned by a test.
 
     Parameters:
@@ -148,15 +150,3 @@ class RedisServer:
                 pass
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        # __exit__ does not run when start() fails (a server that never
-        # answers PING): stop it here or it outlives the test.
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
