@@ -54,6 +54,11 @@ def main() -> int:
     names: dict[int, str] = {}
     lock = threading.Lock()
 
+    def say(text: str) -> None:
+        # One lock for our lines and the instances' lines: no interleaving.
+        with lock:
+            print(text, flush=True)
+
     def pump(proc: subprocess.Popen[str], name: str) -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -79,12 +84,12 @@ def main() -> int:
             procs.append(proc)
             names[proc.pid] = name
             threading.Thread(target=pump, args=(proc, f"instance {name}"), daemon=True).start()
-        print(f"demo: {args.instances} dramatiq instances x {args.processes} processes compete for the lease")
+        say(f"demo: {args.instances} dramatiq instances x {args.processes} processes compete for the lease")
 
         time.sleep(args.seconds / 2)
         holder = client.hget("{dramatiq-cron}:lease", "pid")
         victim = next((p for p in procs if holder and _owns(p.pid, int(holder))), procs[0])
-        print(f"demo: stopping instance {names[victim.pid]} (SIGTERM), which holds the lease in pid {holder}")
+        say(f"demo: stopping instance {names[victim.pid]} (SIGTERM), which holds the lease in pid {holder}")
         stopped = time.monotonic()
         victim.send_signal(signal.SIGTERM)
         new_holder = None
@@ -94,7 +99,7 @@ def main() -> int:
                 break
             time.sleep(0.002)
         handover = (time.monotonic() - stopped) * 1000
-        print(f"demo: pid {new_holder} took over {handover:.0f} ms after the SIGTERM")
+        say(f"demo: pid {new_holder} took over {handover:.0f} ms after the SIGTERM")
         time.sleep(max(args.seconds - (time.monotonic() - started), 1))
     finally:
         for proc in procs:
@@ -110,7 +115,7 @@ def main() -> int:
         if runs:
             ticks = sorted(runs)
             expected = int(_epoch(ticks[-1]) - _epoch(ticks[0])) + 1
-            print(
+            say(
                 f"demo: {len(runs)} heartbeat ticks ran from {ticks[0]} to {ticks[-1]} "
                 f"({expected} expected), {len(doubled)} ran more than once"
             )
@@ -120,12 +125,12 @@ def main() -> int:
                 if fields.get("outcome") in ("fired", "caught_up") and fields.get("detail", "").isdigit()
             )
             if lags:
-                print(
+                say(
                     f"demo: fire lag (claim time minus tick) median {lags[len(lags) // 2]} ms, "
                     f"max {lags[-1]} ms over {len(lags)} fires"
                 )
         else:
-            print("demo: no heartbeat ran (see the log above)")
+            say("demo: no heartbeat ran (see the log above)")
         if server is not None:
             server.close()
     return 1 if doubled or not runs else 0
