@@ -172,3 +172,42 @@ def test_a_flushed_redis_deposes_the_leader_which_recovers_without_refiring(redi
         assert len(enqueued) == len(set(enqueued)), f"duplicates: {enqueued}"
     finally:
         middleware.stop()
+
+
+def test_a_jittered_schedule_still_enqueues_each_tick_once_with_a_bounded_delay(redis_server: RedisServer) -> None:
+    """Given ``jitter=800`` on a per-second schedule, when a real leader
+    fires it, then each tick is enqueued once, with a delay within
+    [0, 800] ms that is the same function of the tick everywhere, and the
+    message still names the scheduled tick."""
+    from dramatiq_cron_middleware import Schedule
+    from dramatiq_cron_middleware.leader import jitter_ms
+
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url, lock_ttl=1500)
+    broker.add_middleware(middleware)
+    seen: list[tuple[str, str, int | None]] = []
+
+    class Record(dramatiq.Middleware):
+        def after_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message, delay: int | None) -> None:  # type: ignore[type-arg]
+            seen.append((message.options["cron_tick"], message.message_id, delay))
+
+    broker.add_middleware(Record())
+
+    @dramatiq.actor(broker=broker, cron=Schedule("* * * * * *", jitter=800))
+    def jittered() -> None:
+        pass
+
+    middleware.start(broker)
+    try:
+        wait_for(lambda: len(seen) >= 4, timeout=10, what="four jittered ticks")
+    finally:
+        middleware.stop()
+    ticks = [tick for tick, _, _ in seen]
+    assert len(ticks) == len(set(ticks)), f"a tick was enqueued twice: {ticks}"
+    (schedule,) = middleware.all_schedules()
+    for tick, message_id, delay in seen:
+        assert tick.endswith("+00:00") and ".000" not in tick  # the scheduled instant, not the enqueue time
+        expected = jitter_ms(schedule, message_id)
+        assert 0 <= expected <= 800
+        assert (delay or 0) == expected
+    assert any(delay for _, _, delay in seen), "no tick was delayed at all"
