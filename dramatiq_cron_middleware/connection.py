@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -155,13 +155,6 @@ def url_from_environment() -> str | None:
     """The URL in ``DRAMATIQ_CRON_REDIS_URL``, or None."""
     value = os.environ.get(ENV_URL, "").strip()
     return value or None
-
-
-def unparse(url: str) -> str:
-    """``url`` without credentials (for log lines)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 # -- Redis Sentinel -------------------------------------------------------------

@@ -62,11 +62,6 @@ class Keys:
         """Set of paused actor names and schedule ids."""
         return f"{self.tag}:paused"
 
-    @property
-    def triggers(self) -> str:
-        """List of manual trigger requests for the leader."""
-        return f"{self.tag}:triggers"
-
     def batch(self, batch_id: str) -> str:
         """Results of one claim batch, kept ten minutes for a caller whose
         reply was lost."""

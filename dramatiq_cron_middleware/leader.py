@@ -30,7 +30,7 @@ from .lease import Acquired, Lease
 from .ledger import FIRE, LOST, PAUSED, REFUSED, SKIPPED, Claim, Ledger, NotLeader, Outcome
 from .schedule import BoundSchedule
 
-__all__ = ["LeaderObserver", "LeaderThread", "due_claims", "message_for", "ON_TIME_MS"]
+__all__ = ["LeaderObserver", "LeaderThread", "due_claims", "firing_claim", "message_for", "ON_TIME_MS"]
 
 #: A tick enqueued within this long after it fell due counts as on time;
 #: later ones are catch-up, subject to the schedule's catch-up policy.
@@ -110,18 +110,21 @@ def due_claims(schedule: BoundSchedule, last: int, now: int, *, prefix: str) -> 
         out.append((_missed(schedule, skip[-1], detail), None))
     for tick in fire:
         message = message_for(schedule, tick, prefix=prefix)
-        late = now - tick > ON_TIME_MS
-        claim = Claim(
-            schedule_id=schedule.id,
-            tick_ms=tick,
-            outcome=Outcome.CAUGHT_UP if late else Outcome.FIRED,
-            fire=True,
-            detail=str(now - tick),
-            message_id=message.message_id,
-            overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
-        )
-        out.append((claim, message))
+        out.append((firing_claim(schedule, tick, now, message), message))
     return out
+
+
+def firing_claim(schedule: BoundSchedule, tick: int, now: int, message: Message[Any]) -> Claim:
+    """The claim that fires ``tick`` with ``message``, decided at ``now``."""
+    return Claim(
+        schedule_id=schedule.id,
+        tick_ms=tick,
+        outcome=Outcome.CAUGHT_UP if now - tick > ON_TIME_MS else Outcome.FIRED,
+        fire=True,
+        detail=str(now - tick),
+        message_id=message.message_id,
+        overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
+    )
 
 
 def _missed(schedule: BoundSchedule, tick: int, detail: str) -> Claim:
@@ -146,7 +149,6 @@ class _Batch:
     batch_id: str
     claims: list[Claim]
     messages: dict[int, tuple[BoundSchedule, Message[Any]]]
-    started: float
 
 
 class LeaderObserver:
@@ -430,19 +432,9 @@ class LeaderThread(threading.Thread):
                     # what due_claims decides for it.
                     ready = self._message(schedule, tick)
                     messages[len(claims)] = (schedule, ready)
-                    claims.append(
-                        Claim(
-                            schedule_id=sid,
-                            tick_ms=tick,
-                            outcome=Outcome.FIRED,
-                            fire=True,
-                            detail=str(now - tick),
-                            message_id=ready.message_id,
-                            overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
-                        )
-                    )
+                    claims.append(firing_claim(schedule, tick, now, ready))
                     continue
-                for claim, message in self._decide(schedule, self._last[sid], now):
+                for claim, message in due_claims(schedule, self._last[sid], now, prefix=self.prefix):
                     if message is not None:
                         messages[len(claims)] = (schedule, message)
                     claims.append(claim)
@@ -453,12 +445,12 @@ class LeaderThread(threading.Thread):
             raise
         if not claims:
             for sid in touched:
-                heapq.heappush(self._heap, (self.schedules[sid].next_after(max(self._last[sid], now)), sid))
+                self._reschedule(sid, now)
             return
         if time.monotonic() >= self._deadline:
             self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
             return
-        batch = _Batch(batch_id=uuid.uuid4().hex, claims=claims, messages=messages, started=time.monotonic())
+        batch = _Batch(batch_id=uuid.uuid4().hex, claims=claims, messages=messages)
         self._unsettled = batch
         # Whatever happens next, the heap is rebuilt from the ledger unless
         # the claim succeeds below.
@@ -473,16 +465,19 @@ class LeaderThread(threading.Thread):
         latest: dict[str, int] = {}
         for claim in claims:
             latest[claim.schedule_id] = max(claim.tick_ms, latest.get(claim.schedule_id, claim.tick_ms))
-        # Off the fire-lag path now: compute each schedule's next tick and
-        # build its message ahead of time.
         for sid in touched:
             self._last[sid] = max(latest.get(sid, self._last[sid]), self._last[sid])
-            schedule = self.schedules[sid]
-            upcoming = schedule.next_after(max(self._last[sid], now))
-            heapq.heappush(self._heap, (upcoming, sid))
-            self._upcoming[sid] = (upcoming, message_for(schedule, upcoming, prefix=self.prefix))
+            self._reschedule(sid, now)
         if all(r not in (LOST, REFUSED) for r in results):
             self._synced = True
+
+    def _reschedule(self, sid: str, now: int) -> None:
+        """Put a schedule back on the heap at its next tick, and (off the
+        fire-lag path) build that tick's message ahead of time."""
+        schedule = self.schedules[sid]
+        upcoming = schedule.next_after(max(self._last[sid], now))
+        heapq.heappush(self._heap, (upcoming, sid))
+        self._upcoming[sid] = (upcoming, message_for(schedule, upcoming, prefix=self.prefix))
 
     def _message(self, schedule: BoundSchedule, tick: int) -> Message[Any]:
         """The message for a tick, from the one built ahead of time if any
@@ -520,10 +515,6 @@ class LeaderThread(threading.Thread):
         self._unsettled = None
         if results is not None:
             self._apply(batch, results)
-
-    def _decide(self, schedule: BoundSchedule, last: int, now: int) -> list[tuple[Claim, Message[Any] | None]]:
-        """Turn the ticks due since ``last`` into claims (see :func:`due_claims`)."""
-        return due_claims(schedule, last, now, prefix=self.prefix)
 
     def _enqueue(self, owed: list[_Owed]) -> list[bool]:
         """Enqueue granted ticks; a failure goes to the owed list, to be

@@ -79,7 +79,6 @@ local any_paused = redis.call('SCARD', KEYS[4]) > 0
 for _, e in ipairs(entries) do
   local sid, tick, outcome, fire = e[1], e[2], e[3], e[4]
   local detail, mid, overlap = e[5], e[6], e[7]
-  local actor = string.match(sid, '^([^/]*)/')
   local v = redis.call('HGET', KEYS[2], sid)
   if not v then
     table.insert(out, -1)
@@ -94,7 +93,7 @@ for _, e in ipairs(entries) do
       local result = 2
       if fire == 1 then
         if any_paused and (redis.call('SISMEMBER', KEYS[4], sid) == 1
-                           or (actor and redis.call('SISMEMBER', KEYS[4], actor) == 1)) then
+                           or redis.call('SISMEMBER', KEYS[4], string.match(sid, '^([^/]*)/') or '') == 1) then
           result = 4
           outcome = 'paused'
         elseif overlap > 0 and redis.call('EXISTS', prefix .. ':running:' .. sid) == 1 then
@@ -146,7 +145,6 @@ class Outcome:
     SKIPPED = "skipped"
     PAUSED = "paused"
     TRIGGERED = "triggered"
-    ENQUEUE_FAILED = "enqueue_failed"
 
 
 #: Per-entry results of a claim.
