@@ -48,6 +48,19 @@ def wait_for_ticks(history: History, count: int, *, after_ms: int, timeout: floa
     )
 
 
+def leading_pair(
+    instances: Start, env: dict[str, str], history: History, server: RedisServer
+) -> tuple[list[Instance], int, int]:
+    """Two instances of the app, a leader elected and two ticks fired:
+    returns the instances, the leader's pid and when the ticks were judged
+    from (epoch ms)."""
+    group = [instances(env) for _ in range(2)]
+    leader = wait_for(lambda: leader_pid(server), timeout=10, what="a leader")
+    start = now_ms()
+    wait_for_ticks(history, 2, after_ms=start)
+    return group, leader, start
+
+
 def assert_quiet(instance: Instance) -> None:
     """No traceback in an instance's log."""
     assert "Traceback" not in instance.log(), instance.log()[-3000:]
@@ -107,10 +120,7 @@ def test_a_leader_paused_past_its_lease_cannot_enqueue_when_it_wakes(
     """Given a leader process, when it is SIGSTOPped for twice its lease and
     then resumed, then another process took over, and the woken process
     enqueues nothing while the other leads: no tick is enqueued twice."""
-    group = [instances(app_env) for _ in range(2)]
-    paused = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
-    start = now_ms()
-    wait_for_ticks(history, 2, after_ms=start)
+    group, paused, start = leading_pair(instances, app_env, history, redis_server)
     os.kill(paused, signal.SIGSTOP)
     try:
         wait_for(
@@ -138,10 +148,7 @@ def test_after_kill_9_another_instance_takes_over_and_catches_up(
     """Given two instances, when the leader's whole instance is killed with
     SIGKILL, then the other takes over within lock_ttl plus one retry
     interval and fires the ticks missed in the gap, late, once each."""
-    group = [instances(app_env) for _ in range(2)]
-    first = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
-    start = now_ms()
-    wait_for_ticks(history, 2, after_ms=start)
+    group, first, start = leading_pair(instances, app_env, history, redis_server)
     victim = owner(first, group)
     killed = time.monotonic()
     killed_ms = now_ms()
@@ -166,10 +173,7 @@ def test_after_kill_9_another_instance_takes_over_and_catches_up(
 def test_sigterm_releases_the_lease_and_a_follower_takes_over_within_a_second(
     app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
 ) -> None:
-    group = [instances(app_env) for _ in range(2)]
-    first = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
-    start = now_ms()
-    wait_for_ticks(history, 2, after_ms=start)
+    group, first, start = leading_pair(instances, app_env, history, redis_server)
     victim = owner(first, group)
     stopped = time.monotonic()
     victim.signal(signal.SIGTERM)
@@ -316,10 +320,7 @@ def test_with_fast_takeover_a_killed_leader_is_replaced_well_within_its_lease(
     leader's registered connection is gone and takes over in about one check
     interval instead of the lease, with no tick lost or doubled."""
     env = {**app_env, "CRON_APP_TTL": "4000", "CRON_APP_FAST_TAKEOVER": "200"}
-    group = [instances(env) for _ in range(2)]
-    first = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
-    start = now_ms()
-    wait_for_ticks(history, 2, after_ms=start)
+    group, first, start = leading_pair(instances, env, history, redis_server)
     killed = time.monotonic()
     owner(first, group).kill9()
     successor = wait_for(lambda: (p := leader_pid(redis_server)) and p != first and p, timeout=10, what="a new leader")
