@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks.measure import Monitor, commands_by_pid, percentiles, socket_owners
 from benchmarks.ours import Stage
-from tests.support.instances import wait_for
+from tests.support.instances import stop_group, wait_for
 
 HERE = Path(__file__).resolve().parent / "peers"
 LOCK_KEY = "dramatiq-scheduler"
@@ -64,17 +64,7 @@ class Peer:
 
     def close(self) -> None:
         """Stop it by pid (SIGTERM, then SIGKILL of its group)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(5)
+        stop_group(self.proc, grace=5)
         self.log.close()
 
 

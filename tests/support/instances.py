@@ -58,6 +58,26 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def stop_group(proc: subprocess.Popen[Any], *, grace: float) -> None:
+    """Stop a process that leads its own process group: SIGTERM, up to
+    ``grace`` seconds to exit, then SIGKILL to whatever is left of the group
+    (children included), and reap it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        pass
+
+
 def alive(pid: int) -> bool:
     """Whether a process exists and is not a zombie."""
     try:
@@ -156,23 +176,10 @@ class Instance:
         if self.proc is None:
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGCONT)
+            os.killpg(self.proc.pid, signal.SIGCONT)  # a paused worker cannot exit
         except ProcessLookupError:
             pass
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
+        stop_group(self.proc, grace=10)
 
 
 @dataclass

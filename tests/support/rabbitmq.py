@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 from tests.support.components import missing
+from tests.support.instances import stop_group
 from tests.support.lifecycle import Lifecycle
 from tests.support.redis_server import free_port
 
@@ -172,22 +172,9 @@ class RabbitmqServer(Lifecycle):
         """Stop the node (SIGTERM to the script, which stops erl; SIGKILL to
         its process group if that takes too long), then its epmd."""
         if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                # Anything left in the group the script led (erl and its
-                # helpers such as erl_child_setup, inet_gethost).
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                pass
+            # The group the script leads holds erl and its helpers
+            # (erl_child_setup, inet_gethost).
+            stop_group(self.proc, grace=15)
             self.proc = None
         if self.epmd is not None:
             if self.epmd.poll() is None:
