@@ -267,7 +267,7 @@ class BoundSchedule:
         # every wake-up (1,000 due schedules took over a second per tick),
         # so each expression is parsed once and a copy is walked from
         # ``start``; the cached parse is never advanced itself.
-        hash_id = self._hash_id if _hashed(self.expression) else ""
+        hash_id = str(self._tick_key[-1])  # the identity only when a field uses H
         it = copy.copy(_parsed(self.expression, self.has_seconds, hash_id, self.day_or))
         it.set_current(start.replace(tzinfo=_UTC, fold=0), force=True)
         return it
