@@ -28,9 +28,9 @@ import redis
 
 from .connection import describe, redact, scheduler_clients
 from .control import Control, HistoryEntry
-from .leader import message_for
-from .ledger import Outcome
 from .middleware import CronMiddleware
+from .planner import message_for
+from .protocol import Outcome
 from .schedule import BoundSchedule
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]

@@ -53,11 +53,16 @@ _CARRIED = {
     "socket_keepalive_options",
 }
 
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
+# Everything between a scheme and the last ``@`` on the same line, without
+# crossing into another URL, is taken for user-info: a password may contain
+# ``/``, ``?``, ``#``, spaces and ``@``, and hiding a little too much beats
+# showing a password.
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>(?:(?!://)[^\n])*)@")
 
 
 def redact(text: str) -> str:
-    """Replace the user-info part of every URL in ``text`` with ``***``."""
+    """Replace the user-info part of every URL in ``text`` with ``***``,
+    whatever characters it contains."""
     return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
 
 

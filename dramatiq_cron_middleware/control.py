@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from .keys import Keys
-from .ledger import Outcome
+from .protocol import ClaimResult, Outcome, parse_ledger_value
 
 __all__ = ["Candidate", "Control", "HistoryEntry", "LastDecision", "LeaderInfo"]
 
@@ -34,12 +34,11 @@ return now
 
 # The per-entry claim results stored in the ledger, as outcomes.  A fired
 # tick may also have been a catch-up; the history stream tells which.
-_RESULT_OUTCOMES = {
-    "1": Outcome.FIRED,
-    "2": Outcome.MISSED,
-    "3": Outcome.SKIPPED,
-    "4": Outcome.PAUSED,
-    "baseline": "baseline",
+_RESULT_OUTCOMES: dict[int | None, str] = {
+    ClaimResult.FIRE: Outcome.FIRED,
+    ClaimResult.RECORDED: Outcome.MISSED,
+    ClaimResult.SKIPPED: Outcome.SKIPPED,
+    ClaimResult.PAUSED: Outcome.PAUSED,
 }
 
 # How far back ``last_decisions`` looks in the stream for the precise
@@ -159,11 +158,12 @@ class Control:
             precise.setdefault((entry.schedule_id, entry.tick_ms), entry.outcome)
         out = {}
         for sid, value in raw.items():
-            parts = value.split(":")
-            tick, epoch = int(parts[0]), int(parts[1])
-            code = parts[2] if len(parts) > 2 else ""
-            outcome = precise.get((sid, tick), _RESULT_OUTCOMES.get(code, "unknown"))
-            out[sid] = LastDecision(tick_ms=tick, epoch=epoch, outcome=outcome)
+            parsed = parse_ledger_value(value)
+            if parsed is None:
+                continue  # unparsable: the leader replaces it with a baseline
+            fallback = "baseline" if parsed.baseline else _RESULT_OUTCOMES.get(parsed.result, "unknown")
+            outcome = precise.get((sid, parsed.tick_ms), fallback)
+            out[sid] = LastDecision(tick_ms=parsed.tick_ms, epoch=parsed.epoch, outcome=str(outcome))
         return out
 
     def history(self, *, limit: int, match: set[str] | None = None) -> list[HistoryEntry]:

@@ -35,7 +35,8 @@ class Keys:
 
     @property
     def ticks(self) -> str:
-        """Hash: schedule id -> ``"<last tick ms>:<epoch that claimed it>"``."""
+        """Hash: schedule id -> ``"<last tick ms>:<epoch>:<result>"`` (or
+        ``:baseline``); the grammar is in protocol.py."""
         return f"{self.tag}:ticks"
 
     @property
@@ -47,6 +48,11 @@ class Keys:
     def candidates(self) -> str:
         """Sorted set: candidate -> last time seen (server ms)."""
         return f"{self.tag}:candidates"
+
+    @property
+    def candidate_info(self) -> str:
+        """Hash: candidate -> ``"<schedule fingerprint>|<app version>"``."""
+        return f"{self.tag}:candidates:info"
 
     @property
     def wake(self) -> str:
@@ -71,3 +77,9 @@ class Keys:
         """The message id of a schedule's message still queued or running
         (for ``overlap="skip"``), with a TTL so a crash cannot block it."""
         return f"{self.tag}:running:{schedule_id}"
+
+    @property
+    def runtime_revisions(self) -> str:
+        """Hash: runtime schedule id -> revision of its definition; the
+        claim script refuses ticks of a removed or replaced definition."""
+        return f"{self.tag}:runtime:revs"

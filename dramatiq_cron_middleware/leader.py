@@ -2,153 +2,59 @@
 
 While following, the thread blocks on Redis until the lease is released or
 is due to expire, then competes for it.  While leading, it sleeps until the
-next tick or renewal, decides due ticks in one fenced claim, and enqueues
-the ticks Redis granted.  It stops firing at its own monotonic deadline
+next tick or renewal, claims what is due in bounded, fenced batches, and
+enqueues what Redis granted.  It stops firing at its own monotonic deadline
 when renewals fail, and steps down the moment Redis refuses its token.
 Faults are logged once per state change, never once per retry.
+
+The thread is a state machine over small parts, each tested alone:
+:class:`~.tick_queue.TickQueue` (what is due), :mod:`~.planner` (what to do
+with it), :class:`~.owed.OwedQueue` (enqueues to retry),
+:class:`~.clock.ServerClock` (what time it is) and
+:class:`~.timing.Timing` (every duration).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import heapq
 import logging
 import threading
 import time
 import uuid
-from datetime import datetime
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
-from dramatiq import Broker, Message
 
-from .clock import Clock
+from .clock import ClockStep, ServerClock, StepKind
 from .connection import redact
-from .enqueue import enqueue_many
-from .lease import Acquired, Lease
-from .ledger import FIRE, LOST, PAUSED, REFUSED, SKIPPED, Claim, Ledger, NotLeader, Outcome
+from .lease import Acquired, Held, Lease
+from .ledger import BadRequest, Ledger, NotLeader
+from .owed import Owed, OwedQueue
+from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
 from .schedule import BoundSchedule
+from .server import DataLoss, ServerIdentity, classify_loss
+from .tick_queue import Planned, TickQueue
+from .timing import Timing
 
-__all__ = ["LeaderObserver", "LeaderThread", "due_claims", "firing_claim", "message_for", "ON_TIME_MS"]
+__all__ = ["BATCH_LIMIT", "LeaderObserver", "LeaderThread"]
 
-#: A tick enqueued within this long after it fell due counts as on time;
-#: later ones are catch-up, subject to the schedule's catch-up policy.
-ON_TIME_MS = 1000
+#: Claims per batch: about 10 ms of script time, so no script blocks Redis
+#: (and the broker's consumers on it) for long, and renewal and the firing
+#: deadline are honoured between batches.
+BATCH_LIMIT = 1000
 
-_MESSAGE_IDS = uuid.UUID("4c1f6a52-6a8e-4d0e-9a57-2f0c2a1e7c11")
 _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
-
-def message_for(schedule: BoundSchedule, tick_ms: int, *, prefix: str, manual: bool = False) -> Message[Any]:
-    """The message a schedule sends for a tick; its id is derived from
-    (prefix, schedule, tick) so consumers can deduplicate."""
-    tick = datetime.fromtimestamp(tick_ms / 1000, tz=schedule.zone).isoformat()
-    options: dict[str, Any] = dict(schedule.options)
-    options["cron_tick"] = tick
-    options["cron_schedule"] = schedule.id
-    if schedule.max_age is not None:
-        options["max_age"] = schedule.max_age
-    if schedule.overlap == "skip":
-        # Tells the worker that finishes the message to clear the
-        # schedule's running mark (see overlap.py).
-        options["cron_overlap"] = "skip"
-    if manual:
-        options["cron_manual"] = True
-        message_id = str(uuid.uuid4())
-    else:
-        message_id = str(uuid.uuid5(_MESSAGE_IDS, f"{prefix}|{schedule.id}|{tick_ms}"))
-    return Message(
-        queue_name=schedule.queue_name,
-        actor_name=schedule.actor_name,
-        args=tuple(schedule.args),
-        kwargs=dict(schedule.kwargs),
-        options=options,
-        message_id=message_id,
-    )
-
-
-def jitter_ms(schedule: BoundSchedule, message_id: str) -> int:
-    """A delay in ``[0, jitter]``, the same for every attempt at a tick."""
-    if schedule.jitter <= 0:
-        return 0
-    digest = hashlib.sha256(message_id.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % (schedule.jitter + 1)
-
-
-def due_claims(schedule: BoundSchedule, last: int, now: int, *, prefix: str) -> list[tuple[Claim, Message[Any] | None]]:
-    """Turn a schedule's ticks due since ``last`` (its last decided tick)
-    into claims at ``now``, per its catch-up policy, each firing claim with
-    the message it would send.  Ticks older than the window are recorded as
-    missed in one entry, not enumerated.  Pure: the leader and
-    ``testing.CronSimulator`` decide alike."""
-    out: list[tuple[Claim, Message[Any] | None]] = []
-    # A tick reached within ON_TIME_MS is on time, not catch-up: no window,
-    # however small, turns it into a missed one.
-    window_start = now - max(schedule.catch_up_window, ON_TIME_MS)
-    first = schedule.next_after(last)
-    if first > now:
-        return out
-    start = last
-    if first <= window_start:
-        last_missed = schedule.last_before(window_start + 1)
-        detail = f"outside the catch-up window, from {first}"
-        out.append((_missed(schedule, last_missed, detail), None))
-        start = last_missed
-    due = list(schedule.ticks_between(start, now))
-    if not due:
-        return out
-    if schedule.catch_up == "latest":
-        fire, skip = due[-1:], due[:-1]
-    elif schedule.catch_up == "none":
-        fire = [t for t in due if now - t <= ON_TIME_MS]
-        skip = [t for t in due if now - t > ON_TIME_MS]
-    else:
-        fire, skip = due, []
-    if skip:
-        detail = f"{len(skip)} ticks from {skip[0]} (catch_up={schedule.catch_up})"
-        out.append((_missed(schedule, skip[-1], detail), None))
-    for tick in fire:
-        message = message_for(schedule, tick, prefix=prefix)
-        out.append((firing_claim(schedule, tick, now, message), message))
-    return out
-
-
-def firing_claim(schedule: BoundSchedule, tick: int, now: int, message: Message[Any]) -> Claim:
-    """The claim that fires ``tick`` with ``message``, decided at ``now``."""
-    return Claim(
-        schedule_id=schedule.id,
-        tick_ms=tick,
-        outcome=Outcome.CAUGHT_UP if now - tick > ON_TIME_MS else Outcome.FIRED,
-        fire=True,
-        detail=str(now - tick),
-        message_id=message.message_id,
-        overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
-    )
-
-
-def _missed(schedule: BoundSchedule, tick: int, detail: str) -> Claim:
-    return Claim(schedule_id=schedule.id, tick_ms=tick, outcome=Outcome.MISSED, fire=False, detail=detail)
-
-
-@dataclasses.dataclass
-class _Owed:
-    """A tick Redis granted whose enqueue has not succeeded yet."""
-
-    schedule: BoundSchedule
-    tick_ms: int
-    message: Message[Any]
-    next_try: float
-    attempts: int = 0
-
-
-@dataclasses.dataclass
-class _Batch:
-    """A claim sent to Redis whose reply has not been read yet."""
-
-    batch_id: str
-    claims: list[Claim]
-    messages: dict[int, tuple[BoundSchedule, Message[Any]]]
+_KEY_NAMES = {
+    Corrupt.LEASE: "lease",
+    Corrupt.EPOCH: "epoch",
+    Corrupt.CANDIDATES: "candidates",
+    Corrupt.TICKS: "ticks",
+    Corrupt.HISTORY: "history",
+    Corrupt.PAUSED: "paused",
+    Corrupt.BATCH: "batch",
+}
 
 
 class LeaderObserver:
@@ -171,51 +77,71 @@ class LeaderObserver:
         """A granted tick was enqueued ``lag_ms`` after it fell due."""
 
 
+@dataclasses.dataclass
+class _Unsettled:
+    """A claim sent to Redis whose reply was not read."""
+
+    batch_id: str
+    batch: list[Planned]
+
+
 class LeaderThread(threading.Thread):
     """Competes for the lease and, while leading, fires due ticks.
 
     Parameters:
       broker: Where messages are enqueued.
       schedules: Every schedule declared on the broker.
-      lease, ledger, clock: The Redis-side collaborators.
+      lease, ledger: The Redis-side collaborators.
+      clock: The server clock the lease and ledger refresh.
+      timing: Every duration, derived from the lease length.
       prefix: The key prefix (part of every deterministic message id).
-      ttl_ms: The lease length.
       logger: Where state changes are reported.
       observer: Told about leadership, renewals and decided ticks.
         Defaults to None, meaning nobody listens.
+      fast_takeover_ms: Check every this many ms whether the leader's
+        process is gone.  Defaults to None (wait for the lease).
+      identify_server: Asks the server who it is (to tell a failover from
+        an eviction).  Defaults to None: every data loss counts as a
+        suspected failover.
+      boot_check: Run once, at the first turn that reaches Redis (the
+        eviction policy check).
     """
 
     def __init__(
         self,
         *,
-        broker: Broker,
-        schedules: list[BoundSchedule],
+        broker: Any,
+        schedules: Sequence[BoundSchedule],
         lease: Lease,
         ledger: Ledger,
-        clock: Clock,
+        clock: ServerClock,
+        timing: Timing,
         prefix: str,
-        ttl_ms: int,
         logger: logging.Logger,
         observer: LeaderObserver | None = None,
         fast_takeover_ms: int | None = None,
+        identify_server: Callable[[], ServerIdentity | None] | None = None,
+        boot_check: Callable[[], object] | None = None,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.observer = observer or LeaderObserver()
         self.fast_takeover_ms = fast_takeover_ms
-        self.broker = broker
-        self.schedules = {s.id: s for s in schedules}
         self.lease = lease
         self.ledger = ledger
         self.clock = clock
-        self.prefix = prefix
-        self.ttl_ms = ttl_ms
+        self.timing = timing
         self.logger = logger
-        # Renew every third of the lease (as etcd does); stop firing two
-        # thirds into it without a successful renewal, leaving a third of
-        # the lease as margin against clock-rate error and slow replies.
-        self.renew_interval = ttl_ms / 3000
-        self.fire_deadline = 2 * ttl_ms / 3000
-        self.retry_interval = min(1.0, ttl_ms / 6000)
+        self.monotonic = clock.monotonic
+        self.queue = TickQueue({s.id: s for s in schedules}, prefix=prefix)
+        self.owed = OwedQueue(
+            broker=broker,
+            logger=logger,
+            now_ms=clock.now_ms,
+            monotonic=clock.monotonic,
+            enqueued=self._report_enqueued,
+        )
+        self._identify = identify_server
+        self._boot_check = boot_check
         self.stopping = threading.Event()
         self.epoch: int | None = None
         self._renew_at = 0.0
@@ -223,19 +149,18 @@ class LeaderThread(threading.Thread):
         self._fire_not_before = 0.0
         self._seen_epoch = False
         self._failover_suspected = False
-        self._synced = False
-        self._last: dict[str, int] = {}
-        self._heap: list[tuple[int, str]] = []
-        self._owed: list[_Owed] = []
-        self._unsettled: _Batch | None = None
-        self._upcoming: dict[str, tuple[int, Message[Any]]] = {}
+        self._server: ServerIdentity | None = None
+        self._unsettled: _Unsettled | None = None
         self._release_lock = threading.Lock()
         self._released = False
-        self._reachable = True
-        self._enqueue_failing = False
-        self._unexpected: str | None = None
+        self._reported: set[str] = set()
+        self._fault: str | None = None
+        self._stale: tuple[str, str, float] | None = None
+        self._losses = _Flapping()
+        self._expect_ledger = False
+        clock.on_step = self._clock_stepped
 
-    # -- life cycle ---------------------------------------------------------
+    # -- life cycle -----------------------------------------------------------
 
     @property
     def leading(self) -> bool:
@@ -244,9 +169,16 @@ class LeaderThread(threading.Thread):
 
     def request_stop(self) -> None:
         """Ask the loop to stop; safe to call from a signal handler (it only
-        sets an event).  A leader then releases the lease from its own
-        thread at once, without waiting for the worker to drain."""
+        sets an event)."""
         self.stopping.set()
+
+    def hand_over(self, client: redis.Redis | None = None) -> None:
+        """Stop and release the lease *now*, from the calling thread: the
+        shutdown path, which may be a signal handler or ``atexit`` on a
+        process about to exit before this thread gets another turn.
+        ``client`` is a connection of the caller's own."""
+        self.stopping.set()
+        self._release(client, wait=False)
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the loop and release the lease if held (compare-and-delete)."""
@@ -260,122 +192,174 @@ class LeaderThread(threading.Thread):
             self.join(timeout)
         self._release()
 
-    def _release(self) -> None:
-        with self._release_lock:
+    def _release(self, client: redis.Redis | None = None, *, wait: bool = True) -> None:
+        # A signal handler may run on the main thread while this thread
+        # releases: never block there (the lock is not reentrant).
+        if not self._release_lock.acquire(timeout=1.0 if wait else 0.0):
+            return
+        try:
             if self._released:
                 return
-            self._released = True
-            was_leading = self.leading
-            epoch = self.epoch
-            self.epoch = None
+            epoch, self.epoch = self.epoch, None
             if epoch is not None:
                 self.observer.leadership_changed(epoch=epoch, leading=False)
-            self._release_from_redis(was_leading, epoch)
-
-    def _release_from_redis(self, was_leading: bool, epoch: int | None) -> None:
-        try:
-            released = self.lease.release()
-        except _FAULTS as exc:
-            if was_leading:
-                self.logger.warning(
-                    "Could not release the cron lease (epoch %s): %s; it expires within %d ms.",
-                    epoch,
-                    redact(str(exc)),
-                    self.ttl_ms,
-                )
-            return
-        if was_leading and released:
-            self.logger.info("Released cron leadership (epoch %s).", epoch)
+            try:
+                released = self.lease.release(client)
+            except (*_FAULTS, redis.RedisError) as exc:
+                if epoch is not None:
+                    self.logger.warning(
+                        "Could not release the cron lease (epoch %s): %s; it expires within %d ms.",
+                        epoch,
+                        redact(str(exc)),
+                        self.timing.lease_ms,
+                    )
+                return
+            self._released = True
+            if epoch is not None and released:
+                self.logger.info("Released cron leadership (epoch %s).", epoch)
+        finally:
+            self._release_lock.release()
 
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
-                if self._unsettled is not None:
-                    self._settle()
-                if self.leading:
-                    self._lead()
-                else:
-                    self._follow()
-                self._set_reachable(True)
-                self._unexpected = None
+                self._turn()
+                self._healthy()
             except NotLeader:
                 self._step_down("Redis holds another leader's token")
             except redis.ReadOnlyError as exc:
                 # A replica answered: a failover is under way or just happened.
                 self._failover_suspected = True
-                self._set_reachable(False, exc)
-                self._on_fault()
+                self._faulty(exc)
             except _FAULTS as exc:
-                self._set_reachable(False, exc)
-                self._on_fault()
+                self._faulty(exc)
             except Exception as exc:  # a bug or an unforeseen reply: report once, keep going
-                key = f"{type(exc).__name__}: {exc}"
-                if key != self._unexpected:
-                    self._unexpected = key
-                    self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
-                self._on_fault()
+                self._faulty(exc, unexpected=True)
         # Stopped: give the lease up right away so a follower takes over in
         # milliseconds, while the worker may still be draining messages.
         self._release()
         # Last chance for granted ticks whose enqueue failed.
-        self._pay_owed_quietly()
+        self.owed.pay_quietly()
+
+    def _turn(self) -> None:
+        """One pass of the state machine."""
+        if self._boot_check is not None:
+            self._boot_check()
+            self._boot_check = None
+        if self._unsettled is not None:
+            self._settle()
+        if self.leading:
+            self._lead()
+        else:
+            self._follow()
 
     # -- following ------------------------------------------------------------
 
     def _follow(self) -> None:
-        sent = time.monotonic()
+        sent = self.monotonic()
         result = self.lease.acquire()
+        self._report_corrupt(result.corrupt)
         if isinstance(result, Acquired):
+            self._stale = None
             self._become_leader(result, sent)
             return
-        self._set_reachable(True)
         # Someone holds the lease, so an epoch exists: if it later vanishes,
-        # that is data loss, and this process must wait before firing.
-        self._seen_epoch = True
-        remaining = result.remaining_ms
-        wait = self.ttl_ms if remaining < 0 else min(remaining + 5, self.ttl_ms)
-        if remaining == -2:  # vanished between the check and PTTL
-            wait = 1
+        # that is data loss, and worth telling apart from a failover.
+        if not self._seen_epoch:
+            self._seen_epoch = True
+            self._server = self._who_is_serving()
         # Ticks granted to this process while it led stay its own to enqueue.
-        self._pay_owed()
-        if self._owed:
-            retry_in = min(o.next_try for o in self._owed) - time.monotonic()
-            wait = max(1, min(wait, int(retry_in * 1000) + 1))
+        self.owed.pay()
         if self.stopping.is_set():
             return
+        wait = self._follow_wait(result)
+        if wait is None:
+            return
+        retry = self.owed.next_try()
+        if retry is not None:
+            wait = max(1, min(wait, int((retry - self.monotonic()) * 1000) + 1))
         if self.fast_takeover_ms is None:
             self.lease.wait_for_release(wait)
             return
         # Fast takeover: wait in short slices, and between them check whether
         # the leader's process is gone (its presence connection closed).
-        deadline = time.monotonic() + wait / 1000
-        while not self.stopping.is_set():
-            left = int((deadline - time.monotonic()) * 1000)
+        deadline = self.monotonic() + wait / 1000
+        while not self.stopping.is_set() and self.fast_takeover_ms is not None:
+            left = int((deadline - self.monotonic()) * 1000)
             if left <= 0 or self.lease.wait_for_release(min(left, self.fast_takeover_ms)):
                 return
-            if self.lease.depose_if_gone():
+            if self._depose_if_gone():
                 self.logger.info(
                     "The cron leader's connection to Redis is gone; taking over without waiting for its lease."
                 )
                 return
 
+    def _follow_wait(self, held: Held) -> int | None:
+        """How long to wait (ms) before competing again, bounded by the
+        lease length on *this* process's monotonic clock: key expiry runs
+        on the server's wall clock, which may have stepped back.  None
+        when a lease nobody renewed for that long was just deposed."""
+        now = self.monotonic()
+        seen = (held.token, held.renewals)
+        if self._stale is None or self._stale[:2] != seen:
+            self._stale = (*seen, now)
+        elif now - self._stale[2] >= self.timing.stale_after:
+            if held.token and self.lease.depose(held.token, "seq", held.renewals):
+                self.logger.warning(
+                    "The cron lease was not renewed for %d ms by this process's clock (the Redis clock may "
+                    "have stepped back); deposed it.",
+                    int((now - self._stale[2]) * 1000),
+                )
+            self._stale = None
+            return None
+        remaining = held.remaining_ms
+        ttl = self.timing.lease_ms
+        wait = ttl if remaining < 0 else min(remaining + 5, ttl)
+        if remaining == -2:  # vanished between the check and PTTL
+            wait = 1
+        left_by_our_clock = self.timing.stale_after - (now - self._stale[2])
+        return max(1, min(wait, int(left_by_our_clock * 1000) + 5))
+
+    def _depose_if_gone(self) -> bool:
+        try:
+            return self.lease.depose_if_gone()
+        except redis.ResponseError as exc:  # NoPermissionError: an ACL without CLIENT
+            self.fast_takeover_ms = None
+            self.lease.presence_client = None
+            self.logger.warning(
+                "fast_takeover needs the CLIENT command (%s); falling back to lease-only takeover.",
+                redact(str(exc)),
+            )
+            return False
+
     def _become_leader(self, acquired: Acquired, sent: float) -> None:
         self.epoch = acquired.epoch
-        self._deadline = sent + self.fire_deadline
-        self._renew_at = sent + self.renew_interval
-        self._synced = False
-        suspect = self._failover_suspected or (acquired.epoch_was_missing and self._seen_epoch)
+        self._released = False
+        # A ledger should exist if anyone led before: its absence is a loss.
+        self._expect_ledger = acquired.epoch > 1 or (acquired.epoch_was_missing and self._seen_epoch)
+        self._deadline = sent + self.timing.fire_deadline
+        self._renew_at = sent + self.timing.renew_interval
+        self.queue.invalidate()
+        delay = self._failover_suspected
+        if acquired.epoch_was_missing and self._seen_epoch:
+            loss = classify_loss(self._server, self._who_is_serving())
+            delay = delay or loss in (DataLoss.FAILOVER, DataLoss.UNKNOWN)
+            if self._losses.first():
+                self.logger.warning(
+                    "The cron epoch counter was gone (%s): the scheduler's data in Redis was lost.", loss.value
+                )
+        elif not self._seen_epoch:
+            self._server = self._who_is_serving()
         self._seen_epoch = True
         self._failover_suspected = False
-        if suspect:
+        if delay:
             # A write acknowledged by the old master may be missing here; wait
             # until any previous leader's lease has certainly run out.
-            self._fire_not_before = sent + self.ttl_ms / 1000
+            self._fire_not_before = sent + self.timing.failover_delay
             self.logger.warning(
-                "Acquired cron leadership (epoch %d) after a suspected Redis failover or data loss; "
-                "first fire delayed by %d ms.",
+                "Acquired cron leadership (epoch %d) after a suspected Redis failover; first fire delayed by %d ms.",
                 acquired.epoch,
-                self.ttl_ms,
+                int(self.timing.failover_delay * 1000),
             )
         else:
             self._fire_not_before = 0.0
@@ -384,254 +368,241 @@ class LeaderThread(threading.Thread):
             )
         self.observer.leadership_changed(epoch=acquired.epoch, leading=True)
 
+    def _who_is_serving(self) -> ServerIdentity | None:
+        if self._identify is None:
+            return None
+        try:
+            return self._identify()
+        except (*_FAULTS, redis.RedisError):
+            return None
+
     # -- leading --------------------------------------------------------------
 
     def _lead(self) -> None:
-        now = time.monotonic()
-        if now >= self._renew_at:
-            if not self.lease.renew():
-                raise NotLeader()
-            self.observer.renewed(latency_ms=(time.monotonic() - now) * 1000)
-            self._deadline = now + self.fire_deadline
-            self._renew_at = now + self.renew_interval
-        if time.monotonic() >= self._deadline:
-            self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
+        self._renew_if_due()
+        if not self._within_deadline():
             return
         token, epoch = self.lease.token, self.epoch
-        if token is None or epoch is None:  # released by stop() on another thread
+        if token is None or epoch is None:  # released by hand_over() on another thread
             return
-        if not self._synced:
+        if not self.queue.in_sync:
             self._sync(token, epoch)
-        if time.monotonic() >= self._fire_not_before:
+        if self.monotonic() >= self._fire_not_before:
             self._fire_due(token, epoch)
-        self._pay_owed()
+        self.owed.pay()
         self._sleep()
 
+    def _renew_if_due(self) -> None:
+        now = self.monotonic()
+        if now < self._renew_at:
+            return
+        if not self.lease.renew():
+            raise NotLeader()
+        self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
+        self._deadline = now + self.timing.fire_deadline
+        self._renew_at = now + self.timing.renew_interval
+
+    def _within_deadline(self) -> bool:
+        if self.monotonic() < self._deadline:
+            return True
+        self._step_down(f"no successful renewal for {int(self.timing.fire_deadline * 1000)} ms")
+        return False
+
     def _sync(self, token: str, epoch: int) -> None:
-        last = self.ledger.sync(token, epoch, list(self.schedules))
-        self._last = {sid: entry.tick_ms for sid, entry in last.items()}
-        self._heap = [(self.schedules[sid].next_after(tick), sid) for sid, tick in self._last.items()]
-        heapq.heapify(self._heap)
-        self._synced = True
+        # Baselines are the server's now, unless its clock jumped ahead and
+        # we ignore that: then our own estimate, so nothing is set in the
+        # future.
+        reply = self.ledger.sync(
+            token,
+            epoch,
+            list(self.queue.schedules),
+            now_ms=self.clock.now_ms() if self.clock.ignoring_step else None,
+            expect_ledger=self._expect_ledger,
+        )
+        self._report_corrupt(reply.corrupt)
+        if reply.ledger_lost and self._losses.first():
+            self.logger.warning(
+                "The cron ledger was gone (evicted, flushed or a restart without data): every schedule "
+                "restarts from now; recorded in the history."
+            )
+        for sid, code in reply.codes.items():
+            if code == SyncCode.CORRUPT:
+                self._report_once(f"corrupt:{sid}", "ledger entry %r of schedule %s is unparsable", sid)
+            elif code == SyncCode.FUTURE:
+                self._report_once(f"future:{sid}", "ledger entry of schedule %s lay in the future (a clock step?)", sid)
+        self.queue.load({sid: value.tick_ms for sid, value in reply.last.items()})
 
     def _fire_due(self, token: str, epoch: int) -> None:
-        now = self.clock.now_ms()
-        claims: list[Claim] = []
-        messages: dict[int, tuple[BoundSchedule, Message[Any]]] = {}
-        touched: list[str] = []
+        """Claim and enqueue what is due, batch by batch, renewing and
+        checking the deadline in between."""
+        while not self.stopping.is_set() and self.queue.in_sync:
+            batch = self.queue.take(self.clock.now_ms(), BATCH_LIMIT)
+            if not batch:
+                return
+            if not self._within_deadline():
+                return
+            self._claim(token, epoch, batch)
+            self.owed.pay()
+            self._renew_if_due()
+
+    def _claim(self, token: str, epoch: int, batch: list[Planned]) -> None:
+        unsettled = _Unsettled(batch_id=uuid.uuid4().hex, batch=batch)
+        self._unsettled = unsettled
+        # Until a reply is read, the queue no longer matches the ledger.
+        self.queue.invalidate()
         try:
-            while self._heap and self._heap[0][0] <= now:
-                tick, sid = heapq.heappop(self._heap)
-                touched.append(sid)
-                schedule = self.schedules[sid]
-                if now - tick < ON_TIME_MS and tick > self._last[sid]:
-                    # The common case, on the fire-lag path: the heap holds the
-                    # first tick after the last decided one, it is on time, and
-                    # (ticks being at least a second apart) it is the only one
-                    # due, so no cron arithmetic is needed.  This is exactly
-                    # what due_claims decides for it.
-                    ready = self._message(schedule, tick)
-                    messages[len(claims)] = (schedule, ready)
-                    claims.append(firing_claim(schedule, tick, now, ready))
-                    continue
-                for claim, message in due_claims(schedule, self._last[sid], now, prefix=self.prefix):
-                    if message is not None:
-                        messages[len(claims)] = (schedule, message)
-                    claims.append(claim)
-        except BaseException:
-            # Schedules already popped would vanish from the heap: rebuild it
-            # from the ledger before anything else.
-            self._synced = False
-            raise
-        if not claims:
-            for sid in touched:
-                self._reschedule(sid, now)
-            return
-        if time.monotonic() >= self._deadline:
-            self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
-            return
-        batch = _Batch(batch_id=uuid.uuid4().hex, claims=claims, messages=messages)
-        self._unsettled = batch
-        # Whatever happens next, the heap is rebuilt from the ledger unless
-        # the claim succeeds below.
-        self._synced = False
-        try:
-            results = self.ledger.claim(token, epoch, batch.batch_id, claims)
-        except NotLeader:
+            reply = self.ledger.claim(token, epoch, unsettled.batch_id, [p.claim for p in batch])
+        except (NotLeader, BadRequest):
             self._unsettled = None  # refused before writing anything
             raise
         self._unsettled = None
-        self._apply(batch, results)
-        latest: dict[str, int] = {}
-        for claim in claims:
-            latest[claim.schedule_id] = max(claim.tick_ms, latest.get(claim.schedule_id, claim.tick_ms))
-        for sid in touched:
-            self._last[sid] = max(latest.get(sid, self._last[sid]), self._last[sid])
-            self._reschedule(sid, now)
-        if all(r not in (LOST, REFUSED) for r in results):
-            self._synced = True
+        self._report_corrupt(reply.corrupt)
+        self.queue.in_sync = True
+        self._apply(batch, reply.results, reply.server_ms)
 
-    def _reschedule(self, sid: str, now: int) -> None:
-        """Put a schedule back on the heap at its next tick, and (off the
-        fire-lag path) build that tick's message ahead of time."""
-        schedule = self.schedules[sid]
-        upcoming = schedule.next_after(max(self._last[sid], now))
-        heapq.heappush(self._heap, (upcoming, sid))
-        self._upcoming[sid] = (upcoming, message_for(schedule, upcoming, prefix=self.prefix))
-
-    def _message(self, schedule: BoundSchedule, tick: int) -> Message[Any]:
-        """The message for a tick, from the one built ahead of time if any
-        (restamped: dramatiq's AgeLimit counts from the timestamp)."""
-        cached = self._upcoming.pop(schedule.id, None)
-        if cached is not None and cached[0] == tick:
-            return dataclasses.replace(cached[1], message_timestamp=int(time.time() * 1000))
-        return message_for(schedule, tick, prefix=self.prefix)
-
-    def _apply(self, batch: _Batch, results: list[int]) -> None:
-        granted: list[_Owed] = []
-        for index, (claim, result) in enumerate(zip(batch.claims, results, strict=True)):
-            # The script overrides the requested outcome for paused and
-            # overlapping ticks; report what Redis recorded.
-            outcome = {SKIPPED: Outcome.SKIPPED, PAUSED: Outcome.PAUSED}.get(result, claim.outcome)
-            if result not in (REFUSED, LOST):
-                self.observer.tick_decided(schedule_id=claim.schedule_id, outcome=outcome)
-            if result == FIRE and index in batch.messages:
-                schedule, message = batch.messages[index]
-                granted.append(_Owed(schedule=schedule, tick_ms=claim.tick_ms, message=message, next_try=0.0))
-            elif result in (SKIPPED, PAUSED):
-                self.logger.debug("Tick %s of %s %s.", claim.tick_ms, claim.schedule_id, outcome)
+    def _apply(self, batch: list[Planned], results: Sequence[ClaimResult], server_ms: int) -> None:
+        granted: list[Owed] = []
+        for item, result in zip(batch, results, strict=True):
+            claim = item.claim
+            if result in (ClaimResult.FIRE, ClaimResult.RECORDED, ClaimResult.SKIPPED, ClaimResult.PAUSED):
+                # The script overrides the requested outcome for paused and
+                # overlapping ticks; report what Redis recorded.
+                outcome = {ClaimResult.SKIPPED: Outcome.SKIPPED, ClaimResult.PAUSED: Outcome.PAUSED}.get(
+                    result, Outcome(claim.outcome)
+                )
+                self.observer.tick_decided(schedule_id=claim.schedule_id, outcome=outcome.value)
+            if result == ClaimResult.FIRE and item.message is not None:
+                granted.append(Owed(schedule=item.schedule, tick_ms=claim.tick_ms, message=item.message))
+        self.queue.decided(batch, results, server_ms)
         # All granted ticks of the batch go to the broker together (one
         # pipelined round trip for a RedisBroker; see enqueue.py).
-        self._enqueue(granted)
+        self.owed.send(granted)
 
     def _settle(self) -> None:
         """Learn what became of a claim whose reply was lost.  The batch ran
         if and only if its results are in Redis; granted ticks are ours to
         enqueue even if we no longer lead."""
-        batch = self._unsettled
-        if batch is None:
+        unsettled = self._unsettled
+        if unsettled is None:
             return
-        results = self.ledger.batch_results(batch.batch_id)
+        results = self.ledger.batch_results(unsettled.batch_id)
         self._unsettled = None
-        if results is not None:
-            self._apply(batch, results)
-
-    def _enqueue(self, owed: list[_Owed]) -> list[bool]:
-        """Enqueue granted ticks; a failure goes to the owed list, to be
-        retried with the same message id.  True per tick that made it."""
-        for item in owed:
-            item.attempts += 1
-        failures = enqueue_many(
-            self.broker, [(o.message, jitter_ms(o.schedule, o.message.message_id) or None) for o in owed]
-        )
-        return [
-            self._enqueue_failed(item, exc) if exc is not None else self._enqueued(item)
-            for item, exc in zip(owed, failures, strict=True)
-        ]
-
-    def _try_enqueue(self, owed: _Owed) -> bool:
-        return self._enqueue([owed])[0]
-
-    def _enqueue_failed(self, owed: _Owed, exc: BaseException) -> bool:
-        if not self._enqueue_failing:
-            self._enqueue_failing = True
-            self.logger.warning(
-                "Enqueueing cron messages fails (%s); tick %s of %s and any later ones are retried "
-                "with the same message id.",
-                redact(f"{type(exc).__name__}: {exc}"),
-                owed.message.options["cron_tick"],
-                owed.schedule.id,
-            )
-        owed.next_try = time.monotonic() + min(0.1 * 2**owed.attempts, 5.0)
-        if owed not in self._owed:
-            self._owed.append(owed)
-        return False
-
-    def _enqueued(self, owed: _Owed) -> bool:
-        if self._enqueue_failing:
-            self._enqueue_failing = False
-            self.logger.warning("Enqueueing cron messages works again.")
-        self.observer.enqueued(
-            schedule_id=owed.schedule.id, tick_ms=owed.tick_ms, lag_ms=self.clock.now_ms() - owed.tick_ms
-        )
-        self.logger.debug(
-            "Enqueued %s for tick %s (message %s).",
-            owed.schedule.id,
-            owed.message.options["cron_tick"],
-            owed.message.message_id,
-        )
-        return True
-
-    def _pay_owed(self) -> None:
-        """Retry granted ticks whose enqueue failed.  They are ours alone (the
-        ledger refuses them to everyone else), so retrying even after losing
-        the lease fires them late, but once."""
-        if not self._owed:
-            return
-        now = time.monotonic()
-        for owed in list(self._owed):
-            if owed.next_try > now:
-                continue
-            if self._try_enqueue(owed):
-                self._owed.remove(owed)
-            elif self.clock.now_ms() - owed.tick_ms > owed.schedule.catch_up_window:
-                self._owed.remove(owed)
-                self.logger.warning(
-                    "Gave up enqueueing tick %s of %s after %d attempts.",
-                    owed.message.options["cron_tick"],
-                    owed.schedule.id,
-                    owed.attempts,
-                )
+        if results is not None and len(results) == len(unsettled.batch):
+            self._apply(unsettled.batch, results, self.clock.now_ms())
+        # Either way the queue syncs from the ledger before firing again.
+        self.queue.invalidate()
 
     def _sleep(self) -> None:
-        now_mono = time.monotonic()
+        now_mono = self.monotonic()
         wake = min(self._renew_at, self._deadline)
-        if self._heap:
-            due_in = (self._heap[0][0] - self.clock.now_ms()) / 1000
-            wake = min(wake, now_mono + max(due_in, 0.0))
-            if self._fire_not_before > now_mono:
-                # Nothing fires before then (post-failover wait): sleep until it.
-                wake = min(self._renew_at, self._deadline, max(wake, self._fire_not_before))
-        if self._owed:
-            wake = min(wake, min(o.next_try for o in self._owed))
+        due = self.queue.next_due_ms()
+        if due is not None:
+            wake = min(wake, now_mono + max(due - self.clock.now_ms(), 0) / 1000)
+        if self._fire_not_before > now_mono:
+            # Nothing fires before then (post-failover wait): sleep until it.
+            wake = min(self._renew_at, self._deadline, max(wake, self._fire_not_before))
+        retry = self.owed.next_try()
+        if retry is not None:
+            wake = min(wake, retry)
         self.stopping.wait(max(wake - now_mono, 0.0))
 
-    # -- faults ---------------------------------------------------------------
-
-    def _on_fault(self) -> None:
-        if self.leading and time.monotonic() >= self._deadline:
-            self._step_down(f"no successful renewal for {int(self.fire_deadline * 1000)} ms")
-        if self.leading:
-            # Retry the renewal soon, but keep firing nothing past the deadline.
-            self._renew_at = time.monotonic()
-        self._pay_owed_quietly()
-        self.stopping.wait(self.retry_interval)
-
-    def _pay_owed_quietly(self) -> None:
-        try:
-            self._pay_owed()
-        except Exception:  # the clock or broker may be down too; retried later
-            pass
+    # -- faults and reports ---------------------------------------------------
 
     def _step_down(self, reason: str) -> None:
         if self.epoch is not None:
-            self.logger.warning(
-                "Lost cron leadership (epoch %s): %s; no further ticks fired by this process.", self.epoch, reason
-            )
+            if self._losses.first_loss_of_lead():
+                self.logger.warning(
+                    "Lost cron leadership (epoch %s): %s; no further ticks fired by this process.", self.epoch, reason
+                )
+            else:
+                self.logger.info("Lost cron leadership (epoch %s): %s.", self.epoch, reason)
             self.observer.leadership_changed(epoch=self.epoch, leading=False)
         self.epoch = None
         self.lease.forget()
-        self._synced = False
+        self.queue.invalidate()
 
-    def _set_reachable(self, reachable: bool, exc: BaseException | None = None) -> None:
-        if reachable == self._reachable:
-            return
-        self._reachable = reachable
-        if reachable:
+    def _healthy(self) -> None:
+        if self._fault is not None:
+            self._fault = None
             self.logger.warning("Cron scheduler reaches Redis again.")
-        else:
+
+    def _faulty(self, exc: BaseException, *, unexpected: bool = False) -> None:
+        key = f"{type(exc).__name__}: {exc}" if unexpected else "unreachable"
+        if key != self._fault:
+            self._fault = key
+            if unexpected:
+                self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
+            else:
+                self.logger.warning(
+                    "Cron scheduler cannot reach Redis (%s); retrying every %d ms.",
+                    redact(f"{type(exc).__name__}: {exc}"),
+                    int(self.timing.retry_interval * 1000),
+                )
+        if self.leading and self.monotonic() >= self._deadline:
+            self._step_down(f"no successful renewal for {int(self.timing.fire_deadline * 1000)} ms")
+        if self.leading:
+            # Retry the renewal soon, but keep firing nothing past the deadline.
+            self._renew_at = self.monotonic()
+        self.queue.invalidate()
+        self.owed.pay_quietly()
+        self.stopping.wait(self.timing.retry_interval)
+
+    def _report_enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
+        self.observer.enqueued(schedule_id=schedule_id, tick_ms=tick_ms, lag_ms=lag_ms)
+
+    def _report_corrupt(self, corrupt: Corrupt) -> None:
+        for flag, name in _KEY_NAMES.items():
+            if corrupt & flag:
+                key = getattr(self.lease.keys, name) if name != "batch" else f"{self.lease.keys.tag}:batch:*"
+                self._report_once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)
+
+    def _report_once(self, what: str, message: str, *args: object) -> None:
+        if what in self._reported:
+            return
+        self._reported.add(what)
+        self.logger.warning("Cron scheduler: " + message + ".", *args)
+
+    def _clock_stepped(self, step: ClockStep) -> None:
+        seconds = step.delta_ms / 1000
+        if step.kind == StepKind.FORWARD_IGNORED:
             self.logger.warning(
-                "Cron scheduler cannot reach Redis (%s); retrying every %d ms.",
-                redact(f"{type(exc).__name__}: {exc}"),
-                int(self.retry_interval * 1000),
+                "The Redis server's clock jumped %+.1f s against this process's monotonic clock and away from "
+                "its wall clock; ignoring the jump (nothing fires early) until Redis is back in line.",
+                seconds,
             )
+        elif step.kind == StepKind.FORWARD_FOLLOWED:
+            self.logger.warning(
+                "The Redis server's clock jumped %+.1f s, towards this host's wall clock; following it.", seconds
+            )
+        elif step.kind == StepKind.BACKWARD:
+            self.logger.warning(
+                "The Redis server's clock jumped %+.1f s (backwards); ticks already decided are not repeated.",
+                seconds,
+            )
+        else:
+            self.logger.warning("The Redis server's clock is back in line with this process's clock.")
+
+
+class _Flapping:
+    """Turns a repeating fault into one WARNING: the first occurrence warns,
+    repeats within ``quiet`` seconds are reported at INFO."""
+
+    def __init__(self, quiet: float = 600.0, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.quiet = quiet
+        self.monotonic = monotonic
+        self._lost_data = -float("inf")
+        self._lost_lead = -float("inf")
+
+    def first(self) -> bool:
+        """A data loss: True when it is the first for a while."""
+        now = self.monotonic()
+        first = now - self._lost_data >= self.quiet
+        self._lost_data = now
+        return first
+
+    def first_loss_of_lead(self) -> bool:
+        """A lost leadership: True when it is the first for a while."""
+        now = self.monotonic()
+        first = now - self._lost_lead >= self.quiet
+        self._lost_lead = now
+        return first

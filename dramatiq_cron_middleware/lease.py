@@ -4,103 +4,24 @@ The lease is one Redis hash holding the leader's token and epoch, expiring
 after ``lock_ttl``.  Holding the lease is necessary but not sufficient to
 fire: every claim in the ledger is checked against the lease token inside
 Redis (see ``ledger.py``), so a process that merely *believes* it leads
-cannot enqueue.  This module only acquires, renews, releases and waits.
+cannot enqueue.  This module only acquires, renews, releases, deposes and
+waits.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
 
-from .clock import Clock
+from .clock import ServerClock
 from .keys import Keys
+from .protocol import Corrupt, load_script
 
 __all__ = ["Acquired", "Held", "Lease"]
-
-# Take the lease if it is free; refresh it if it is already ours (a retry
-# after a reply was lost must not look like someone else holding it).
-# Bumps the epoch on every new acquisition and reports whether the epoch
-# counter had vanished (a wiped or failed-over Redis).
-_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[3], now, ARGV[5])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 10 * ttl)
-local holder = redis.call('HGET', KEYS[1], 'token')
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('HSET', KEYS[1], 'renewed', now, 'conn', ARGV[6])
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'epoch')), now, tonumber(redis.call('HGET', KEYS[1], 'fresh') or '0')}
-end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1]), now, 0}
-end
-local fresh = 0
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  -- The counter vanished (wipe, failover to an empty replica).  Restart it
-  -- above every epoch the ledger still names, so epochs stay unique.
-  fresh = 1
-  local highest = 0
-  for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
-    local e = tonumber(string.match(v, '^%-?%d+:(%d+)'))
-    if e and e > highest then highest = e end
-  end
-  redis.call('SET', KEYS[2], highest)
-end
-local epoch = redis.call('INCR', KEYS[2])
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'epoch', epoch, 'host', ARGV[3], 'pid', ARGV[4],
-           'since', now, 'renewed', now, 'ttl', ttl, 'candidate', ARGV[5], 'fresh', fresh,
-           'conn', ARGV[6])
-redis.call('PEXPIRE', KEYS[1], ttl)
-return {1, epoch, now, fresh}
-"""
-
-# Extend the lease only if it still holds our token.  PEXPIRE replaces the
-# TTL, so retried renewals never stretch the lease beyond one TTL.
-_RENEW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[2], now, ARGV[3])
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[1], 'renewed', now, 'conn', ARGV[4])
-return {1, now}
-"""
-
-# Fast takeover: delete the lease only if it still holds the token and the
-# connection id the caller saw, and Redis no longer knows that connection
-# (checked by the caller with CLIENT LIST ID, which scripts may not run).
-# Fencing keeps this safe even if the leader is alive but was cut off: its
-# claims are refused from the moment the key is gone.
-_DEPOSE = """
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[1], 'conn') ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[1])
-return 1
-"""
-
-# Compare-and-delete, then wake the followers seen recently so one of them
-# takes over at once instead of waiting for the TTL.
-_RELEASE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[3])
-redis.call('ZREM', KEYS[3], ARGV[2])
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-local n = redis.call('ZCOUNT', KEYS[3], now - 2 * ttl, '+inf')
-if n < 1 then n = 1 end
-if n > 64 then n = 64 end
-for i = 1, n do redis.call('RPUSH', KEYS[2], now) end
-redis.call('PEXPIRE', KEYS[2], ttl)
-return 1
-"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,16 +30,21 @@ class Acquired:
 
     epoch: int
     server_ms: int
-    #: The epoch counter was missing: the Redis data was wiped or a replica
-    #: without it was promoted.
+    #: The epoch counter was missing: the Redis data was wiped, evicted, or
+    #: a node without it was promoted.
     epoch_was_missing: bool
+    corrupt: Corrupt = Corrupt.NONE
 
 
 @dataclasses.dataclass(frozen=True)
 class Held:
-    """Another candidate holds the lease for ``remaining_ms`` more."""
+    """Another candidate holds the lease for ``remaining_ms`` more (by the
+    server's clock), under ``token``, renewed ``renewals`` times."""
 
     remaining_ms: int
+    token: str = ""
+    renewals: str = ""
+    corrupt: Corrupt = Corrupt.NONE
 
 
 class Lease:
@@ -131,6 +57,8 @@ class Lease:
       ttl_ms: The lease length in milliseconds.
       clock: Refreshed from the server time every script returns.
       host, pid: Shown to operators as the leader's identity.
+      fingerprint, version: Published with this candidate (its schedule
+        set's fingerprint and the app version, when given).
       presence_client: For fast takeover: a single-connection client whose
         ``CLIENT ID`` is registered in the lease while leading, so followers
         can tell when the leader's process is gone.  None disables it.
@@ -143,9 +71,11 @@ class Lease:
         blocking_client: redis.Redis,
         keys: Keys,
         ttl_ms: int,
-        clock: Clock,
+        clock: ServerClock,
         host: str,
         pid: int,
+        fingerprint: str = "",
+        version: str = "",
         presence_client: redis.Redis | None = None,
     ) -> None:
         self.keys = keys
@@ -153,17 +83,19 @@ class Lease:
         self.clock = clock
         self.host = host
         self.pid = pid
+        self.fingerprint = fingerprint
+        self.version = version
         self.candidate_id = uuid.uuid4().hex[:12]
         self.member = f"{host}|{pid}|{self.candidate_id}"
         self.token: str | None = None
         self._attempt: str | None = None
         self._client = client
         self._blocking = blocking_client
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
-        self._depose = client.register_script(_DEPOSE)
-        self._presence = presence_client
+        self._acquire = load_script(client, "acquire")
+        self._renew = load_script(client, "renew")
+        self._release = load_script(client, "release")
+        self._depose = load_script(client, "depose")
+        self.presence_client = presence_client
 
     def acquire(self) -> Acquired | Held:
         """Try once to take the lease."""
@@ -174,15 +106,21 @@ class Lease:
         self._attempt = token
         result = self._call(
             self._acquire,
-            [self.keys.lease, self.keys.epoch, self.keys.candidates, self.keys.ticks],
-            [token, self.ttl_ms, self.host, self.pid, self.member, self.presence_id()],
+            [self.keys.lease, self.keys.epoch, self.keys.candidates, self.keys.ticks, self.keys.candidate_info],
+            [token, self.ttl_ms, self.host, self.pid, self.member, self.presence_id(), self.fingerprint, self.version],
         )
         self._attempt = None
+        corrupt = Corrupt(int(result[4]))
         if int(result[0]) == 1:
             self.token = token
-            return Acquired(epoch=int(result[1]), server_ms=int(result[2]), epoch_was_missing=bool(int(result[3])))
+            return Acquired(
+                epoch=int(result[1]),
+                server_ms=int(result[2]),
+                epoch_was_missing=bool(int(result[3])),
+                corrupt=corrupt,
+            )
         self.token = None
-        return Held(remaining_ms=int(result[1]))
+        return Held(remaining_ms=int(result[1]), token=str(result[5]), renewals=str(result[6]), corrupt=corrupt)
 
     def renew(self) -> bool:
         """Extend the lease; False when Redis no longer holds our token."""
@@ -198,15 +136,17 @@ class Lease:
             return False
         return True
 
-    def release(self) -> bool:
+    def release(self, client: redis.Redis | None = None) -> bool:
         """Give the lease up (compare-and-delete) and wake the followers;
-        also removes this candidate from the candidate list."""
+        also removes this candidate from the candidate list.  ``client``
+        overrides the command client (the shutdown path uses a connection
+        of its own)."""
         # A pending attempt's lost reply may have won the lease: release that too.
         token, self.token, self._attempt = self.token or self._attempt, None, None
-        result = self._client_call(
-            self._release,
-            [self.keys.lease, self.keys.wake, self.keys.candidates],
-            [token or "-", self.member, self.ttl_ms],
+        result = self._release(
+            keys=[self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info],
+            args=[token or "-", self.member, self.ttl_ms],
+            client=client,
         )
         return int(result) == 1
 
@@ -219,10 +159,10 @@ class Lease:
         fast takeover is off or Redis is unreachable).  Asking also keeps the
         connection from idling out, and after a reconnection registers the
         new id with the next renewal."""
-        if self._presence is None:
+        if self.presence_client is None:
             return ""
         try:
-            return str(self._presence.client_id())
+            return str(self.presence_client.client_id())
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return ""
 
@@ -235,7 +175,12 @@ class Lease:
             return False
         if self._client.client_list(client_id=[conn]):
             return False
-        return int(self._depose(keys=[self.keys.lease], args=[token, conn])) == 1
+        return self.depose(str(token), "conn", str(conn))
+
+    def depose(self, token: str, field: str, seen: str) -> bool:
+        """Delete the lease if it still holds ``token`` and ``field`` still
+        reads ``seen``; True when deleted."""
+        return int(self._depose(keys=[self.keys.lease], args=[token, field, seen])) == 1
 
     def wait_for_release(self, timeout_ms: int) -> bool:
         """Block until a leader releases the lease, our own wake-up list is
@@ -252,12 +197,10 @@ class Lease:
         pipe.pexpire(key, self.ttl_ms)
         pipe.execute()
 
-    def _call(self, script: Any, keys: list[str], args: list[Any]) -> list[Any]:
-        sent = time.monotonic()
+    def _call(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> list[Any]:
+        sent = self.clock.monotonic()
         result = script(keys=keys, args=args)
-        received = time.monotonic()
-        self.clock.observe(int(result[2] if script is self._acquire else result[1]), sent, received)
+        received = self.clock.monotonic()
+        server_ms = result[2] if script is self._acquire else result[1]
+        self.clock.observe(int(server_ms), sent, received)
         return list(result)
-
-    def _client_call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        return script(keys=keys, args=args)

@@ -3,6 +3,7 @@ that start and stop the leader thread in every worker process."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -14,9 +15,10 @@ import redis
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
+from redis.cluster import RedisCluster
 
-from .clock import Clock
-from .connection import ENV_URL, describe, scheduler_clients, url_from_environment
+from .clock import ServerClock
+from .connection import ENV_URL, describe, redact, scheduler_clients, url_from_environment
 from .errors import CronConfigurationError
 from .keys import Keys
 from .leader import LeaderObserver, LeaderThread
@@ -24,6 +26,8 @@ from .lease import Lease
 from .ledger import Ledger
 from .overlap import RunningMarks
 from .schedule import DEFAULT_TIME_LIMIT, BoundSchedule, CatchUp, parse_timezone, schedules_for_actor
+from .server import check_eviction_policy, identify
+from .timing import Timing
 
 __all__ = ["CronMiddleware"]
 
@@ -130,8 +134,13 @@ class CronMiddleware(Middleware):
         #: Set by ``testing.CronSimulator``: the simulator fires the ticks,
         #: so workers start no leader thread and need no Redis.
         self.simulated = False
+        #: Every duration, derived once from ``lock_ttl``.
+        self.timing = Timing.for_lease(lock_ttl)
         self._start_lock = threading.Lock()
         self._marks: RunningMarks | None = None
+        self._built: tuple[redis.Redis, redis.Redis] | None = None
+        self._shutdown_client: redis.Redis | None = None
+        self._atexit_registered = False
 
     @property
     def actor_options(self) -> set[str]:
@@ -189,9 +198,7 @@ class CronMiddleware(Middleware):
                     self._marks = RunningMarks(
                         keys=self.keys,
                         client_factory=lambda: scheduler_clients(
-                            self._source(broker),
-                            op_timeout_ms=max(100, min(self.lock_ttl // 6, 2000)),
-                            block_timeout_ms=0,
+                            self._source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
                         )[0],
                         logger=self.logger,
                     )
@@ -204,10 +211,10 @@ class CronMiddleware(Middleware):
     # -- worker life cycle ----------------------------------------------------
 
     def before_worker_boot(self, broker: Broker, worker: Worker) -> None:
-        """Resolve the Redis connection, failing the boot with a clear error
-        when none is configured."""
+        """Resolve and parse the Redis connection, failing the boot with one
+        clear error when none is configured or the URL is malformed."""
         if not self.simulated:
-            self._source(broker)
+            self._clients(broker)
 
     def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Start the leader thread (once per process, however often called)."""
@@ -215,16 +222,22 @@ class CronMiddleware(Middleware):
             self._hand_over_on_signal()
 
     def _hand_over_on_signal(self) -> None:
-        """Stop leading as soon as the worker process is told to stop.
+        """Release the lease the moment the worker process is told to stop.
 
         dramatiq's worker process notices SIGTERM/SIGHUP only at its next
-        once-a-second poll before running the shutdown hooks; chaining its
-        handler lets the leader release the lease at once, so a follower
-        takes over in milliseconds.  Only the main thread may install
-        handlers; elsewhere ``before_worker_shutdown`` does the job.
+        once-a-second poll, and exits at once on a second signal, which is
+        what a systemd control-group stop (every process gets SIGTERM, and
+        dramatiq's main process forwards another) delivers.  So the chained
+        handler releases the lease synchronously, before passing the signal
+        on; an ``atexit`` hook covers an exit that interrupts even that.
+        Only the main thread may install handlers; elsewhere
+        ``before_worker_shutdown`` does the job.
         """
         if threading.current_thread() is not threading.main_thread():
             return
+        if not self._atexit_registered:
+            self._atexit_registered = True
+            atexit.register(self._hand_over)
         for name in ("SIGTERM", "SIGHUP", "SIGINT"):
             signum = getattr(signal, name, None)
             if signum is None:
@@ -234,9 +247,7 @@ class CronMiddleware(Middleware):
                 continue
 
             def handler(received: int, frame: Any, previous: Any = previous) -> Any:
-                leader = self.leader
-                if leader is not None:
-                    leader.request_stop()
+                self._hand_over()
                 return previous(received, frame)
 
             handler._cron_chained = True  # type: ignore[attr-defined]
@@ -244,6 +255,11 @@ class CronMiddleware(Middleware):
                 signal.signal(signum, handler)
             except (ValueError, OSError):  # not the main thread of the main interpreter
                 return
+
+    def _hand_over(self) -> None:
+        leader = self.leader
+        if leader is not None:
+            leader.hand_over(self._shutdown_client)
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the leader thread and release the lease, so a follower takes
@@ -260,10 +276,10 @@ class CronMiddleware(Middleware):
             if not schedules:
                 self.logger.debug("No cron schedules declared; the leader thread is not started.")
                 return None
-            source = self._source(broker)
-            op_timeout = max(100, min(self.lock_ttl // 6, 2000))
-            client, blocking = scheduler_clients(source, op_timeout_ms=op_timeout, block_timeout_ms=self.lock_ttl)
-            clock = Clock()
+            client, blocking = self._clients(broker)
+            timing = self.timing
+            where = describe(client)
+            clock = ServerClock()
             lease = Lease(
                 client=client,
                 blocking_client=blocking,
@@ -272,37 +288,72 @@ class CronMiddleware(Middleware):
                 clock=clock,
                 host=socket.gethostname(),
                 pid=os.getpid(),
-                presence_client=self._presence_client(source, op_timeout) if self.fast_takeover else None,
+                presence_client=self._presence_client(broker) if self.fast_takeover else None,
             )
             ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
+            # The signal path releases on a connection of its own: the
+            # leader thread may be mid-command on the pooled ones.
+            self._shutdown_client = scheduler_clients(
+                self._source(broker), op_timeout_ms=min(timing.op_timeout_ms, 500), block_timeout_ms=0
+            )[0]
             self.leader = LeaderThread(
                 broker=broker,
                 schedules=schedules,
                 lease=lease,
                 ledger=ledger,
                 clock=clock,
+                timing=timing,
                 prefix=self.prefix,
-                ttl_ms=self.lock_ttl,
                 logger=self.logger,
                 observer=self.observer,
-                fast_takeover_ms=self.fast_takeover,
+                fast_takeover_ms=self.fast_takeover if lease.presence_client is not None else None,
+                identify_server=lambda: identify(client),
+                boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms).",
                 len(schedules),
-                describe(client),
+                where,
                 self.lock_ttl,
             )
             self.leader.start()
             return self.leader
 
-    def _presence_client(self, source: Any, op_timeout: int) -> redis.Redis:
+    def _clients(self, broker: Broker) -> tuple[redis.Redis, redis.Redis]:
+        """The scheduler's command and blocking clients, built (and the
+        source parsed) once."""
+        if self._built is None:
+            self._built = scheduler_clients(
+                self._source(broker),
+                op_timeout_ms=self.timing.op_timeout_ms,
+                block_timeout_ms=self.timing.block_timeout_ms,
+            )
+        return self._built
+
+    def _presence_client(self, broker: Broker) -> redis.Redis | None:
         """One dedicated connection whose id the leader registers (fast
-        takeover): it closes when the process dies."""
-        client, _ = scheduler_clients(source, op_timeout_ms=op_timeout, block_timeout_ms=0)
-        if not isinstance(client, redis.Redis) or type(client).__name__ == "RedisCluster":
-            raise CronConfigurationError("CronMiddleware: fast_takeover is not available on Redis Cluster")
-        return redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
+        takeover): it closes when the process dies.  None, with one
+        WARNING, where fast takeover cannot work."""
+        client, _ = scheduler_clients(self._source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0)
+        if not isinstance(client, redis.Redis) or isinstance(client, RedisCluster):
+            self.logger.warning(
+                "fast_takeover is not available on Redis Cluster (connection ids are per node); "
+                "using lease-only takeover."
+            )
+            return None
+        presence = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
+        try:
+            presence.client_list(client_id=[presence.client_id()])
+        except redis.ResponseError as exc:  # NoPermissionError: an ACL without CLIENT
+            self.logger.warning(
+                "fast_takeover needs the CLIENT command (ACL +client|id +client|list): %s; using lease-only takeover.",
+                redact(str(exc)),
+            )
+            presence.close()
+            return None
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            pass  # unreachable now: checked again by the leader when it follows
+        return presence
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the leader thread and release the lease if held."""

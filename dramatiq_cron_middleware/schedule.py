@@ -183,6 +183,12 @@ class BoundSchedule:
     has_seconds: bool = dataclasses.field(compare=False, repr=False)
     fixed_time: bool = dataclasses.field(default=False, compare=False, repr=False)
     day_or: bool = dataclasses.field(default=True, compare=False, repr=False)
+    #: Where the schedule comes from: ``"code"`` (a ``cron=`` option) or
+    #: ``"runtime"`` (added through the API).
+    source: str = "code"
+    #: A runtime definition's revision (0 for declared schedules); the
+    #: fenced claim refuses ticks of a removed or replaced revision.
+    revision: int = 0
 
     @property
     def id(self) -> str:

@@ -9,7 +9,7 @@ fake clock::
     broker.join("default")
     worker.join()
 
-It decides ticks with the leader's own code (``leader.due_claims``), so the
+It decides ticks with the leader's own code (``planner.plan``), so the
 messages carry the same ``cron_tick`` option, arguments, options and
 deterministic message ids a real leader would send, and a leaderless gap
 (``advance(..., leading=False)``) is caught up by the schedules' catch-up
@@ -26,8 +26,8 @@ from typing import Any
 from dramatiq import Broker, Message
 
 from .errors import CronConfigurationError
-from .leader import due_claims, jitter_ms, message_for
 from .middleware import CronMiddleware
+from .planner import due_decisions, jitter_ms, message_for
 from .schedule import BoundSchedule
 
 __all__ = ["CronSimulator", "Instant", "cron_middleware_of", "ticks_between"]
@@ -148,11 +148,12 @@ class CronSimulator:
         sent: list[Message[Any]] = []
         for sid in schedule_ids:
             schedule = self._schedules[sid]
-            for claim, message in due_claims(schedule, self._last[sid], now, prefix=self.middleware.prefix):
-                self._last[sid] = max(self._last[sid], claim.tick_ms)
-                if message is None:
-                    self.missed.append((sid, claim.tick_ms))
+            for decision in due_decisions(schedule, self._last[sid], now):
+                self._last[sid] = max(self._last[sid], decision.tick_ms)
+                if not decision.fire:
+                    self.missed.append((sid, decision.tick_ms))
                     continue
+                message = message_for(schedule, decision.tick_ms, prefix=self.middleware.prefix)
                 self._enqueue(schedule, message)
                 sent.append(message)
         return sent

@@ -5,23 +5,31 @@ can be settled without firing twice."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
-from dramatiq_cron_middleware.clock import Clock
+from dramatiq_cron_middleware.clock import ServerClock
 from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.keys import Keys
 from dramatiq_cron_middleware.lease import Acquired, Held, Lease
-from dramatiq_cron_middleware.ledger import FIRE, PAUSED, RECORDED, REFUSED, Claim, Ledger, NotLeader
+from dramatiq_cron_middleware.ledger import Claim, Ledger, NotLeader
+from dramatiq_cron_middleware.protocol import ClaimResult
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 
+FIRE, PAUSED, RECORDED, REFUSED = ClaimResult.FIRE, ClaimResult.PAUSED, ClaimResult.RECORDED, ClaimResult.REFUSED
+
+
+#: Ledger baselines ten minutes back, so ticks after them lie in the past
+#: (the claim script grants no tick after the server's time).
+PAST = int(time.time() * 1000) - 600_000
 TTL = 2000
 
 
 def make(server: RedisServer, name: str = "a", prefix: str = "t") -> tuple[Lease, Ledger]:
     client, blocking = scheduler_clients(server.url, op_timeout_ms=500, block_timeout_ms=TTL)
-    clock = Clock()
+    clock = ServerClock()
     keys = Keys(prefix)
     lease = Lease(
         client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host=name, pid=os.getpid()
@@ -35,7 +43,9 @@ def server_ms(server: RedisServer) -> int:
 
 
 def fire(sid: str, tick: int) -> Claim:
-    return Claim(schedule_id=sid, tick_ms=tick, outcome="fired", fire=True, message_id=f"m-{tick}")
+    return Claim(
+        schedule_id=sid, tick_ms=tick, outcome="fired", fire=True, actor_name=sid.split("/")[0], message_id=f"m-{tick}"
+    )
 
 
 def test_only_one_candidate_acquires_a_free_lease(redis_server: RedisServer) -> None:
@@ -57,7 +67,7 @@ def test_a_deposed_leader_is_refused_by_redis_not_by_its_own_belief(redis_server
     acquired = old.acquire()
     assert isinstance(acquired, Acquired)
     assert old.token is not None
-    old_ledger.sync(old.token, acquired.epoch, ["s/x@UTC"])
+    old_ledger.sync(old.token, acquired.epoch, ["s/x@UTC"], now_ms=PAST)
     stale_token = old.token
 
     redis_server.client().delete(Keys("t").lease)
@@ -65,10 +75,10 @@ def test_a_deposed_leader_is_refused_by_redis_not_by_its_own_belief(redis_server
     assert isinstance(taken, Acquired) and taken.epoch == acquired.epoch + 1
     assert new.token is not None
 
-    baseline = new_ledger.sync(new.token, taken.epoch, ["s/x@UTC"])["s/x@UTC"].tick_ms
+    baseline = new_ledger.sync(new.token, taken.epoch, ["s/x@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
     with pytest.raises(NotLeader):
         old_ledger.claim(stale_token, acquired.epoch, "b1", [fire("s/x@UTC", baseline + 1000)])
-    assert new_ledger.claim(new.token, taken.epoch, "b2", [fire("s/x@UTC", baseline + 1000)]) == [FIRE]
+    assert new_ledger.claim(new.token, taken.epoch, "b2", [fire("s/x@UTC", baseline + 1000)]).results == [FIRE]
     assert old.renew() is False
 
 
@@ -76,12 +86,12 @@ def test_each_tick_is_granted_once_and_never_older_than_the_last(redis_server: R
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"])["s/x@UTC"].tick_ms
-    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", base + 1000)]) == [FIRE]
+    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
+    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", base + 1000)]).results == [FIRE]
     # The same epoch asking again for the same tick (a retry after a lost
     # reply) gets the same answer; an older tick is refused.
-    assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("s/x@UTC", base + 1000)]) == [FIRE]
-    assert ledger.claim(lease.token, acquired.epoch, "b3", [fire("s/x@UTC", base)]) == [REFUSED]
+    assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("s/x@UTC", base + 1000)]).results == [FIRE]
+    assert ledger.claim(lease.token, acquired.epoch, "b3", [fire("s/x@UTC", base)]).results == [REFUSED]
 
 
 def test_a_tick_granted_to_one_epoch_is_refused_to_the_next(redis_server: RedisServer) -> None:
@@ -91,22 +101,22 @@ def test_a_tick_granted_to_one_epoch_is_refused_to_the_next(redis_server: RedisS
     b, b_ledger = make(redis_server, "b")
     first = a.acquire()
     assert isinstance(first, Acquired) and a.token
-    base = a_ledger.sync(a.token, first.epoch, ["s/x@UTC"])["s/x@UTC"].tick_ms
-    assert a_ledger.claim(a.token, first.epoch, "b1", [fire("s/x@UTC", base + 1000)]) == [FIRE]
+    base = a_ledger.sync(a.token, first.epoch, ["s/x@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
+    assert a_ledger.claim(a.token, first.epoch, "b1", [fire("s/x@UTC", base + 1000)]).results == [FIRE]
     a.release()
     second = b.acquire()
     assert isinstance(second, Acquired) and b.token
-    assert b_ledger.claim(b.token, second.epoch, "b2", [fire("s/x@UTC", base + 1000)]) == [REFUSED]
-    assert b_ledger.claim(b.token, second.epoch, "b3", [fire("s/x@UTC", base + 2000)]) == [FIRE]
+    assert b_ledger.claim(b.token, second.epoch, "b2", [fire("s/x@UTC", base + 1000)]).results == [REFUSED]
+    assert b_ledger.claim(b.token, second.epoch, "b3", [fire("s/x@UTC", base + 2000)]).results == [FIRE]
 
 
 def test_a_lost_claim_reply_is_settled_from_the_batch_record(redis_server: RedisServer) -> None:
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC", "s/y@UTC"])["s/x@UTC"].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC", "s/y@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
     claims = [fire("s/x@UTC", base + 1000), Claim("s/y@UTC", base + 1000, "missed", fire=False)]
-    assert ledger.claim(lease.token, acquired.epoch, "batch-1", claims) == [FIRE, RECORDED]
+    assert ledger.claim(lease.token, acquired.epoch, "batch-1", claims).results == [FIRE, RECORDED]
     assert ledger.batch_results("batch-1") == [FIRE, RECORDED]
     assert ledger.batch_results("never-sent") is None
 
@@ -118,23 +128,23 @@ def test_a_wiped_ledger_baselines_at_now_so_old_ticks_never_fire(redis_server: R
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    first = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"])["s/x@UTC"]
+    first = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"]).last["s/x@UTC"]
     fired = first.tick_ms + 10
     wait_for(lambda: server_ms(redis_server) > fired, timeout=5, what="the tick to be in the past")
-    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", fired)]) == [FIRE]
+    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", fired)]).results == [FIRE]
     redis_server.client().delete(Keys("t").ticks)
-    entry = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"])["s/x@UTC"]
+    entry = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"]).last["s/x@UTC"]
     assert entry.baseline and entry.tick_ms > fired
-    assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("s/x@UTC", fired)]) == [REFUSED]
+    assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("s/x@UTC", fired)]).results == [REFUSED]
 
 
 def test_a_paused_actor_records_its_ticks_as_paused(redis_server: RedisServer) -> None:
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, ["job/x@UTC"])["job/x@UTC"].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, ["job/x@UTC"], now_ms=PAST).last["job/x@UTC"].tick_ms
     redis_server.client().sadd(Keys("t").paused, "job")
-    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("job/x@UTC", base + 1000)]) == [PAUSED]
+    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("job/x@UTC", base + 1000)]).results == [PAUSED]
     entries = redis_server.client().xrange(Keys("t").history)
     assert [e[1]["outcome"] for e in entries] == ["paused"]
 
@@ -194,7 +204,7 @@ def test_epochs_stay_unique_when_the_epoch_counter_vanishes(redis_server: RedisS
         a.release()
         first = a.acquire()
         assert isinstance(first, Acquired) and a.token
-    a_ledger.sync(a.token, first.epoch, ["s/x@UTC"])
+    a_ledger.sync(a.token, first.epoch, ["s/x@UTC"], now_ms=PAST)
     a.release()
     redis_server.client().delete(Keys("t").epoch)
     b, _ = make(redis_server, "b")
@@ -216,7 +226,7 @@ def make_fast(server: RedisServer, name: str) -> Lease:
         blocking_client=blocking,
         keys=Keys("t"),
         ttl_ms=TTL,
-        clock=Clock(),
+        clock=ServerClock(),
         host=name,
         pid=os.getpid(),
         presence_client=presence,

@@ -4,6 +4,7 @@ guarantee it breaks, against a real redis-server where Redis is involved."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,25 +15,32 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.errors import ConnectionClosed
 
 from dramatiq_cron_middleware import CronMiddleware
-from dramatiq_cron_middleware.clock import Clock
+from dramatiq_cron_middleware.clock import ServerClock
 from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.errors import CronConfigurationError
 from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.leader import due_claims
 from dramatiq_cron_middleware.lease import Acquired, Lease
-from dramatiq_cron_middleware.ledger import FIRE, Claim, Ledger
+from dramatiq_cron_middleware.ledger import Claim, Ledger
+from dramatiq_cron_middleware.planner import due_decisions
+from dramatiq_cron_middleware.protocol import ClaimResult
 from dramatiq_cron_middleware.schedule import Schedule, schedules_for_actor
 from tests.support.instances import wait_for
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer
 
+FIRE = ClaimResult.FIRE
+
+
+#: Ledger baselines ten minutes back, so ticks after them lie in the past
+#: (the claim script grants no tick after the server's time).
+PAST = int(time.time() * 1000) - 600_000
 TTL = 2000
 SID = "s/x@UTC"
 
 
 def make(url: str, *, op_timeout_ms: int = 500, prefix: str = "t") -> tuple[Lease, Ledger]:
     client, blocking = scheduler_clients(url, op_timeout_ms=op_timeout_ms, block_timeout_ms=TTL)
-    clock = Clock()
+    clock = ServerClock()
     keys = Keys(prefix)
     lease = Lease(
         client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host="h", pid=os.getpid()
@@ -48,7 +56,7 @@ def lead(lease: Lease, ledger: Ledger) -> tuple[str, int, int]:
     """Acquire and sync; returns (token, epoch, the schedule's baseline)."""
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, [SID])[SID].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, [SID], now_ms=PAST).last[SID].tick_ms
     return lease.token, acquired.epoch, base
 
 
@@ -71,9 +79,9 @@ def test_a_retried_catch_up_claim_grants_every_tick_its_first_run_granted(redis_
     lease, ledger = make(redis_server.url)
     token, epoch, base = lead(lease, ledger)
     claims = [fire(SID, base + 1000), fire(SID, base + 2000), fire(SID, base + 3000)]
-    first = ledger.claim(token, epoch, "batch-1", claims)
+    first = ledger.claim(token, epoch, "batch-1", claims).results
     assert first == [FIRE, FIRE, FIRE]
-    retried = ledger.claim(token, epoch, "batch-1", claims)  # exactly what Retry resends
+    retried = ledger.claim(token, epoch, "batch-1", claims).results  # exactly what Retry resends
     assert retried == first, f"the retry of a batch that already ran answered {retried}"
     assert ledger.batch_results("batch-1") == first
 
@@ -90,7 +98,7 @@ def test_a_batch_settled_as_never_run_cannot_be_granted_afterwards(redis_server:
     with Proxy(redis_server.port, max_lifetime=60) as proxy:
         _, slow_ledger = make(proxy.url, op_timeout_ms=150)
         # One claim through the proxy first, so the script is cached (EVALSHA).
-        assert slow_ledger.claim(token, epoch, "warm", [fire(SID, base + 1000)]) == [FIRE]
+        assert slow_ledger.claim(token, epoch, "warm", [fire(SID, base + 1000)]).results == [FIRE]
         proxy.set_delay(1500)
         with pytest.raises(redis.TimeoutError):
             slow_ledger.claim(token, epoch, "lost", [fire(SID, base + 2000)])
@@ -126,7 +134,7 @@ def test_an_on_time_tick_fires_even_with_a_zero_catch_up_window() -> None:
         catch_up_window=300_000,
     )
     tick = 1_700_000_040_000  # a whole minute
-    decided = [(claim.tick_ms, claim.fire) for claim, _ in due_claims(schedule, tick - 60_000, tick + 5, prefix="p")]
+    decided = [(d.tick_ms, d.fire) for d in due_decisions(schedule, tick - 60_000, tick + 5)]
     assert decided == [(tick, True)], decided
 
 
@@ -184,7 +192,9 @@ def test_a_granted_tick_whose_enqueue_failed_is_still_enqueued_after_losing_the_
 
     # Another candidate now holds the lease (one atomic write) and keeps it.
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=500, block_timeout_ms=3000)
-    other = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=3000, clock=Clock(), host="other", pid=1)
+    other = Lease(
+        client=client, blocking_client=blocking, keys=keys, ttl_ms=3000, clock=ServerClock(), host="other", pid=1
+    )
     other.token = "other-token"
     direct.hset(keys.lease, "token", "other-token")
 

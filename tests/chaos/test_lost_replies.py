@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from dramatiq_cron_middleware.clock import Clock
+from dramatiq_cron_middleware.clock import ServerClock
 from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.keys import Keys
 from dramatiq_cron_middleware.lease import Acquired, Lease
@@ -37,7 +37,13 @@ def proxied(redis_server: RedisServer) -> Iterator[Proxy]:
 def make_lease(url: str, keys: Keys) -> Lease:
     client, blocking = scheduler_clients(url, op_timeout_ms=150, block_timeout_ms=TTL_MS)
     return Lease(
-        client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL_MS, clock=Clock(), host="test", pid=os.getpid()
+        client=client,
+        blocking_client=blocking,
+        keys=keys,
+        ttl_ms=TTL_MS,
+        clock=ServerClock(),
+        host="test",
+        pid=os.getpid(),
     )
 
 

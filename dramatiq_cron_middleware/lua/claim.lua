@@ -1,0 +1,156 @@
+-- Decide a batch of ticks, fenced.  For each entry the tick must be newer
+-- than the schedule's last decided tick and not after the server's time.
+-- A retry by the epoch that already decided this very tick is answered the
+-- same way (the first reply may have been lost to a timeout).  Everything
+-- is read and validated first and written after, so a failing script
+-- leaves nothing half-written.
+--
+-- KEYS[1] - the lease hash
+-- KEYS[2] - the ledger hash
+-- KEYS[3] - the history stream
+-- KEYS[4] - the paused set
+-- KEYS[5] - this batch's result record
+-- KEYS[6] - the runtime definitions' revisions hash
+-- KEYS[7...] - the running marks of overlap="skip" schedules in the batch
+-- ARGV[1] - the caller's token
+-- ARGV[2] - the caller's epoch
+-- ARGV[3] - the history cap
+-- ARGV[4] - how far in the future a ledger entry may lie before it counts
+--           as a clock-step artefact, ms
+-- ARGV[5] - how long the result record is kept, ms
+-- ARGV[6] - a JSON array of entries, each an array:
+--           schedule id, tick ms, outcome, fire (1/0), detail, message id,
+--           overlap ttl ms, actor name, the index in KEYS of its running
+--           mark (0 without overlap), runtime revision (0 for declared)
+-- Returns {1, now, flags, result...} (one result per entry, ClaimResult),
+-- {0, now} when the lease holds another token, {-2, now, message} for a
+-- malformed request.
+local now = server_now()
+local flags = 0
+
+-- A batch runs at most once.  A retry after a lost reply gets the first
+-- run's answers (even if the lease moved on since); a batch the caller
+-- has settled as never run ('void') is refused whole, writing nothing.
+local ok, entries = pcall(cjson.decode, ARGV[6])
+if not ok or type(entries) ~= 'table' then return {-2, now, 'entries are not JSON'} end
+for i, e in ipairs(entries) do
+  if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'number' or type(e[3]) ~= 'string'
+     or (e[4] ~= 0 and e[4] ~= 1) or type(e[5]) ~= 'string' or type(e[6]) ~= 'string'
+     or type(e[7]) ~= 'number' or type(e[8]) ~= 'string' or type(e[9]) ~= 'number'
+     or (e[9] ~= 0 and (e[9] < 7 or KEYS[e[9]] == nil))
+     or type(e[10]) ~= 'number' then
+    return {-2, now, 'entry ' .. i .. ' is malformed'}
+  end
+end
+if usable(KEYS[5], 'string') then
+  local prior = redis.call('GET', KEYS[5])
+  if prior == 'void' then
+    local out = {1, now, flags}
+    for _ = 1, #entries do out[#out + 1] = R_REFUSED end
+    return out
+  end
+  if prior and string.match(prior, '^[%-%d,]*$') then
+    local out = {1, now, flags}
+    for r in string.gmatch(prior, '[^,]+') do out[#out + 1] = tonumber(r) end
+    if #out - 3 == #entries then return out end
+  end
+  if prior then flags = flags + C_BATCH end
+else
+  flags = flags + C_BATCH
+end
+if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
+local ticks_ok = usable(KEYS[2], 'hash')
+if not ticks_ok then flags = flags + C_TICKS end
+local history_ok = usable(KEYS[3], 'stream')
+if not history_ok then flags = flags + C_HISTORY end
+local paused_ok = usable(KEYS[4], 'set')
+if not paused_ok then flags = flags + C_PAUSED end
+local revs_ok = usable(KEYS[6], 'hash')
+local epoch = ARGV[2]
+local future = now + tonumber(ARGV[4])
+-- Most of the time nothing is paused: skip two lookups per entry then.
+local any_paused = paused_ok and redis.call('SCARD', KEYS[4]) > 0
+
+-- Decide everything in memory first.
+local last, by, stored = {}, {}, {}
+local results, writes, marks, events = {}, {}, {}, {}
+for i, e in ipairs(entries) do
+  local sid, tick, outcome, fire = e[1], e[2], e[3], e[4]
+  local result
+  if last[sid] == nil then
+    local v = nil
+    if ticks_ok then v = redis.call('HGET', KEYS[2], sid) end
+    local t, b, r = parse_entry(v)
+    if t == nil or t > future then
+      last[sid] = false
+    else
+      last[sid], by[sid], stored[sid] = t, b, r
+    end
+  end
+  if last[sid] == false then
+    result = R_LOST
+  elseif e[10] > 0 and (not revs_ok or tonumber(redis.call('HGET', KEYS[6], sid) or '') ~= e[10]) then
+    result = R_GONE
+  elseif tick > now then
+    result = R_NOT_YET
+  elseif tick < last[sid] or (tick == last[sid] and by[sid] ~= epoch) then
+    result = R_REFUSED
+  elseif tick == last[sid] then
+    result = stored[sid] or R_REFUSED
+  else
+    result = R_RECORDED
+    if fire == 1 then
+      if any_paused and (redis.call('SISMEMBER', KEYS[4], sid) == 1
+                         or redis.call('SISMEMBER', KEYS[4], e[8]) == 1) then
+        result = R_PAUSED
+        outcome = O_PAUSED
+      elseif e[9] > 0 and (marks[KEYS[e[9]]] ~= nil or redis.call('EXISTS', KEYS[e[9]]) == 1) then
+        -- The previous message (of an earlier batch, or of this one) is
+        -- still queued or running.
+        result = R_SKIPPED
+        outcome = O_SKIPPED
+      else
+        result = R_FIRE
+        if e[9] > 0 then marks[KEYS[e[9]]] = {e[6], e[7]} end
+      end
+    end
+    last[sid], by[sid], stored[sid] = tick, epoch, result
+    writes[sid] = tick .. ':' .. epoch .. ':' .. result
+    events[#events + 1] = {sid, tick, outcome, e[5], e[6]}
+  end
+  results[i] = result
+end
+
+-- Writes start here.
+if not history_ok then redis.call('DEL', KEYS[3]) end
+if not ticks_ok then redis.call('DEL', KEYS[2]) end
+local hset = {}
+for sid, v in pairs(writes) do
+  hset[#hset + 1] = sid
+  hset[#hset + 1] = v
+  if #hset >= 1000 then
+    redis.call('HSET', KEYS[2], unpack(hset))
+    hset = {}
+  end
+end
+if #hset > 0 then redis.call('HSET', KEYS[2], unpack(hset)) end
+for key, mark in pairs(marks) do
+  redis.call('SET', key, mark[1], 'PX', mark[2])
+end
+local maxlen = tonumber(ARGV[3])
+for _, ev in ipairs(events) do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
+             'schedule', ev[1], 'tick', ev[2], 'outcome', ev[3], 'at', now,
+             'epoch', epoch, 'detail', ev[4], 'message_id', ev[5])
+end
+-- Keep the per-entry results, so a caller whose reply was lost to a
+-- timeout can learn whether this batch ran and what it granted.
+local out = {1, now, flags}
+local record = {}
+for i = 1, #results do
+  out[#out + 1] = results[i]
+  record[i] = tostring(results[i])
+end
+redis.call('DEL', KEYS[5])
+redis.call('SET', KEYS[5], table.concat(record, ','), 'PX', tonumber(ARGV[5]))
+return out

@@ -1,0 +1,71 @@
+-- Read the last decided tick of each schedule, fenced.  A schedule with no
+-- usable entry gets a baseline: nothing at or before it may fire, because
+-- nothing proves it unfired.  An entry that does not parse, or that lies
+-- in the future (the server's clock was stepped forward when it was
+-- written), is replaced by a baseline too and reported, so that one bad
+-- value never stops a schedule for long.
+--
+-- KEYS[1] - the lease hash
+-- KEYS[2] - the ledger hash
+-- KEYS[3] - the history stream
+-- ARGV[1] - the caller's token
+-- ARGV[2] - the caller's epoch
+-- ARGV[3] - the caller's estimate of now, ms (baselines never lie after
+--           it, even if the server's clock jumped ahead)
+-- ARGV[4] - 1 if the caller knows a ledger existed before (record its loss)
+-- ARGV[5] - the history cap
+-- ARGV[6] - how far in the future an entry may lie before it counts as a
+--           clock-step artefact, ms
+-- ARGV[7...] - schedule ids
+-- Returns {1, now, flags, lost, value1, code1, value2, code2, ...} or {0, now}.
+local now = server_now()
+if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
+local flags = 0
+local ticks_ok = usable(KEYS[2], 'hash')
+if not ticks_ok then flags = flags + C_TICKS end
+local history_ok = usable(KEYS[3], 'stream')
+if not history_ok then flags = flags + C_HISTORY end
+local base = math.min(tonumber(ARGV[3]) or now, now)
+local future = now + tonumber(ARGV[6])
+local existed = ticks_ok and redis.call('EXISTS', KEYS[2]) == 1
+local out = {1, now, flags, 0}
+local values = {}
+local rebased = {}
+for i = 7, #ARGV do
+  local v = nil
+  if ticks_ok then v = redis.call('HGET', KEYS[2], ARGV[i]) end
+  local code = S_OK
+  if not v then
+    code = S_BASELINE
+  else
+    local tick = parse_entry(v)
+    if not tick then code = S_CORRUPT elseif tick > future then code = S_FUTURE end
+  end
+  if code ~= S_OK then
+    v = base .. ':' .. ARGV[2] .. ':baseline'
+    values[#values + 1] = ARGV[i]
+    values[#values + 1] = v
+    if code ~= S_BASELINE then rebased[#rebased + 1] = ARGV[i] end
+  end
+  out[#out + 1] = v
+  out[#out + 1] = code
+end
+-- Writes start here.
+if not ticks_ok then redis.call('DEL', KEYS[2]) end
+if not history_ok then redis.call('DEL', KEYS[3]) end
+local maxlen = tonumber(ARGV[5])
+if ARGV[4] == '1' and not existed and #ARGV >= 7 then
+  out[4] = 1
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', '*', 'tick', base,
+             'outcome', O_LEDGER_LOST, 'at', now, 'epoch', ARGV[2],
+             'detail', 'the ledger was gone; schedules restart from now', 'message_id', '')
+end
+for _, sid in ipairs(rebased) do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', sid, 'tick', base,
+             'outcome', O_REBASED, 'at', now, 'epoch', ARGV[2],
+             'detail', 'unusable ledger entry replaced by a baseline', 'message_id', '')
+end
+for j = 1, #values, 1000 do
+  redis.call('HSET', KEYS[2], unpack(values, j, math.min(j + 999, #values)))
+end
+return out

@@ -1,0 +1,152 @@
+"""Granted ticks whose enqueue has not succeeded yet.
+
+A tick the ledger granted belongs to this process alone (the ledger refuses
+it to everyone else), so a failed enqueue is retried here with the same
+message, backing off, until it succeeds or falls out of the schedule's
+catch-up window.  Failures are tracked per schedule: one WARNING when a
+schedule starts failing and one when it works again, however many ticks
+and retries lie between.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dramatiq import Broker, Message
+
+from .connection import redact
+from .enqueue import enqueue_many
+from .planner import jitter_ms
+from .schedule import BoundSchedule
+
+__all__ = ["Owed", "OwedQueue"]
+
+#: Longest pause between two attempts at one tick, seconds.
+MAX_BACKOFF = 5.0
+
+
+@dataclasses.dataclass(eq=False)
+class Owed:
+    """A granted tick and its message (compared by identity)."""
+
+    schedule: BoundSchedule
+    tick_ms: int
+    message: Message[Any]
+    next_try: float = 0.0
+    attempts: int = 0
+
+
+class OwedQueue:
+    """Enqueues granted ticks and retries the ones that fail.
+
+    Parameters:
+      broker: Where messages go.
+      logger: Where per-schedule state changes are reported.
+      now_ms: The scheduler's clock (server time), for lag and give-up.
+      monotonic: The monotonic clock, for back-off.
+      enqueued: Called with ``(schedule id, tick ms, lag ms)`` for each
+        message that reached the broker.
+    """
+
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        logger: logging.Logger,
+        now_ms: Callable[[], int],
+        monotonic: Callable[[], float] = time.monotonic,
+        enqueued: Callable[[str, int, int], None] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.logger = logger
+        self._now_ms = now_ms
+        self._monotonic = monotonic
+        self._enqueued = enqueued
+        self._owed: list[Owed] = []
+        #: Schedules whose last enqueue failed.
+        self.failing: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._owed)
+
+    def next_try(self) -> float | None:
+        """The monotonic instant of the next retry, if any is owed."""
+        return min((o.next_try for o in self._owed), default=None)
+
+    def send(self, items: Sequence[Owed]) -> None:
+        """Enqueue granted ticks (all together: one pipelined round trip for
+        a RedisBroker); failures stay owed."""
+        if not items:
+            return
+        for item in items:
+            item.attempts += 1
+        failures = enqueue_many(
+            self.broker, [(o.message, jitter_ms(o.schedule, o.message.message_id) or None) for o in items]
+        )
+        started: dict[str, str] = {}
+        recovered: list[str] = []
+        now_mono = self._monotonic()
+        for item, exc in zip(items, failures, strict=True):
+            sid = item.schedule.id
+            if exc is None:
+                if sid in self.failing:
+                    self.failing.discard(sid)
+                    recovered.append(sid)
+                if item in self._owed:
+                    self._owed.remove(item)
+                if self._enqueued is not None:
+                    self._enqueued(sid, item.tick_ms, self._now_ms() - item.tick_ms)
+                continue
+            if sid not in self.failing:
+                self.failing.add(sid)
+                started[sid] = redact(f"{type(exc).__name__}: {exc}")
+            item.next_try = now_mono + min(0.1 * 2**item.attempts, MAX_BACKOFF)
+            if item not in self._owed:
+                self._owed.append(item)
+        if started:
+            reasons = sorted(set(started.values()))
+            self.logger.warning(
+                "Enqueueing fails for %s (%s); their granted ticks are retried with the same message ids.",
+                _names(started),
+                "; ".join(reasons[:3]),
+            )
+        if recovered:
+            self.logger.warning("Enqueueing works again for %s.", _names(recovered))
+
+    def pay(self) -> None:
+        """Retry the owed ticks whose back-off has passed; give up on those
+        older than their schedule's catch-up window."""
+        if not self._owed:
+            return
+        now_mono = self._monotonic()
+        due = [o for o in self._owed if o.next_try <= now_mono]
+        if not due:
+            return
+        now = self._now_ms()
+        expired = [o for o in due if now - o.tick_ms > max(o.schedule.catch_up_window, 1000)]
+        for item in expired:
+            self._owed.remove(item)
+        if expired:
+            self.logger.warning(
+                "Gave up enqueueing %d granted tick(s) of %s: older than the catch-up window.",
+                len(expired),
+                _names([o.schedule.id for o in expired]),
+            )
+        self.send([o for o in due if o not in expired])
+
+    def pay_quietly(self) -> None:
+        """``pay``, for the paths where the broker may be down as well."""
+        try:
+            self.pay()
+        except Exception:  # retried later
+            pass
+
+
+def _names(ids: Sequence[str] | dict[str, str]) -> str:
+    names = sorted(set(ids))
+    shown = ", ".join(names[:5])
+    return shown if len(names) <= 5 else f"{shown} and {len(names) - 5} more"

@@ -1,0 +1,176 @@
+"""The vocabulary shared by the Lua scripts and the Python that calls them.
+
+Result codes, outcomes and the ledger's value format are written once,
+here: the Lua side gets the same constants through a generated preamble
+(see :func:`load_script`), so a reader never matches magic numbers across
+languages.  The scripts themselves live in ``lua/*.lua`` beside this module,
+each with a legend of its KEYS and ARGV.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from importlib import resources
+from typing import Any
+
+import redis
+
+__all__ = [
+    "ClaimResult",
+    "Corrupt",
+    "LedgerValue",
+    "Outcome",
+    "SyncCode",
+    "load_script",
+    "parse_ledger_value",
+]
+
+
+class ClaimResult(enum.IntEnum):
+    """What the claim script decided for one entry of a batch."""
+
+    #: Recorded as fired: the caller enqueues it.
+    FIRE = 1
+    #: Refused: an equal or newer tick is already decided.
+    REFUSED = 0
+    #: Recorded without firing (a missed tick).
+    RECORDED = 2
+    #: Recorded as skipped: the previous message is still queued or running.
+    SKIPPED = 3
+    #: Recorded as paused.
+    PAUSED = 4
+    #: Not decided: the tick lies after the server's time (asked too early).
+    NOT_YET = 5
+    #: Not decided: the schedule's runtime definition was removed or replaced.
+    GONE = 6
+    #: Not decided: the ledger entry is missing or unusable; sync again.
+    LOST = -1
+
+
+class Outcome(str, enum.Enum):
+    """The outcomes recorded in the history stream."""
+
+    FIRED = "fired"
+    CAUGHT_UP = "caught_up"
+    MISSED = "missed"
+    SKIPPED = "skipped"
+    PAUSED = "paused"
+    TRIGGERED = "triggered"
+    #: The ledger vanished (eviction, FLUSHALL, a restart without data):
+    #: schedules restart from the server's now.
+    LEDGER_LOST = "ledger_lost"
+    #: A ledger entry was unusable (unparsable, or in the future after a
+    #: clock step) and was replaced by a baseline at the server's now.
+    REBASED = "rebased"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SyncCode(enum.IntEnum):
+    """What the sync script found for one schedule's ledger entry."""
+
+    OK = 0
+    #: No entry: a new baseline at now.
+    BASELINE = 1
+    #: The entry was unparsable: replaced by a baseline at now.
+    CORRUPT = 2
+    #: The entry lay in the future (a clock step): replaced by a baseline.
+    FUTURE = 3
+
+
+class Corrupt(enum.IntFlag):
+    """Keys a script found holding the wrong type or an unparsable value;
+    each was treated as missing (and replaced where the script writes it)."""
+
+    NONE = 0
+    LEASE = 1
+    EPOCH = 2
+    CANDIDATES = 4
+    TICKS = 8
+    HISTORY = 16
+    PAUSED = 32
+    BATCH = 64
+    WAKE = 128
+
+
+#: Outcome recorded in the ledger value per claim result.
+RESULT_OUTCOMES = {
+    ClaimResult.FIRE: Outcome.FIRED,
+    ClaimResult.RECORDED: Outcome.MISSED,
+    ClaimResult.SKIPPED: Outcome.SKIPPED,
+    ClaimResult.PAUSED: Outcome.PAUSED,
+}
+
+# The one grammar of a ledger value, on both sides:
+# ``<tick ms>:<epoch>`` optionally followed by ``:<result>`` or ``:baseline``.
+# Ticks are at most 15 digits so that Lua's doubles hold them exactly.
+_LEDGER_VALUE = re.compile(r"^(-?\d{1,15}):(\d{1,15})(?::(-?\d|baseline))?$")
+
+
+class LedgerValue:
+    """A parsed ledger value."""
+
+    __slots__ = ("baseline", "epoch", "result", "tick_ms")
+
+    def __init__(self, tick_ms: int, epoch: int, result: int | None, baseline: bool) -> None:
+        self.tick_ms = tick_ms
+        self.epoch = epoch
+        self.result = result
+        self.baseline = baseline
+
+    def __repr__(self) -> str:
+        return f"LedgerValue({self.tick_ms}, epoch={self.epoch}, result={self.result}, baseline={self.baseline})"
+
+
+def parse_ledger_value(value: object) -> LedgerValue | None:
+    """Parse a ledger value, or None if it does not follow the grammar."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        return None
+    match = _LEDGER_VALUE.match(value)
+    if match is None:
+        return None
+    tail = match.group(3)
+    return LedgerValue(
+        tick_ms=int(match.group(1)),
+        epoch=int(match.group(2)),
+        result=int(tail) if tail is not None and tail != "baseline" else None,
+        baseline=tail == "baseline",
+    )
+
+
+def _preamble() -> str:
+    lines = ["-- Generated from protocol.py: the constants the Python side uses."]
+    for member in ClaimResult:
+        lines.append(f"local R_{member.name} = {member.value}")
+    for sync in SyncCode:
+        lines.append(f"local S_{sync.name} = {sync.value}")
+    for flag in Corrupt:
+        if flag.name and flag.value:
+            lines.append(f"local C_{flag.name} = {flag.value}")
+    for code, outcome in RESULT_OUTCOMES.items():
+        lines.append(f"local O_{code.name} = '{outcome.value}'")
+    lines.append(f"local O_CAUGHT_UP = '{Outcome.CAUGHT_UP.value}'")
+    lines.append(f"local O_LEDGER_LOST = '{Outcome.LEDGER_LOST.value}'")
+    lines.append(f"local O_REBASED = '{Outcome.REBASED.value}'")
+    return "\n".join(lines) + "\n" + _read("common.lua")
+
+
+def _read(name: str) -> str:
+    return (resources.files(__package__) / "lua" / name).read_text(encoding="utf-8")
+
+
+@functools.cache
+def script_source(name: str) -> str:
+    """The full source of ``lua/<name>.lua``: the generated constants, the
+    shared functions of ``common.lua``, then the script."""
+    return _preamble() + "\n" + _read(f"{name}.lua")
+
+
+def load_script(client: redis.Redis, name: str) -> Any:
+    """Register ``lua/<name>.lua`` on ``client`` (EVALSHA with a fallback)."""
+    return client.register_script(script_source(name))

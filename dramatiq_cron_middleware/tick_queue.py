@@ -1,0 +1,230 @@
+"""The tick queue: the leader's picture of what comes next.
+
+For every schedule it holds the last tick the ledger decided, the next tick
+(in a heap, so nothing scans all schedules per tick) and, for on-time
+ticks, the message built ahead of time.  It owns one invariant: while
+``in_sync`` is true, its last ticks are the ledger's.  Anything that could
+break that (a refused or lost claim, a failed call whose outcome is
+unknown) clears the flag, and the leader syncs again before it fires.
+
+Batches are planned here, bounded in size: on-time ticks first, then the
+backlog oldest first, so a long outage's catch-up never delays the ticks
+falling due now by more than a batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from dramatiq import Message
+
+from .ledger import Claim
+from .planner import ON_TIME_MS, Decision, message_for, message_id_for, plan
+from .protocol import ClaimResult
+from .schedule import BoundSchedule
+
+__all__ = ["Planned", "TickQueue"]
+
+#: Firing decisions one backlogged schedule contributes to a batch before
+#: the next-oldest schedule gets its turn.
+BACKLOG_CHUNK = 32
+
+
+@dataclasses.dataclass
+class Planned:
+    """One claim of a batch, with what is needed to act on its result."""
+
+    schedule: BoundSchedule
+    claim: Claim
+    message: Message[Any] | None = None
+
+
+class TickQueue:
+    """What the leader fires next, kept in step with the ledger.
+
+    Parameters:
+      schedules: The schedules by id.
+      prefix: The key prefix (part of every deterministic message id).
+      wall: The wall clock in seconds, for message timestamps (dramatiq's
+        ``AgeLimit`` counts from them).
+    """
+
+    def __init__(
+        self,
+        schedules: Mapping[str, BoundSchedule],
+        *,
+        prefix: str,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.schedules: dict[str, BoundSchedule] = dict(schedules)
+        self.prefix = prefix
+        self._wall = wall
+        self.in_sync = False
+        self._last: dict[str, int] = {}
+        self._head: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []
+        self._backlog: list[tuple[int, str]] = []
+        self._ahead: dict[str, tuple[int, Message[Any]]] = {}
+
+    # -- the ledger's view ----------------------------------------------------
+
+    def load(self, last: Mapping[str, int]) -> None:
+        """Take the ledger's last decided ticks (a sync) as the truth."""
+        self._last = {sid: last[sid] for sid in self.schedules if sid in last}
+        self._head = {}
+        self._heap = []
+        self._backlog = []
+        for sid, tick in self._last.items():
+            self._push(sid, self.schedules[sid].next_after(tick))
+        heapq.heapify(self._heap)
+        self.in_sync = True
+
+    def invalidate(self) -> None:
+        """The ledger may have moved without us: sync before firing again."""
+        self.in_sync = False
+
+    def last(self, schedule_id: str) -> int | None:
+        """The last decided tick of a schedule, as far as the queue knows."""
+        return self._last.get(schedule_id)
+
+    # -- schedules that come and go -------------------------------------------
+
+    def put(self, schedule: BoundSchedule, last: int | None = None) -> None:
+        """Add or replace a schedule; ``last`` is its ledger entry if known
+        (otherwise the queue is out of sync until the next sync)."""
+        self.schedules[schedule.id] = schedule
+        self._ahead.pop(schedule.id, None)
+        if last is None:
+            self._last.pop(schedule.id, None)
+            self._head.pop(schedule.id, None)
+            self.in_sync = False
+            return
+        self._last[schedule.id] = last
+        self._push(schedule.id, schedule.next_after(last))
+
+    def discard(self, schedule_id: str) -> None:
+        """Forget a schedule (its heap entry is dropped lazily)."""
+        self.schedules.pop(schedule_id, None)
+        self._last.pop(schedule_id, None)
+        self._head.pop(schedule_id, None)
+        self._ahead.pop(schedule_id, None)
+
+    # -- planning batches -----------------------------------------------------
+
+    def next_due_ms(self) -> int | None:
+        """When the earliest tick falls due (None when nothing ever will)."""
+        self._drop_stale(self._backlog)
+        self._drop_stale(self._heap)
+        heads = [heap[0][0] for heap in (self._backlog, self._heap) if heap]
+        return min(heads) if heads else None
+
+    def take(self, now: int, limit: int) -> list[Planned]:
+        """Plan the next batch of at most about ``limit`` claims due at
+        ``now``: on-time ticks first, then the backlog, oldest first.
+
+        The planned schedules leave the queue until :meth:`decided` puts
+        them back; if the batch's fate stays unknown, :meth:`invalidate`
+        and a sync restore everything.
+        """
+        on_time: list[tuple[int, str]] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now and len(on_time) < limit:
+            head, sid = heapq.heappop(heap)
+            if self._head.get(sid) != head:
+                continue  # stale entry of a replaced or removed schedule
+            if now - head < ON_TIME_MS:
+                on_time.append((head, sid))
+            else:
+                heapq.heappush(self._backlog, (head, sid))
+        out: list[Planned] = []
+        for head, sid in on_time:
+            self._plan_into(out, sid, head, now, 1)
+        backlog = self._backlog
+        while backlog and len(out) < limit:
+            head, sid = heapq.heappop(backlog)
+            if self._head.get(sid) != head:
+                continue
+            self._plan_into(out, sid, head, now, min(BACKLOG_CHUNK, limit - len(out)))
+        return out
+
+    def _plan_into(self, out: list[Planned], sid: str, head: int, now: int, limit: int) -> None:
+        schedule = self.schedules[sid]
+        del self._head[sid]
+        decisions = plan(schedule, self._last[sid], now, head=head, limit=limit)
+        for decision in decisions:
+            out.append(self._planned(schedule, decision))
+
+    def _planned(self, schedule: BoundSchedule, decision: Decision) -> Planned:
+        message: Message[Any] | None = None
+        message_id = ""
+        if decision.fire:
+            message = self._message(schedule, decision.tick_ms)
+            message_id = message.message_id
+        claim = Claim(
+            schedule_id=schedule.id,
+            tick_ms=decision.tick_ms,
+            outcome=decision.outcome,
+            fire=decision.fire,
+            actor_name=schedule.actor_name,
+            detail=decision.detail,
+            message_id=message_id,
+            overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
+            revision=schedule.revision,
+        )
+        return Planned(schedule=schedule, claim=claim, message=message)
+
+    def _message(self, schedule: BoundSchedule, tick: int) -> Message[Any]:
+        """The message for a tick, from the one built ahead of time if any
+        (restamped: dramatiq's AgeLimit counts from the timestamp)."""
+        cached = self._ahead.pop(schedule.id, None)
+        if cached is not None and cached[0] == tick:
+            return dataclasses.replace(cached[1], message_timestamp=int(self._wall() * 1000))
+        return message_for(schedule, tick, prefix=self.prefix)
+
+    # -- results --------------------------------------------------------------
+
+    def decided(self, batch: Iterable[Planned], results: Iterable[ClaimResult], now: int) -> None:
+        """Apply the ledger's answers to a planned batch and put its
+        schedules back at their next ticks."""
+        touched: dict[str, BoundSchedule] = {}
+        for item, result in zip(batch, results, strict=True):
+            sid = item.schedule.id
+            if sid not in self.schedules:
+                continue
+            touched[sid] = item.schedule
+            if result in (ClaimResult.REFUSED, ClaimResult.LOST):
+                # Someone else decided this tick, or the entry is gone: our
+                # picture is stale.
+                self.in_sync = False
+            elif result == ClaimResult.GONE:
+                self.in_sync = False
+            elif result != ClaimResult.NOT_YET:
+                self._last[sid] = max(self._last[sid], item.claim.tick_ms)
+        for sid, schedule in touched.items():
+            if sid in self._last and sid in self.schedules:
+                self._reschedule(schedule, now)
+
+    def _reschedule(self, schedule: BoundSchedule, now: int) -> None:
+        """Put a schedule back at its next undecided tick; if that lies in
+        the future, build its message ahead of time (off the fire path)."""
+        sid = schedule.id
+        head = schedule.next_after(self._last[sid])
+        self._push(sid, head)
+        if head > now and sid not in self._ahead:
+            self._ahead[sid] = (head, message_for(schedule, head, prefix=self.prefix))
+
+    def _push(self, sid: str, head: int) -> None:
+        self._head[sid] = head
+        heapq.heappush(self._heap, (head, sid))
+
+    def _drop_stale(self, heap: list[tuple[int, str]]) -> None:
+        while heap and self._head.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+
+    def message_id(self, schedule: BoundSchedule, tick: int) -> str:
+        """The deterministic message id of a tick."""
+        return message_id_for(schedule.id, tick, prefix=self.prefix)

@@ -1,0 +1,58 @@
+"""Every duration the scheduler uses, derived once from the lease length.
+
+One number, one home: the middleware builds a :class:`Timing` from
+``lock_ttl`` and hands it to everyone who waits, renews or times out, so
+the ratios below are written nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Timing"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """The scheduler's durations, in seconds unless the name says ms.
+
+    Build it with :meth:`for_lease`.
+    """
+
+    #: The lease length.
+    lease_ms: int
+    #: How often the leader renews: a third of the lease (as etcd does).
+    renew_interval: float
+    #: How long after the last successful renewal was *sent* the leader
+    #: stops firing: two thirds of the lease (Kubernetes' renew deadline),
+    #: leaving a third as margin for clock-rate error and slow replies.
+    fire_deadline: float
+    #: How often every process retries while Redis is unreachable.
+    retry_interval: float
+    #: Socket timeout of the scheduler's commands.
+    op_timeout_ms: int
+    #: Extra socket time the follower's blocking wait is allowed.
+    block_timeout_ms: int
+    #: How long a new leader waits before its first fire after a suspected
+    #: failover: one lease, so any previous leader's lease has run out.
+    failover_delay: float
+    #: How long a follower waits, on its own monotonic clock, for a lease
+    #: nobody renews before deposing it: the lease plus a renewal's worth of
+    #: slack.  Key expiry follows the server's wall clock, which may step.
+    stale_after: float
+
+    @classmethod
+    def for_lease(cls, lease_ms: int) -> Timing:
+        """The durations for a lease of ``lease_ms`` milliseconds."""
+        lease = lease_ms / 1000
+        op_timeout_ms = max(100, min(lease_ms // 6, 2000))
+        return cls(
+            lease_ms=lease_ms,
+            renew_interval=lease / 3,
+            fire_deadline=2 * lease / 3,
+            retry_interval=min(1.0, lease / 6),
+            op_timeout_ms=op_timeout_ms,
+            block_timeout_ms=lease_ms,
+            failover_delay=lease,
+            stale_after=lease + op_timeout_ms / 1000,
+        )
