@@ -110,6 +110,14 @@ def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int)
                 "CronMiddleware: redis URL must start with redis://, rediss://, unix:// or "
                 f"{SENTINEL_SCHEME}://, got {redact(url)!r}"
             )
+        parts = urlsplit(url)
+        if "@" in parts.path + parts.query + parts.fragment:
+            # An unencoded '/', '?' or '#' in the password ends the host part
+            # early: redis-py would quietly connect somewhere else.
+            raise CronConfigurationError(
+                f"CronMiddleware: invalid redis URL {redact(url)!r}: an '@' follows the host part; "
+                "percent-encode '/', '?', '#' and '@' in the user name and password (for example '/' as %2F)"
+            )
         try:
             template = redis.Redis.from_url(url)
         except ValueError as exc:

@@ -427,9 +427,19 @@ class LeaderThread(threading.Thread):
             )
         for sid, code in reply.codes.items():
             if code == SyncCode.CORRUPT:
-                self._report_once(f"corrupt:{sid}", "ledger entry %r of schedule %s is unparsable", sid)
+                self._report_once(
+                    f"corrupt:{sid}",
+                    "the ledger entry of %s in %s is unparsable; replaced by a baseline at now",
+                    sid,
+                    self.lease.keys.ticks,
+                )
             elif code == SyncCode.FUTURE:
-                self._report_once(f"future:{sid}", "ledger entry of schedule %s lay in the future (a clock step?)", sid)
+                self._report_once(
+                    f"future:{sid}",
+                    "the ledger entry of %s in %s lay in the future (a stepped clock); replaced by a baseline at now",
+                    sid,
+                    self.lease.keys.ticks,
+                )
         self.queue.load({sid: value.tick_ms for sid, value in reply.last.items()})
 
     def _fire_due(self, token: str, epoch: int) -> None:
@@ -523,8 +533,11 @@ class LeaderThread(threading.Thread):
 
     def _healthy(self) -> None:
         if self._fault is not None:
-            self._fault = None
-            self.logger.warning("Cron scheduler reaches Redis again.")
+            fault, self._fault = self._fault, None
+            if fault == "unreachable":
+                self.logger.warning("Cron scheduler reaches Redis again.")
+            else:
+                self.logger.warning("Cron leader loop works again.")
 
     def _faulty(self, exc: BaseException, *, unexpected: bool = False) -> None:
         key = f"{type(exc).__name__}: {exc}" if unexpected else "unreachable"

@@ -333,3 +333,33 @@ def test_with_fast_takeover_a_killed_leader_is_replaced_well_within_its_lease(
     survivor = owner(successor, group)
     assert "connection to Redis is gone" in survivor.log()
     assert_quiet(survivor)
+
+
+def test_a_control_group_stop_releases_the_lease_before_the_worker_exits(
+    app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
+) -> None:
+    """Given two instances, when the leader's whole process group gets
+    SIGTERM at once (systemd's KillMode=control-group, supervisord's
+    stopasgroup): each worker process receives it twice, once directly and
+    once forwarded by dramatiq's main process, and dramatiq exits on the
+    second.  Then the lease is released anyway and a follower leads within
+    a second, every time.  (The old leader lost the release in about half
+    the runs, and the follower waited a whole lease.)"""
+    group = [instances(app_env) for _ in range(2)]
+    for round_ in range(3):
+        first = wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+        victim = owner(first, group)
+        stopped = time.monotonic()
+        os.killpg(victim.pid, signal.SIGTERM)
+        wait_for(lambda: (p := leader_pid(redis_server)) and p != first, timeout=5, interval=0.005, what="a new leader")
+        takeover = time.monotonic() - stopped
+        print(f"takeover after a group SIGTERM (round {round_}): {takeover * 1000:.0f} ms")
+        assert takeover < 1.0
+        assert victim.proc is not None
+        victim.proc.wait(20)
+        assert "Released cron leadership" in victim.log(), victim.log()[-2000:]
+        group[group.index(victim)] = instances(app_env)
+    start = now_ms()
+    wait_for_ticks(history, 2, after_ms=start)
+    verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
+    assert not verdict.duplicates, verdict.summary()

@@ -1,0 +1,29 @@
+"""Every duration comes from one place, in the ratios the design gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware.timing import Timing
+
+
+@pytest.mark.parametrize("lease_ms", [300, 2000, 15_000, 60_000])
+def test_every_duration_is_derived_from_the_lease(lease_ms: int) -> None:
+    t = Timing.for_lease(lease_ms)
+    lease = lease_ms / 1000
+    assert t.renew_interval == pytest.approx(lease / 3)
+    assert t.fire_deadline == pytest.approx(2 * lease / 3)
+    assert t.retry_interval == pytest.approx(min(1.0, lease / 6))
+    assert 100 <= t.op_timeout_ms <= 2000 and t.op_timeout_ms < lease_ms
+    assert t.failover_delay == pytest.approx(lease)
+    # A follower waits out a lease nobody renews on its own clock, a little
+    # longer than the lease, never shorter.
+    assert lease < t.stale_after <= lease + 2.0
+    # The leader stops firing well before its lease can have expired.
+    assert t.fire_deadline < lease
+
+
+def test_the_middleware_hands_out_one_timing() -> None:
+    middleware = CronMiddleware(redis="redis://127.0.0.1:1/0", lock_ttl=3000)
+    assert middleware.timing == Timing.for_lease(3000)
