@@ -351,7 +351,12 @@ def test_a_control_group_stop_releases_the_lease_before_the_worker_exits(
         victim = owner(first, group)
         stopped = time.monotonic()
         os.killpg(victim.pid, signal.SIGTERM)
-        wait_for(lambda: (p := leader_pid(redis_server)) and p != first, timeout=5, interval=0.005, what="a new leader")
+        wait_for(
+            lambda first=first: (p := leader_pid(redis_server)) and p != first,
+            timeout=5,
+            interval=0.005,
+            what="a new leader",
+        )
         takeover = time.monotonic() - stopped
         print(f"takeover after a group SIGTERM (round {round_}): {takeover * 1000:.0f} ms")
         assert takeover < 1.0
