@@ -17,7 +17,7 @@ from dramatiq.middleware import MiddlewareError
 from dramatiq_cron_middleware import CronConfigurationError, CronMiddleware
 from dramatiq_cron_middleware.connection import redact
 from tests.support.inprocess import in_process_app
-from tests.support.instances import ROOT, wait_for
+from tests.support.instances import ROOT, stop_group, wait_for
 from tests.support.redis_server import RedisServer
 
 SECRETS = ["pa/ss", "pa?ss", "pa#ss", "pa ss", "p@ss/w?rd#x y"]
@@ -53,15 +53,20 @@ def test_a_worker_with_a_malformed_url_exits_at_boot_with_one_error(tmp_path: An
         "PYTHONPATH": str(ROOT),
         "PATH": "/usr/bin:/bin",
     }
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "dramatiq", "tests.apps.cronapp", "--processes", "1", "--threads", "1"],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=60,
+        start_new_session=True,
     )
-    output = proc.stdout + proc.stderr
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        stop_group(proc, grace=5)
+    output = out
     assert proc.returncode != 0, output[-2000:]
     assert "invalid redis URL" in output, output[-2000:]
     assert "se cr" not in output and "et?x" not in output
