@@ -23,7 +23,16 @@ from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConn
 
 from .errors import CronConfigurationError
 
-__all__ = ["CLUSTER_SCHEME", "ENV_URL", "MasterChanged", "SENTINEL_SCHEME", "redact", "scheduler_clients", "describe"]
+__all__ = [
+    "CLUSTER_SCHEME",
+    "ENV_URL",
+    "SENTINEL_SCHEME",
+    "MasterChanged",
+    "describe",
+    "redact",
+    "same_server",
+    "scheduler_clients",
+]
 
 #: The URL scheme of a Redis Cluster: ``redis+cluster://[user:password@]host:port[,host:port...]``
 #: (any reachable nodes; the rest of the cluster is discovered).
@@ -82,6 +91,25 @@ def describe(client: redis.Redis) -> str:
         return f"unix://{kwargs['path']}"
     scheme = "rediss" if "ssl" in client.connection_pool.connection_class.__name__.lower() else "redis"
     return f"{scheme}://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+
+
+def same_server(a: Any, b: Any) -> bool:
+    """Whether two plain redis-py clients talk to the same server and
+    database (by host, port and db, or unix socket path)."""
+    if not isinstance(a, redis.Redis) or not isinstance(b, redis.Redis):
+        return False
+    if isinstance(a, RedisCluster) or isinstance(b, RedisCluster):
+        return False
+    if isinstance(a.connection_pool, SentinelConnectionPool) or isinstance(b.connection_pool, SentinelConnectionPool):
+        return False
+    ka, kb = a.connection_pool.connection_kwargs, b.connection_pool.connection_kwargs
+
+    def where(k: dict[str, Any]) -> tuple[object, ...]:
+        host = k.get("host", "localhost")
+        host = "127.0.0.1" if host in ("localhost", "::1") else host
+        return (k.get("path"), host, int(k.get("port", 6379) or 6379), int(k.get("db", 0) or 0))
+
+    return where(ka) == where(kb)
 
 
 def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int) -> tuple[redis.Redis, redis.Redis]:

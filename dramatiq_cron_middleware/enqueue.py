@@ -1,41 +1,196 @@
-"""Enqueueing granted ticks: one by one through ``broker.enqueue``, or, for
-dramatiq's ``RedisBroker``, many in one pipelined round trip.
+"""The broker boundary: how granted ticks reach the broker, and how often.
 
-When a thousand schedules fall due in the same second, one broker round
-trip per message dominates the fire lag (about 0.35 ms each on loopback).
-dramatiq has no public batch enqueue, so for the stock ``RedisBroker`` this
-module sends the broker's own dispatch script for every message through one
-Redis pipeline, doing exactly what ``RedisBroker.enqueue`` does per message
-(the same message copy, delay queue and ``eta``, the same ``before_enqueue``
-and ``after_enqueue`` middleware hooks).  Any other broker, a subclass that
-overrides ``enqueue``, or a dramatiq whose internals differ from the tested
-ones, takes the plain path.
+Three ways, chosen once per process by :func:`boundary_for`:
+
+- **In the claim** (a stock ``RedisBroker`` whose Redis also holds the
+  lease, the default): the claim script itself writes each granted message
+  into dramatiq's queue layout, in the same atomic step that records the
+  tick as fired.  A tick is recorded as fired if and only if its message is
+  in the queue; a retried script (its batch record) never pushes twice.
+- **Idempotent** (a stock ``RedisBroker`` on another Redis): a small script
+  on the broker's Redis pushes a message only if the tick's enqueue mark is
+  not there yet, so a retry (redis-py's after a timeout, or ours of an owed
+  tick) is a no-op.  Many messages go in one pipelined round trip.
+- **Plain** (any other broker: RabbitMQ, SQS, Postgres...): one
+  ``broker.enqueue`` per message.  At-least-once at this boundary, with the
+  deterministic message id; ``CronDeduplication`` on the workers turns that
+  into one run per tick.
+
+In every mode the broker's middleware sees ``before_enqueue`` before the
+message leaves and ``after_enqueue`` after it arrived, as with
+``broker.enqueue``; the Redis-side modes store the message under a
+deterministic redis message id (the message id), in the exact layout
+``RedisBroker`` uses, so dramatiq's consumers, dead-lettering and
+dashboards see ordinary messages.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Sequence
 from typing import Any
-from uuid import uuid4
 
 import dramatiq
+import redis
 from dramatiq import Broker, Message
 
-__all__ = ["enqueue_many"]
+from .keys import Keys
+from .protocol import load_script
 
-#: Below this many messages the plain path is as fast.
-PIPELINE_FROM = 4
+__all__ = ["Boundary", "BrokerBoundary", "Payload", "boundary_for", "enqueue_many"]
+
+
+class Boundary(str, enum.Enum):
+    """How granted ticks reach the broker."""
+
+    IN_CLAIM = "in_claim"
+    IDEMPOTENT = "idempotent"
+    PLAIN = "plain"
+
+
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """A message encoded for dramatiq's Redis layout."""
+
+    #: The message as enqueued (with its redis message id, and for a
+    #: delayed message its delay queue and eta), for the hooks.
+    message: Message[Any]
+    delay: int | None
+    queue_key: str
+    messages_key: str
+    redis_message_id: str
+    body: str
+
+
+class BrokerBoundary:
+    """Enqueues granted ticks in one of the three ways (see the module).
+
+    Parameters:
+      broker: The broker.
+      mode: How (from :func:`boundary_for`).
+      keys: The scheduler's keys (enqueue marks live under its prefix).
+      mark_ms: How long an enqueue mark is kept (idempotent mode): at least
+        the longest catch-up window, so no retry outlives it.
+    """
+
+    def __init__(self, broker: Broker, mode: Boundary, *, keys: Keys, mark_ms: int) -> None:
+        self.broker = broker
+        self.mode = mode
+        self.keys = keys
+        self.mark_ms = mark_ms
+        self._client: redis.Redis | None = getattr(broker, "client", None) if mode != Boundary.PLAIN else None
+        self._enqueue_script = load_script(self._client, "enqueue") if self._client is not None else None
+
+    def payload(self, message: Message[Any], delay: int | None, *, now_ms: int) -> Payload:
+        """Encode a message as ``RedisBroker.enqueue`` would, with the
+        message id as its redis message id."""
+        from dramatiq.common import dq_name
+
+        queue_name = message.queue_name
+        message = message.copy(options={"redis_message_id": message.message_id})
+        if delay:
+            queue_name = dq_name(queue_name)
+            message = message.copy(queue_name=queue_name, options={"eta": now_ms + delay})
+        namespace = self.broker.namespace  # type: ignore[attr-defined]
+        return Payload(
+            message=message,
+            delay=delay or None,
+            queue_key=f"{namespace}:{queue_name}",
+            messages_key=f"{namespace}:{queue_name}.msgs",
+            redis_message_id=message.message_id,
+            body=message.encode().decode("utf-8"),
+        )
+
+    def before(self, payload: Payload) -> BaseException | None:
+        """Run the broker's ``before_enqueue`` hooks; the exception of a
+        middleware that vetoed the message, or None."""
+        try:
+            self.broker.emit_before("enqueue", payload.message, payload.delay)
+        except Exception as exc:
+            return exc
+        return None
+
+    def after(self, payload: Payload) -> None:
+        """Run the broker's ``after_enqueue`` hooks for a message that is in
+        the queue."""
+        self.broker.emit_after("enqueue", payload.message, payload.delay)
+
+    def send(self, items: Sequence[tuple[Message[Any], int | None]], *, now_ms: int) -> list[BaseException | None]:
+        """Enqueue ``(message, delay)`` pairs outside a claim; per item None
+        on success or the exception that made it fail (a failed item can be
+        retried with the same message: in the Redis modes a retry that finds
+        the message enqueued is a no-op)."""
+        if self.mode == Boundary.PLAIN or self._client is None or self._enqueue_script is None:
+            return enqueue_many(self.broker, items)
+        out: list[BaseException | None] = [None] * len(items)
+        payloads: list[tuple[int, Payload]] = []
+        for index, (message, delay) in enumerate(items):
+            payload = self.payload(message, delay, now_ms=now_ms)
+            vetoed = self.before(payload)
+            if vetoed is not None:
+                out[index] = vetoed
+                continue
+            payloads.append((index, payload))
+        if not payloads:
+            return out
+        pipe = self._client.pipeline(transaction=False)
+        for _, p in payloads:
+            self._enqueue_script(
+                keys=[self.keys.enqueued(p.redis_message_id), p.messages_key, p.queue_key],
+                args=[p.redis_message_id, p.body, self.mark_ms],
+                client=pipe,
+            )
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as exc:  # the whole round trip failed: retry each later
+            for index, _ in payloads:
+                out[index] = exc
+            return out
+        for (index, payload), reply in zip(payloads, replies, strict=True):
+            if isinstance(reply, Exception):
+                out[index] = reply
+            else:
+                self.after(payload)
+        return out
+
+
+def boundary_for(broker: Broker, *, lease_client: redis.Redis | None, same_server: bool) -> Boundary:
+    """Choose how granted ticks reach ``broker``: in the claim when the
+    broker is a stock ``RedisBroker`` on the lease's own Redis, idempotent
+    on another Redis, plain otherwise."""
+    if not _stock_redis_broker(broker):
+        return Boundary.PLAIN
+    if same_server and lease_client is not None and _plain_redis(lease_client):
+        return Boundary.IN_CLAIM
+    return Boundary.IDEMPOTENT
+
+
+def _plain_redis(client: redis.Redis) -> bool:
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, redis.Redis) and not isinstance(client, RedisCluster)
+
+
+def _stock_redis_broker(broker: Broker) -> bool:
+    try:
+        from dramatiq.brokers.redis import RedisBroker
+    except ImportError:  # pragma: no cover - redis is a dependency
+        return False
+    return (
+        isinstance(broker, RedisBroker)
+        and type(broker).enqueue is RedisBroker.enqueue
+        and type(broker)._dispatch is RedisBroker._dispatch
+        and dramatiq.__version__.split(".")[0] == "2"
+        and isinstance(getattr(broker, "namespace", None), str)
+        and isinstance(getattr(broker, "client", None), redis.Redis)
+    )
 
 
 def enqueue_many(broker: Broker, items: Sequence[tuple[Message[Any], int | None]]) -> list[BaseException | None]:
-    """Enqueue ``(message, delay)`` pairs; return, per item, None on success
-    or the exception that made it fail (a failed item can be retried with the
-    same message)."""
-    if len(items) >= PIPELINE_FROM and _pipelinable(broker):
-        try:
-            return _pipelined(broker, items)
-        except Exception as exc:  # the whole round trip failed
-            return [exc] * len(items)
+    """Enqueue ``(message, delay)`` pairs one by one through
+    ``broker.enqueue``; per item None on success or the exception that made
+    it fail."""
     out: list[BaseException | None] = []
     for message, delay in items:
         try:
@@ -44,70 +199,4 @@ def enqueue_many(broker: Broker, items: Sequence[tuple[Message[Any], int | None]
             out.append(exc)
         else:
             out.append(None)
-    return out
-
-
-def _pipelinable(broker: Broker) -> bool:
-    try:
-        from dramatiq.brokers.redis import RedisBroker
-    except ImportError:  # pragma: no cover - redis is a dependency
-        return False
-    return (
-        isinstance(broker, RedisBroker)
-        and type(broker).enqueue is RedisBroker.enqueue
-        and dramatiq.__version__.split(".")[0] == "2"
-        and "dispatch" in getattr(broker, "scripts", {})
-        and all(hasattr(broker, name) for name in ("namespace", "broker_id", "heartbeat_timeout", "dead_message_ttl"))
-        and callable(getattr(broker, "_should_do_maintenance", None))
-        and callable(getattr(broker, "_max_unpack_size", None))
-    )
-
-
-def _pipelined(broker: Any, items: Sequence[tuple[Message[Any], int | None]]) -> list[BaseException | None]:
-    from dramatiq.common import current_millis, dq_name
-
-    dispatch = broker.scripts["dispatch"]
-    pipe = broker.client.pipeline(transaction=False)
-    sent: list[tuple[Message[Any], int | None]] = []
-    out: list[BaseException | None] = [None] * len(items)
-    positions: list[int] = []
-    for index, (message, delay) in enumerate(items):
-        # As RedisBroker.enqueue: a fresh Redis-side id per enqueue, and a
-        # delayed message goes to the delay queue with its eta.
-        queue_name = message.queue_name
-        message = message.copy(options={"redis_message_id": str(uuid4())})
-        if delay is not None:
-            queue_name = dq_name(queue_name)
-            message = message.copy(queue_name=queue_name, options={"eta": current_millis() + delay})
-        try:
-            broker.emit_before("enqueue", message, delay)
-        except Exception as exc:  # a middleware vetoed this one message
-            out[index] = exc
-            continue
-        dispatch(
-            keys=[broker.namespace],
-            args=[
-                "enqueue",
-                current_millis(),
-                queue_name,
-                broker.broker_id,
-                broker.heartbeat_timeout,
-                broker.dead_message_ttl,
-                broker._should_do_maintenance("enqueue"),
-                broker._max_unpack_size(),
-                message.options["redis_message_id"],
-                message.encode(),
-            ],
-            client=pipe,
-        )
-        sent.append((message, delay))
-        positions.append(index)
-    if not sent:
-        return out
-    replies = pipe.execute(raise_on_error=False)
-    for index, (message, delay), reply in zip(positions, sent, replies, strict=True):
-        if isinstance(reply, Exception):
-            out[index] = reply
-            continue
-        broker.emit_after("enqueue", message, delay)
     return out

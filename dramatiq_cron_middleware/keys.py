@@ -78,6 +78,11 @@ class Keys:
         (for ``overlap="skip"``), with a TTL so a crash cannot block it."""
         return f"{self.tag}:running:{schedule_id}"
 
+    def enqueued(self, message_id: str) -> str:
+        """On the broker's Redis: the mark that a tick's message was pushed
+        (idempotent enqueue), kept at least a catch-up window."""
+        return f"{self.tag}:enqueued:{message_id}"
+
     @property
     def runtime_revisions(self) -> str:
         """Hash: runtime schedule id -> revision of its definition; the

@@ -22,15 +22,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import redis
 
 from .clock import ClockStep, ServerClock, StepKind
 from .connection import redact
+from .enqueue import Boundary, BrokerBoundary, Payload
 from .lease import Acquired, Held, Lease
 from .ledger import BadRequest, Ledger, NotLeader
 from .owed import Owed, OwedQueue
+from .planner import jitter_ms
 from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
 from .schedule import BoundSchedule
 from .server import DataLoss, ServerIdentity, classify_loss
@@ -83,13 +84,14 @@ class _Unsettled:
 
     batch_id: str
     batch: list[Planned]
+    payloads: list[Payload | None] | None
 
 
 class LeaderThread(threading.Thread):
     """Competes for the lease and, while leading, fires due ticks.
 
     Parameters:
-      broker: Where messages are enqueued.
+      boundary: How granted ticks reach the broker (see enqueue.py).
       schedules: Every schedule declared on the broker.
       lease, ledger: The Redis-side collaborators.
       clock: The server clock the lease and ledger refresh.
@@ -110,7 +112,7 @@ class LeaderThread(threading.Thread):
     def __init__(
         self,
         *,
-        broker: Any,
+        boundary: BrokerBoundary,
         schedules: Sequence[BoundSchedule],
         lease: Lease,
         ledger: Ledger,
@@ -133,8 +135,9 @@ class LeaderThread(threading.Thread):
         self.logger = logger
         self.monotonic = clock.monotonic
         self.queue = TickQueue({s.id: s for s in schedules}, prefix=prefix)
+        self.boundary = boundary
         self.owed = OwedQueue(
-            broker=broker,
+            boundary=boundary,
             logger=logger,
             now_ms=clock.now_ms,
             monotonic=clock.monotonic,
@@ -456,23 +459,47 @@ class LeaderThread(threading.Thread):
             self._renew_if_due()
 
     def _claim(self, token: str, epoch: int, batch: list[Planned]) -> None:
-        unsettled = _Unsettled(batch_id=uuid.uuid4().hex, batch=batch)
+        unsettled = _Unsettled(batch_id=uuid.uuid4().hex, batch=batch, payloads=self._payloads(batch))
         self._unsettled = unsettled
         # Until a reply is read, the queue no longer matches the ledger.
         self.queue.invalidate()
         try:
-            reply = self.ledger.claim(token, epoch, unsettled.batch_id, [p.claim for p in batch])
+            reply = self.ledger.claim(token, epoch, unsettled.batch_id, [p.claim for p in batch], unsettled.payloads)
         except (NotLeader, BadRequest):
             self._unsettled = None  # refused before writing anything
             raise
         self._unsettled = None
         self._report_corrupt(reply.corrupt)
         self.queue.in_sync = True
-        self._apply(batch, reply.results, reply.server_ms)
+        self._apply(batch, reply.results, reply.server_ms, unsettled.payloads)
 
-    def _apply(self, batch: list[Planned], results: Sequence[ClaimResult], server_ms: int) -> None:
+    def _payloads(self, batch: list[Planned]) -> list[Payload | None] | None:
+        """With a RedisBroker on the lease's Redis, the messages the claim
+        script enqueues when it grants them (after the broker's
+        ``before_enqueue`` hooks; a message they veto is enqueued later,
+        the plain way, as an owed tick)."""
+        if self.boundary.mode != Boundary.IN_CLAIM:
+            return None
+        now = int(time.time() * 1000)
+        out: list[Payload | None] = []
+        for item in batch:
+            if item.message is None:
+                out.append(None)
+                continue
+            payload = self.boundary.payload(item.message, jitter_ms(item.schedule, item.message.message_id), now_ms=now)
+            out.append(payload if self.boundary.before(payload) is None else None)
+        return out
+
+    def _apply(
+        self,
+        batch: list[Planned],
+        results: Sequence[ClaimResult],
+        server_ms: int,
+        payloads: Sequence[Payload | None] | None = None,
+    ) -> None:
         granted: list[Owed] = []
-        for item, result in zip(batch, results, strict=True):
+        enqueued: list[Owed] = []
+        for index, (item, result) in enumerate(zip(batch, results, strict=True)):
             claim = item.claim
             if result in (ClaimResult.FIRE, ClaimResult.RECORDED, ClaimResult.SKIPPED, ClaimResult.PAUSED):
                 # The script overrides the requested outcome for paused and
@@ -482,10 +509,17 @@ class LeaderThread(threading.Thread):
                 )
                 self.observer.tick_decided(schedule_id=claim.schedule_id, outcome=outcome.value)
             if result == ClaimResult.FIRE and item.message is not None:
-                granted.append(Owed(schedule=item.schedule, tick_ms=claim.tick_ms, message=item.message))
+                owed = Owed(schedule=item.schedule, tick_ms=claim.tick_ms, message=item.message)
+                payload = payloads[index] if payloads is not None else None
+                if payload is not None:  # the claim script enqueued it
+                    self.boundary.after(payload)
+                    enqueued.append(owed)
+                else:
+                    granted.append(owed)
         self.queue.decided(batch, results, server_ms)
-        # All granted ticks of the batch go to the broker together (one
-        # pipelined round trip for a RedisBroker; see enqueue.py).
+        self.owed.settled(enqueued, [None] * len(enqueued))
+        # All other granted ticks of the batch go to the broker together
+        # (one pipelined round trip for a RedisBroker; see enqueue.py).
         self.owed.send(granted)
 
     def _settle(self) -> None:
@@ -498,7 +532,7 @@ class LeaderThread(threading.Thread):
         results = self.ledger.batch_results(unsettled.batch_id)
         self._unsettled = None
         if results is not None and len(results) == len(unsettled.batch):
-            self._apply(unsettled.batch, results, self.clock.now_ms())
+            self._apply(unsettled.batch, results, self.clock.now_ms(), unsettled.payloads)
         # Either way the queue syncs from the ledger before firing again.
         self.queue.invalidate()
 

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from .clock import ServerClock
+from .enqueue import Payload
 from .keys import Keys
 from .protocol import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value
 
@@ -163,8 +164,17 @@ class Ledger:
                 codes[sid] = SyncCode(int(pairs[2 * index + 1]))
         return SyncReply(last=last, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost)
 
-    def claim(self, token: str, epoch: int, batch_id: str, claims: Sequence[Claim]) -> ClaimReply:
+    def claim(
+        self,
+        token: str,
+        epoch: int,
+        batch_id: str,
+        claims: Sequence[Claim],
+        payloads: Sequence[Payload | None] | None = None,
+    ) -> ClaimReply:
         """Decide a batch of ticks in one round trip; one result per claim.
+        With ``payloads`` (a RedisBroker on this Redis), the script also
+        enqueues each granted claim's message, in the same atomic step.
 
         Raises:
           NotLeader: if the lease no longer holds ``token`` (nothing was
@@ -180,16 +190,24 @@ class Ledger:
             self.keys.batch(batch_id),
             self.keys.runtime_revisions,
         ]
-        mark_index: dict[str, int] = {}
+        key_index: dict[str, int] = {}
+
+        def index(key: str) -> int:
+            if key not in key_index:
+                keys.append(key)
+                key_index[key] = len(keys)  # Lua indexes from 1
+            return key_index[key]
 
         def mark(claim: Claim) -> int:
             if not claim.fire or claim.overlap_ttl_ms <= 0:
                 return 0
-            key = self.keys.running(claim.schedule_id)
-            if key not in mark_index:
-                keys.append(key)
-                mark_index[key] = len(keys)  # Lua indexes from 1
-            return mark_index[key]
+            return index(self.keys.running(claim.schedule_id))
+
+        def push(i: int) -> list[Any]:
+            payload = payloads[i] if payloads is not None else None
+            if payload is None:
+                return [0, 0, "", ""]
+            return [index(payload.queue_key), index(payload.messages_key), payload.redis_message_id, payload.body]
 
         # One JSON argument instead of ten per entry: packing thousands of
         # arguments cost more client time than the script itself.
@@ -206,8 +224,9 @@ class Ledger:
                     c.actor_name,
                     mark(c),
                     c.revision,
+                    *push(i),
                 ]
-                for c in claims
+                for i, c in enumerate(claims)
             ],
             separators=(",", ":"),
         )

@@ -18,7 +18,8 @@ from dramatiq.middleware import TimeLimit
 from redis.cluster import RedisCluster
 
 from .clock import ServerClock
-from .connection import ENV_URL, describe, redact, scheduler_clients, url_from_environment
+from .connection import ENV_URL, describe, redact, same_server, scheduler_clients, url_from_environment
+from .enqueue import BrokerBoundary, boundary_for
 from .errors import CronConfigurationError
 from .keys import Keys
 from .leader import LeaderObserver, LeaderThread
@@ -296,8 +297,13 @@ class CronMiddleware(Middleware):
             self._shutdown_client = scheduler_clients(
                 self._source(broker), op_timeout_ms=min(timing.op_timeout_ms, 500), block_timeout_ms=0
             )[0]
+            # The scheduler's client and the broker's: the same server means
+            # the claim script can enqueue in the same atomic step.
+            broker_client = getattr(broker, "client", None)
+            mode = boundary_for(broker, lease_client=client, same_server=same_server(client, broker_client))
+            boundary = BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms())
             self.leader = LeaderThread(
-                broker=broker,
+                boundary=boundary,
                 schedules=schedules,
                 lease=lease,
                 ledger=ledger,
@@ -311,13 +317,20 @@ class CronMiddleware(Middleware):
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
             )
             self.logger.info(
-                "Cron scheduler started with %d schedule(s) on %s (lease %d ms).",
+                "Cron scheduler started with %d schedule(s) on %s (lease %d ms, enqueue %s).",
                 len(schedules),
                 where,
                 self.lock_ttl,
+                mode.value.replace("_", " "),
             )
             self.leader.start()
             return self.leader
+
+    def _mark_ms(self) -> int:
+        """How long an idempotent enqueue's mark is kept: longer than any
+        retry of an owed tick (the longest catch-up window) can last."""
+        windows = [s.catch_up_window for s in self.all_schedules()] or [self.catch_up_window]
+        return max(windows) + 600_000
 
     def _clients(self, broker: Broker) -> tuple[redis.Redis, redis.Redis]:
         """The scheduler's command and blocking clients, built (and the

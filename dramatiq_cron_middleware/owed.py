@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dramatiq import Broker, Message
+from dramatiq import Message
 
 from .connection import redact
-from .enqueue import enqueue_many
+from .enqueue import BrokerBoundary
 from .planner import jitter_ms
 from .schedule import BoundSchedule
 
@@ -44,7 +44,7 @@ class OwedQueue:
     """Enqueues granted ticks and retries the ones that fail.
 
     Parameters:
-      broker: Where messages go.
+      boundary: How messages reach the broker.
       logger: Where per-schedule state changes are reported.
       now_ms: The scheduler's clock (server time), for lag and give-up.
       monotonic: The monotonic clock, for back-off.
@@ -55,13 +55,13 @@ class OwedQueue:
     def __init__(
         self,
         *,
-        broker: Broker,
+        boundary: BrokerBoundary,
         logger: logging.Logger,
         now_ms: Callable[[], int],
         monotonic: Callable[[], float] = time.monotonic,
         enqueued: Callable[[str, int, int], None] | None = None,
     ) -> None:
-        self.broker = broker
+        self.boundary = boundary
         self.logger = logger
         self._now_ms = now_ms
         self._monotonic = monotonic
@@ -84,9 +84,16 @@ class OwedQueue:
             return
         for item in items:
             item.attempts += 1
-        failures = enqueue_many(
-            self.broker, [(o.message, jitter_ms(o.schedule, o.message.message_id) or None) for o in items]
+        failures = self.boundary.send(
+            [(o.message, jitter_ms(o.schedule, o.message.message_id) or None) for o in items],
+            now_ms=int(time.time() * 1000),
         )
+        self.settled(items, failures)
+
+    def settled(self, items: Sequence[Owed], failures: Sequence[BaseException | None]) -> None:
+        """Record what became of granted ticks: None for one that reached the
+        broker (here or inside the claim), else the exception; failures stay
+        owed."""
         started: dict[str, str] = {}
         recovered: list[str] = []
         now_mono = self._monotonic()

@@ -13,7 +13,8 @@ from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware.enqueue import enqueue_many
+from dramatiq_cron_middleware.enqueue import Boundary, BrokerBoundary, boundary_for
+from dramatiq_cron_middleware.keys import Keys
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 
@@ -52,11 +53,16 @@ def test_ticks_due_together_are_pipelined_and_each_runs_once(
         assert all(counts[key] == 1 for key in enqueued), [k for k in enqueued if counts[k] != 1]
 
 
-def test_a_pipelined_batch_reports_each_message_and_honours_delays(redis_server: RedisServer) -> None:
+def boundary(broker: object, mode: Boundary) -> BrokerBoundary:
+    return BrokerBoundary(broker, mode, keys=Keys("t"), mark_ms=60_000)  # type: ignore[arg-type]
+
+
+def test_an_idempotent_batch_reports_each_message_and_honours_delays(redis_server: RedisServer) -> None:
     broker = RedisBroker(url=redis_server.url)
     broker.declare_queue("default")
     messages = [Message("default", "job", (n,), {}, {"cron_tick": str(n)}) for n in range(10)]
-    failures = enqueue_many(broker, [(m, 5000 if n % 2 else None) for n, m in enumerate(messages)])
+    send = boundary(broker, Boundary.IDEMPOTENT).send
+    failures = send([(m, 5000 if n % 2 else None) for n, m in enumerate(messages)], now_ms=now_ms())
     assert failures == [None] * 10
     client = redis_server.client()
     assert client.llen("dramatiq:default") == 5
@@ -64,11 +70,30 @@ def test_a_pipelined_batch_reports_each_message_and_honours_delays(redis_server:
     broker.close()
 
 
+def test_a_second_push_of_the_same_tick_is_a_no_op(redis_server: RedisServer) -> None:
+    """Whether it comes from redis-py's retry of a timed-out call or from
+    the scheduler's own retry of an owed tick, the same message sent again
+    adds no queue entry: consumers cannot fetch it twice."""
+    broker = RedisBroker(url=redis_server.url)
+    broker.declare_queue("default")
+    message = Message("default", "job", (), {}, {"cron_tick": "t"})
+    send = boundary(broker, Boundary.IDEMPOTENT).send
+    for _ in range(3):
+        assert send([(message, None)], now_ms=now_ms()) == [None]
+    client = redis_server.client()
+    assert client.lrange("dramatiq:default", 0, -1) == [message.message_id]
+    stored = json.loads(client.hget("dramatiq:default.msgs", message.message_id) or "{}")
+    assert stored["message_id"] == message.message_id
+    assert stored["options"]["redis_message_id"] == message.message_id
+    broker.close()
+
+
 def test_other_brokers_take_the_plain_path() -> None:
     broker = StubBroker()
     broker.declare_queue("default")
     messages = [Message("default", "job", (n,), {}, {}) for n in range(5)]
-    assert enqueue_many(broker, [(m, None) for m in messages]) == [None] * 5
+    assert boundary_for(broker, lease_client=None, same_server=True) == Boundary.PLAIN
+    assert boundary(broker, Boundary.PLAIN).send([(m, None) for m in messages], now_ms=0) == [None] * 5
     assert broker.queues["default"].qsize() == 5
 
 
@@ -76,5 +101,5 @@ def test_a_failed_round_trip_fails_every_message_for_retry() -> None:
     broker = RedisBroker(url="redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     broker.declare_queue("default")
     messages = [Message("default", "job", (n,), {}, {}) for n in range(5)]
-    failures = enqueue_many(broker, [(m, None) for m in messages])
+    failures = boundary(broker, Boundary.IDEMPOTENT).send([(m, None) for m in messages], now_ms=0)
     assert len(failures) == 5 and all(f is not None for f in failures)

@@ -11,7 +11,10 @@
 -- KEYS[4] - the paused set
 -- KEYS[5] - this batch's result record
 -- KEYS[6] - the runtime definitions' revisions hash
--- KEYS[7...] - the running marks of overlap="skip" schedules in the batch
+-- KEYS[7...] - the running marks of overlap="skip" schedules in the batch,
+--              and the broker queues and message hashes of the messages
+-- (The broker's keys do not share the scheduler's hash tag: a batch with
+-- messages runs only on a plain Redis, which is all RedisBroker supports.)
 -- ARGV[1] - the caller's token
 -- ARGV[2] - the caller's epoch
 -- ARGV[3] - the history cap
@@ -21,7 +24,10 @@
 -- ARGV[6] - a JSON array of entries, each an array:
 --           schedule id, tick ms, outcome, fire (1/0), detail, message id,
 --           overlap ttl ms, actor name, the index in KEYS of its running
---           mark (0 without overlap), runtime revision (0 for declared)
+--           mark (0 without overlap), runtime revision (0 for declared),
+--           and for a message to enqueue when granted (RedisBroker on this
+--           Redis): the index in KEYS of its queue list and of its message
+--           hash (0 and 0 without), its redis message id and its body
 -- Returns {1, now, flags, result...} (one result per entry, ClaimResult),
 -- {0, now} when the lease holds another token, {-2, now, message} for a
 -- malformed request.
@@ -38,7 +44,9 @@ for i, e in ipairs(entries) do
      or (e[4] ~= 0 and e[4] ~= 1) or type(e[5]) ~= 'string' or type(e[6]) ~= 'string'
      or type(e[7]) ~= 'number' or type(e[8]) ~= 'string' or type(e[9]) ~= 'number'
      or (e[9] ~= 0 and (e[9] < 7 or KEYS[e[9]] == nil))
-     or type(e[10]) ~= 'number' then
+     or type(e[10]) ~= 'number' or type(e[11]) ~= 'number' or type(e[12]) ~= 'number'
+     or (e[11] ~= 0 and (e[11] < 7 or KEYS[e[11]] == nil or e[12] < 7 or KEYS[e[12]] == nil
+                         or type(e[13]) ~= 'string' or type(e[14]) ~= 'string')) then
     return {-2, now, 'entry ' .. i .. ' is malformed'}
   end
 end
@@ -73,7 +81,7 @@ local any_paused = paused_ok and redis.call('SCARD', KEYS[4]) > 0
 
 -- Decide everything in memory first.
 local last, by, stored = {}, {}, {}
-local results, writes, marks, events = {}, {}, {}, {}
+local results, writes, marks, events, pushes = {}, {}, {}, {}, {}
 for i, e in ipairs(entries) do
   local sid, tick, outcome, fire = e[1], e[2], e[3], e[4]
   local result
@@ -112,6 +120,7 @@ for i, e in ipairs(entries) do
       else
         result = R_FIRE
         if e[9] > 0 then marks[KEYS[e[9]]] = {e[6], e[7]} end
+        if e[11] > 0 then pushes[#pushes + 1] = e end
       end
     end
     last[sid], by[sid], stored[sid] = tick, epoch, result
@@ -142,6 +151,12 @@ for _, ev in ipairs(events) do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
              'schedule', ev[1], 'tick', ev[2], 'outcome', ev[3], 'at', now,
              'epoch', epoch, 'detail', ev[4], 'message_id', ev[5])
+end
+-- The granted messages, in dramatiq's layout: recorded as fired if and
+-- only if in the queue.
+for _, e in ipairs(pushes) do
+  redis.call('HSET', KEYS[e[12]], e[13], e[14])
+  redis.call('RPUSH', KEYS[e[11]], e[13])
 end
 -- Keep the per-entry results, so a caller whose reply was lost to a
 -- timeout can learn whether this batch ran and what it granted.

@@ -81,16 +81,18 @@ class InProcessApp:
 
 @contextmanager
 def in_process_app(
-    redis_url: str,
+    redis_url: str | None,
     crons: Mapping[str, Any],
     *,
     lock_ttl: int = 2000,
     start: bool = True,
+    broker: Any = None,
     **options: Any,
 ) -> Iterator[InProcessApp]:
-    """A StubBroker with one actor per entry of ``crons`` (actor name ->
-    ``cron=`` value) and the scheduler started on ``redis_url``."""
-    broker = StubBroker()
+    """A broker (a StubBroker unless given) with one actor per entry of
+    ``crons`` (actor name -> ``cron=`` value) and the scheduler started on
+    ``redis_url`` (None: the broker's own Redis)."""
+    broker = broker if broker is not None else StubBroker()
     middleware = CronMiddleware(redis=redis_url, lock_ttl=lock_ttl, **options)
     broker.add_middleware(middleware)
     recorder = _Recorder()

@@ -34,6 +34,8 @@ class _Pipe:
 
     source: socket.socket
     target: socket.socket
+    #: Whether this direction carries the server's replies.
+    reply: bool = False
     queue: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
     ready: threading.Condition = field(default_factory=threading.Condition)
     done: bool = False
@@ -52,6 +54,10 @@ class Proxy:
         self.upstream = ("127.0.0.1", upstream_port)
         self.max_connections = max_connections
         self.delay_ms = 0
+        #: Extra delay of the server's replies only: commands arrive and
+        #: run at once, their answers come late (a lost reply, for a client
+        #: whose timeout is shorter).
+        self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing = threading.Event()
         self._flowing.set()
@@ -91,6 +97,10 @@ class Proxy:
     def heal(self) -> None:
         """Undo blackhole, delay and reset-on-connect."""
         self.delay_ms = 0
+        #: Extra delay of the server's replies only: commands arrive and
+        #: run at once, their answers come late (a lost reply, for a client
+        #: whose timeout is shorter).
+        self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing.set()
 
@@ -161,7 +171,7 @@ class Proxy:
         upstream.settimeout(None)
         with self._lock:
             self._conns.append((client, upstream))
-        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client)):
+        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client, reply=True)):
             threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
             threading.Thread(target=self._write, args=(pipe,), daemon=True).start()
 
@@ -172,7 +182,8 @@ class Proxy:
                 if not data:
                     break
                 with pipe.ready:
-                    pipe.queue.append((time.monotonic() + self.delay_ms / 1000, data))
+                    delay = self.delay_ms + (self.reply_delay_ms if pipe.reply else 0)
+                    pipe.queue.append((time.monotonic() + delay / 1000, data))
                     pipe.ready.notify()
         except OSError:
             pass
