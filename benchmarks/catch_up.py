@@ -36,7 +36,9 @@ def run_once(schedules: int, backlog_s: int, lock_ttl: int) -> dict[str, float]:
         lease.config_set("slowlog-log-slower-than", 5_000)
         now = int(lease.time()[0]) * 1000
         lease.set(middleware.keys.epoch, 1)
-        lease.hset(middleware.keys.ticks, mapping={s.id: f"{now - backlog_s * 1000}:1:1" for s in middleware.all_schedules()})
+        lease.hset(
+            middleware.keys.ticks, mapping={s.id: f"{now - backlog_s * 1000}:1:1" for s in middleware.all_schedules()}
+        )
         queue = broker_redis.client()
         expected = schedules * backlog_s
         started = time.perf_counter()
@@ -52,7 +54,13 @@ def run_once(schedules: int, backlog_s: int, lock_ttl: int) -> dict[str, float]:
         finally:
             middleware.stop()
             broker.close()
-        return {"ticks": expected, "seconds": took, "rate": expected / took, "slowest_ms": slowest / 1000, "epoch": epoch}
+        return {
+            "ticks": expected,
+            "seconds": took,
+            "rate": expected / took,
+            "slowest_ms": slowest / 1000,
+            "epoch": epoch,
+        }
 
 
 def main() -> None:
