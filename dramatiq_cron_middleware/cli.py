@@ -27,8 +27,7 @@ import dramatiq
 import redis
 
 from .connection import describe, redact, scheduler_clients
-from .control import Control, HistoryEntry
-from .leader import message_for
+from .control import Control, HistoryEntry, TriggerRefused
 from .ledger import Outcome
 from .middleware import CronMiddleware
 from .schedule import BoundSchedule
@@ -321,28 +320,21 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
 
 def _trigger(app: _App, args: argparse.Namespace) -> int:
     schedule = app.resolve(args.actor)[0]
-    if type(app.broker).__name__ == "StubBroker":
-        raise _Failure("the app's broker is a StubBroker: a triggered message would only live in this process")
-    tick = app.control.server_ms()
-    message = message_for(schedule, tick, prefix=app.middleware.prefix, manual=True)
     try:
-        app.broker.enqueue(message)
-    except redis.RedisError:
-        raise
-    except Exception as exc:
-        raise _Failure(f"enqueueing {schedule.actor_name} failed: {redact(f'{type(exc).__name__}: {exc}')}") from None
-    at = app.control.record_trigger(schedule_id=schedule.id, tick_ms=tick, message_id=message.message_id)
+        done = app.control.trigger(app.broker, schedule, prefix=app.middleware.prefix)
+    except TriggerRefused as exc:
+        raise _Failure(str(exc)) from None
     data = {
         "actor": schedule.actor_name,
         "schedule": schedule.id,
-        "queue": schedule.queue_name,
-        "message_id": message.message_id,
-        "tick": message.options["cron_tick"],
-        "recorded_at": _iso(at),
+        "queue": done.queue_name,
+        "message_id": done.message_id,
+        "tick": done.tick,
+        "recorded_at": _iso(done.recorded_ms),
     }
     text = (
-        f"Triggered {schedule.actor_name} ({schedule.id}): message {message.message_id} "
-        f"enqueued on queue {schedule.queue_name!r}, tick {message.options['cron_tick']}."
+        f"Triggered {schedule.actor_name} ({schedule.id}): message {done.message_id} "
+        f"enqueued on queue {done.queue_name!r}, tick {done.tick}."
     )
     _emit(args, data, text)
     return EXIT_OK
