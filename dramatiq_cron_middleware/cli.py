@@ -19,6 +19,7 @@ import datetime as dt
 import importlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -28,6 +29,7 @@ import redis
 
 from .connection import describe, redact, scheduler_clients
 from .control import Control, HistoryEntry, TriggerRefused
+from .errors import CronConfigurationError
 from .ledger import Outcome
 from .middleware import CronMiddleware
 from .schedule import BoundSchedule
@@ -356,6 +358,44 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _web(app: _App, args: argparse.Namespace) -> int:
+    from .web import CronDashboard
+    from .web.server import Unsafe, parse_bind, start
+
+    try:
+        host, port = parse_bind(args.bind)
+    except ValueError as exc:
+        raise _Failure(str(exc)) from None
+    auth = None
+    if args.auth is not None:
+        user, sep, password = args.auth.partition(":")
+        if not sep or not user or not password:
+            raise _Failure("--auth wants USER:PASSWORD")
+        auth = (user, password)
+    try:
+        dashboard = CronDashboard(app.broker, prefix="", read_only=args.read_only, auth=auth, token=args.token)
+    except CronConfigurationError as exc:  # the web extra is missing
+        raise _Failure(str(exc)) from None
+    try:
+        server = start(dashboard, host, port, authenticated=bool(auth or args.token), insecure=args.insecure_bind)
+    except Unsafe as exc:
+        raise _Failure(str(exc)) from None
+    except OSError as exc:
+        raise _Failure(f"cannot listen on {args.bind}: {exc.strerror or exc}") from None
+    shown = f"[{host}]" if ":" in host else host
+    mode = " (read-only)" if args.read_only else ""
+    print(f"Serving the cron dashboard{mode} on http://{shown}:{server.server_port}/ (Ctrl+C stops it)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        dashboard.control.client.close()
+    return EXIT_OK
+
+
 # -- entry point ----------------------------------------------------------
 
 
@@ -390,6 +430,15 @@ def _parser() -> argparse.ArgumentParser:
         "actor", metavar="ACTOR", help="an actor name or schedule id"
     )
     command("resume", "undo pause").add_argument("actor", metavar="ACTOR", help="an actor name or schedule id")
+    sub = command("web", "serve the web dashboard (binds 127.0.0.1:8080 unless --bind says otherwise)")
+    sub.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="where to listen")
+    who = sub.add_mutually_exclusive_group()
+    who.add_argument("--auth", metavar="USER:PASSWORD", help="require HTTP basic auth")
+    who.add_argument("--token", metavar="TOKEN", help="require this bearer token (or ?token= once)")
+    sub.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    sub.add_argument(
+        "--insecure-bind", action="store_true", help="allow a non-loopback address without --auth or --token"
+    )
     return parser
 
 
@@ -400,6 +449,7 @@ _COMMANDS = {
     "trigger": _trigger,
     "pause": _pause,
     "resume": _pause,
+    "web": _web,
 }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -158,9 +157,9 @@ class CronDashboard:
         client, _ = scheduler_clients(source, op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)
-        self.runtime = runtime if runtime is not None else forms.runtime_of(middleware, client)
-        self._templates: Any = None
-        self._templates_lock = threading.Lock()
+        self.runtime = runtime if runtime is not None else forms.runtime_of(middleware, broker, client)
+        # Built now, so a missing Jinja2 fails here with the install hint.
+        self._templates = _templates()
         self._routes: dict[tuple[str, str], Callable[[_Request], _Response]] = {
             ("GET", "/"): self._overview,
             ("GET", "/schedules"): self._schedules,
@@ -312,7 +311,7 @@ class CronDashboard:
     def _runtime_form(self, request: _Request) -> _Response:
         store = self._writable_runtime()
         if request.path == "/runtime/edit":
-            schedule = store.find(request.query.get("id", ""))
+            schedule = pages.find_runtime(store, request.query.get("id", ""))
             if schedule is None:
                 raise _HTTPError("404 Not Found", "No such runtime schedule.")
             return self._form_page(request, forms.RuntimeForm.of(schedule), editing=True, original=schedule.id)
@@ -324,16 +323,16 @@ class CronDashboard:
         editing = request.path == "/runtime/edit"
         form = forms.RuntimeForm.parse(request.form)
         original = request.form.get("original", "") if editing else ""
-        error = forms.save(store, form, actors=self._actor_names(), original=original or None)
+        error = forms.save(store, form, original=original or None)
         if error is not None:
             return self._form_page(
                 request, dataclasses.replace(form, error=error), editing=editing, status="400 Bad Request"
             )
-        return self._back(request, f"Saved runtime schedule {form.actor}/{form.name}.", default="/schedules")
+        return self._back(request, f"Saved runtime schedule {form.actor}:{form.name}.", default="/schedules")
 
     def _runtime_remove(self, request: _Request) -> _Response:
         store = self._writable_runtime()
-        schedule = store.find(request.form.get("id", ""))
+        schedule = pages.find_runtime(store, request.form.get("id", ""))
         if schedule is None:
             raise _HTTPError("404 Not Found", "No such runtime schedule.")
         store.remove(schedule.actor_name, schedule.name)
@@ -349,7 +348,7 @@ class CronDashboard:
     # -- lookups --------------------------------------------------------------
 
     def _writable_runtime(self) -> Any:
-        if self.runtime is None or not hasattr(self.runtime, "remove"):
+        if self.runtime is None or not hasattr(self.runtime, "add"):
             raise _HTTPError("404 Not Found", "This app has no runtime schedules.")
         return self.runtime
 
@@ -361,7 +360,7 @@ class CronDashboard:
             if s.id == schedule_id:
                 return s, "code"
         if self.runtime is not None and schedule_id:
-            found = self.runtime.find(schedule_id)
+            found = pages.find_runtime(self.runtime, schedule_id)
             if found is not None:
                 return found, "runtime"
         return None, None
@@ -372,7 +371,7 @@ class CronDashboard:
             return []
         found = [s for s in self.middleware.all_schedules() if target in (s.actor_name, s.id)]
         if not found and self.runtime is not None:
-            runtime = self.runtime.find(target)
+            runtime = pages.find_runtime(self.runtime, target)
             found = [runtime] if runtime is not None else []
         return found
 
@@ -397,10 +396,7 @@ class CronDashboard:
         return response
 
     def _environment(self) -> Any:
-        with self._templates_lock:
-            if self._templates is None:
-                self._templates = _templates()
-            return self._templates
+        return self._templates
 
     def _back(self, request: _Request, notice: str, *, default: str = "/") -> _Response:
         """A 303 to the page the form came from (only ever a page of ours)."""

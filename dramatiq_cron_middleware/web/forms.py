@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import CronError
-from ..schedule import BoundSchedule, Schedule
+import dramatiq
+import redis
+
+from ..errors import CronScheduleError
+from ..middleware import CronMiddleware
+from ..schedule import DEFAULT_TIME_LIMIT, BoundSchedule, Schedule
 
 __all__ = ["RuntimeForm", "runtime_of", "save"]
 
@@ -58,13 +62,13 @@ class RuntimeForm:
         )
 
 
-def save(store: Any, form: RuntimeForm, *, actors: Sequence[str], original: str | None) -> str | None:
-    """Add the schedule the form describes (replacing ``original`` when
-    editing); returns the error to show, or None when saved."""
+def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
+    """Add the schedule the form describes (replacing ``original``, an
+    ``actor:name``, when editing); returns the error to show, or None when
+    saved.  An unknown actor, a bad name, expression or zone is refused by
+    ``RuntimeSchedules.add`` itself, with its own message."""
     if not form.actor:
         return "Choose an actor."
-    if form.actor not in actors:
-        return f"unknown actor {form.actor!r}"
     if not form.name:
         return "A runtime schedule needs a name (its identity in the ledger)."
     try:
@@ -76,19 +80,43 @@ def save(store: Any, form: RuntimeForm, *, actors: Sequence[str], original: str 
         return f"args must be a JSON array, got {form.args!r}"
     if not isinstance(kwargs, dict):
         return f"kwargs must be a JSON object, got {form.kwargs!r}"
-    schedule = Schedule(
-        form.expression, timezone=form.timezone or None, name=form.name, args=tuple(args), kwargs=kwargs
-    )
-    old = store.find(original) if original else None
+    schedule = Schedule(form.expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs)
     try:
         store.add(form.actor, schedule, name=form.name)
-    except CronError as exc:
+    except CronScheduleError as exc:
         return str(exc)
-    if old is not None and (old.actor_name, old.name) != (form.actor, form.name):
-        store.remove(old.actor_name, old.name)
+    old_actor, sep, old_name = (original or "").partition(":")
+    if sep and (old_actor, old_name) != (form.actor, form.name):
+        # A rename: the new one is stored, so the old one can go.
+        store.remove(old_actor, old_name)
     return None
 
 
-def runtime_of(middleware: Any, client: Any) -> Any:
-    """The runtime schedules of the app, when this version has them."""
-    return None
+def runtime_of(middleware: CronMiddleware, broker: dramatiq.Broker, client: redis.Redis) -> Any:
+    """The app's runtime schedules, read and written through ``client``;
+    None when this version of the package has none."""
+    try:
+        from ..runtime import ActorInfo, RuntimeSchedules
+    except ImportError:
+        return None
+
+    def resolve(actor: object) -> ActorInfo:
+        name = actor if isinstance(actor, str) else getattr(actor, "actor_name", None)
+        if not isinstance(name, str) or name not in broker.get_declared_actors():
+            raise CronScheduleError(f"unknown actor {name!r}: it is not declared on the broker")
+        declared = broker.get_actor(name)
+        limit = declared.options.get("time_limit")
+        return ActorInfo(
+            actor_name=name,
+            queue_name=declared.queue_name,
+            time_limit=int(limit) if isinstance(limit, int) and limit > 0 else DEFAULT_TIME_LIMIT,
+        )
+
+    return RuntimeSchedules(
+        client,
+        middleware.keys,
+        resolve_actor=resolve,
+        timezone=middleware.timezone,
+        catch_up=middleware.catch_up,
+        catch_up_window=middleware.catch_up_window,
+    )

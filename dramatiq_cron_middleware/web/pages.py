@@ -16,9 +16,11 @@ from typing import Any, Protocol
 import redis
 
 from ..control import Candidate, Control, HistoryEntry, HistoryPage, LastDecision, LeaderInfo
-from ..schedule import BoundSchedule
+from ..errors import CronScheduleError
+from ..schedule import NEVER, BoundSchedule
 from .chart import lag_chart, lag_ms
 from .describe import describe
+from .format import span
 
 __all__ = [
     "Filters",
@@ -27,6 +29,7 @@ __all__ = [
     "Row",
     "RuntimeCatalogue",
     "SchedulesView",
+    "find_runtime",
     "history_view",
     "overview",
     "schedules_view",
@@ -41,28 +44,47 @@ HISTORY_PAGE = 50
 
 
 class RuntimeCatalogue(Protocol):
-    """What the dashboard needs of the runtime schedules (issue 12): a count
-    and a slice, both honouring a search text, and a lookup by identity."""
+    """What the dashboard needs of the runtime schedules: the part of
+    :class:`~dramatiq_cron_middleware.runtime.RuntimeSchedules` it calls."""
 
-    def count(self, *, query: str) -> int:
-        """How many runtime schedules match ``query``."""
+    def list(
+        self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> Any:
+        """A page of runtime schedules (``items``, ``cursor``, ``total``)."""
 
-    def slice(self, *, query: str, offset: int, limit: int) -> list[BoundSchedule]:
-        """Up to ``limit`` matching runtime schedules from ``offset``, in a
-        stable order."""
+    def get(self, actor: object, name: str) -> Any:
+        """One runtime schedule (with ``.schedule``), or None."""
 
-    def find(self, schedule_id: str) -> BoundSchedule | None:
-        """The runtime schedule with this identity, if any."""
+
+def find_runtime(runtime: RuntimeCatalogue, schedule_id: str) -> BoundSchedule | None:
+    """The runtime schedule with this id (``actor:name``), if any."""
+    actor, sep, name = schedule_id.partition(":")
+    if not sep or not actor or not name or "/" in actor:
+        return None
+    try:
+        record = runtime.get(actor, name)
+    except CronScheduleError:  # not a valid runtime name: not one of them
+        return None
+    return None if record is None else record.schedule
 
 
 @dataclasses.dataclass(frozen=True)
 class Filters:
-    """The schedules page's search, filters and page, from the query string."""
+    """The schedules page's search, filters and position, from the query
+    string.
+
+    ``cursor`` is where the page starts: ``""`` the beginning, ``c:<n>`` the
+    n-th matching code schedule, ``r:<id>`` the runtime schedule after that
+    id (the runtime listing is keyed by id, so a page of 100,000 costs what
+    a page of 100 does).  ``at`` is the position of the first row, shown
+    only.
+    """
 
     query: str = ""
     source: str = "all"
     state: str = "all"
-    page: int = 1
+    cursor: str = ""
+    at: int = 0
     per_page: int = PAGE_SIZES[0]
 
     @classmethod
@@ -70,10 +92,10 @@ class Filters:
         """Read the filters leniently: an unknown value means the default."""
         source = params.get("source", "all")
         state = params.get("state", "all")
-        try:
-            page = max(int(params.get("page", "1")), 1)
-        except ValueError:
-            page = 1
+        cursor = params.get("cursor", "")
+        if not (cursor.startswith("r:") or (cursor.startswith("c:") and cursor[2:].isdigit())):
+            cursor = ""
+        at = params.get("at", "0")
         try:
             per_page = int(params.get("per_page", str(PAGE_SIZES[0])))
         except ValueError:
@@ -82,7 +104,8 @@ class Filters:
             query=params.get("q", "").strip()[:200],
             source=source if source in ("all", "code", "runtime") else "all",
             state=state if state in ("all", "paused", "active") else "all",
-            page=page,
+            cursor=cursor,
+            at=int(at) if at.isdigit() and cursor else 0,
             per_page=per_page if per_page in PAGE_SIZES else PAGE_SIZES[0],
         )
 
@@ -90,10 +113,10 @@ class Filters:
         """The query parameters of these filters with ``changes``, defaults
         left out so links stay short."""
         merged = dataclasses.replace(self, **changes)
-        out = {"q": merged.query, "source": merged.source, "state": merged.state}
+        out = {"q": merged.query, "source": merged.source, "state": merged.state, "cursor": merged.cursor}
         out = {k: v for k, v in out.items() if v and v != "all"}
-        if merged.page != 1:
-            out["page"] = str(merged.page)
+        if merged.cursor and merged.at:
+            out["at"] = str(merged.at)
         if merged.per_page != PAGE_SIZES[0]:
             out["per_page"] = str(merged.per_page)
         return out
@@ -104,7 +127,6 @@ class Row:
     """One schedule as the schedules page shows it."""
 
     schedule: BoundSchedule
-    source: str
     words: str
     next_ms: list[int]
     last: LastDecision | None
@@ -112,21 +134,23 @@ class Row:
     #: as a whole), or None when running.
     paused_by: str | None
 
+    @property
+    def source(self) -> str:
+        """``code`` or ``runtime``."""
+        return self.schedule.source
+
 
 @dataclasses.dataclass(frozen=True)
 class SchedulesView:
-    """A page of schedules."""
+    """A page of schedules; ``total`` is None when it is unknown (a search
+    of runtime schedules stops reading once the page is full)."""
 
     rows: list[Row]
-    total: int
+    total: int | None
     filters: Filters
+    next_cursor: str | None
     now_ms: int
     runtime_known: bool
-
-    @property
-    def pages(self) -> int:
-        """How many pages the filtered schedules fill (at least one)."""
-        return max(-(-self.total // self.filters.per_page), 1)
 
 
 def _paused_by(schedule: BoundSchedule, paused: set[str]) -> str | None:
@@ -145,6 +169,25 @@ def _matches(schedule: BoundSchedule, needle: str) -> bool:
     )
 
 
+def words(schedule: BoundSchedule) -> str:
+    """The schedule's timing in words."""
+    if schedule.every is not None:
+        text = f"Every {span(schedule.every)}"
+        return text + (f", {span(schedule.offset)} into each interval" if schedule.offset else "")
+    return describe(schedule.expression, hash_id=f"{schedule.actor_name}/{schedule.name}")
+
+
+def upcoming(schedule: BoundSchedule, now_ms: int, count: int = NEXT_RUNS) -> list[int]:
+    """The next ``count`` ticks after ``now_ms`` (fewer past the schedule's end)."""
+    out, tick = [], now_ms
+    for _ in range(count):
+        tick = schedule.next_after(tick)
+        if tick >= NEVER:
+            break
+        out.append(tick)
+    return out
+
+
 def schedules_view(
     control: Control,
     code: Sequence[BoundSchedule],
@@ -152,69 +195,75 @@ def schedules_view(
     filters: Filters,
 ) -> SchedulesView:
     """The schedules page: code schedules first (declaration order), then
-    runtime ones, filtered, one page of them."""
+    runtime ones (by id), filtered, one page of them from the cursor."""
     now = control.server_ms()
     paused = control.paused()
     needle = filters.query.lower()
+    size = filters.per_page
 
     def state_ok(s: BoundSchedule) -> bool:
-        if filters.state == "all":
-            return True
-        is_paused = s.id in paused or s.actor_name in paused
-        return is_paused == (filters.state == "paused")
+        return filters.state == "all" or (_paused_by(s, paused) is not None) == (filters.state == "paused")
 
-    picked_code: list[BoundSchedule] = []
+    picked: list[BoundSchedule] = []
+    next_cursor: str | None = None
+    total: int | None = 0
+    code_matches: list[BoundSchedule] = []
     if filters.source in ("all", "code"):
-        picked_code = [s for s in code if (not needle or _matches(s, needle)) and state_ok(s)]
-    offset = (filters.page - 1) * filters.per_page
-    page: list[tuple[BoundSchedule, str]] = [(s, "code") for s in picked_code[offset : offset + filters.per_page]]
-    total = len(picked_code)
-    if runtime is not None and filters.source in ("all", "runtime"):
-        if filters.state == "all":
-            count = runtime.count(query=filters.query)
-            start = max(offset - len(picked_code), 0)
-            room = filters.per_page - len(page)
-            if room > 0:
-                page += [(s, "runtime") for s in runtime.slice(query=filters.query, offset=start, limit=room)]
-            total += count
+        code_matches = [s for s in code if (not needle or _matches(s, needle)) and state_ok(s)]
+        total = len(code_matches)
+    with_runtime = runtime is not None and filters.source in ("all", "runtime")
+    after: str | None = None
+    if not filters.cursor.startswith("r:"):
+        first = int(filters.cursor[2:]) if filters.cursor.startswith("c:") else 0
+        picked = code_matches[first : first + size]
+        if first + size < len(code_matches):
+            next_cursor = f"c:{first + size}"
+    else:
+        after = filters.cursor[2:] or None
+    if runtime is not None and with_runtime:
+        if filters.state == "paused":
+            # Only members of the (small) paused set can be paused: look
+            # those up instead of reading the whole catalogue.
+            ids = sorted(p for p in paused if ":" in p and "/" not in p)
+            found = [s for s in (find_runtime(runtime, i) for i in ids) if s is not None]
+            found = [s for s in found if not needle or _matches(s, needle)]
+            total = None if total is None else total + len(found)
+            rest = [s for s in found if after is None or s.id > after]
+            room = size - len(picked)
+            if next_cursor is None and room > 0:
+                picked += rest[:room]
+                if len(rest) > room:
+                    next_cursor = "r:" + rest[room - 1].id
         else:
-            # Pause state lives in Redis beside the catalogue: only the
-            # paused set's members can be paused, so look those up.
-            candidates = [s for s in (runtime.find(p) for p in sorted(paused) if "/" in p) if s is not None]
-            if filters.state == "paused":
-                matching = [s for s in candidates if not needle or _matches(s, needle)]
-                start = max(offset - len(picked_code), 0)
-                room = filters.per_page - len(page)
-                page += [(s, "runtime") for s in matching[start : start + max(room, 0)]]
-                total += len(matching)
-            else:
-                count = runtime.count(query=filters.query) - len(candidates)
-                start = max(offset - len(picked_code), 0)
-                room = filters.per_page - len(page)
-                if room > 0:
-                    ids = {s.id for s in candidates}
-                    chunk = runtime.slice(query=filters.query, offset=start, limit=room + len(ids))
-                    page += [(s, "runtime") for s in chunk if s.id not in ids][:room]
-                total += max(count, 0)
-    decisions = control.decisions([s.id for s, _ in page])
-    rows = []
-    for s, source in page:
-        upcoming, tick = [], now
-        for _ in range(NEXT_RUNS):
-            tick = s.next_after(tick)
-            upcoming.append(tick)
-        paused_by = _paused_by(s, paused)
-        rows.append(
-            Row(
-                schedule=s,
-                source=source,
-                words=describe(s.expression, hash_id=f"{s.actor_name}/{s.name}"),
-                next_ms=upcoming,
-                last=decisions.get(s.id),
-                paused_by=paused_by,
-            )
+            room = size - len(picked)
+            page = runtime.list(search=filters.query or None, cursor=after, limit=max(room, 1))
+            total = None if total is None or page.total is None else total + page.total
+            if next_cursor is None and room > 0:
+                items = [r.schedule for r in page.items]
+                picked += [s for s in items if state_ok(s)]
+                if page.cursor is not None:
+                    next_cursor = "r:" + page.cursor
+            elif next_cursor is None and page.items:
+                next_cursor = "r:"
+    decisions = control.decisions([s.id for s in picked])
+    rows = [
+        Row(
+            schedule=s,
+            words=words(s),
+            next_ms=upcoming(s, now),
+            last=decisions.get(s.id),
+            paused_by=_paused_by(s, paused),
         )
-    return SchedulesView(rows=rows, total=total, filters=filters, now_ms=now, runtime_known=runtime is not None)
+        for s in picked
+    ]
+    return SchedulesView(
+        rows=rows,
+        total=total,
+        filters=filters,
+        next_cursor=next_cursor,
+        now_ms=now,
+        runtime_known=runtime is not None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,17 +392,7 @@ def history_view(
     now = control.server_ms()
     page = control.schedule_history(schedule_id, limit=HISTORY_PAGE, before=before)
     paused = control.paused()
-    paused_by = None
-    if schedule is not None:
-        paused_by = (
-            schedule.id if schedule.id in paused else schedule.actor_name if schedule.actor_name in paused else None
-        )
-    upcoming: list[int] = []
-    if schedule is not None:
-        tick = now
-        for _ in range(NEXT_RUNS):
-            tick = schedule.next_after(tick)
-            upcoming.append(tick)
+    paused_by = None if schedule is None else _paused_by(schedule, paused)
     return HistoryView(
         schedule_id=schedule_id,
         schedule=schedule,
@@ -363,6 +402,6 @@ def history_view(
         chart=lag_chart(page.entries),
         paused_by=paused_by,
         last=control.decisions([schedule_id]).get(schedule_id),
-        next_ms=upcoming,
+        next_ms=[] if schedule is None else upcoming(schedule, now),
         now_ms=now,
     )
