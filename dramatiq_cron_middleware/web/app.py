@@ -157,7 +157,7 @@ class CronDashboard:
         client, _ = scheduler_clients(source, op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)
-        self.runtime = runtime if runtime is not None else forms.runtime_of(middleware, broker, client)
+        self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)
         # Built now, so a missing Jinja2 fails here with the install hint.
         self._templates = _templates()
         self._routes: dict[tuple[str, str], Callable[[_Request], _Response]] = {

@@ -15,12 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import dramatiq
-import redis
-
-from ..errors import CronScheduleError
+from ..errors import CronConfigurationError, CronScheduleError
 from ..middleware import CronMiddleware
-from ..schedule import DEFAULT_TIME_LIMIT, BoundSchedule, Schedule
+from ..schedule import BoundSchedule, Schedule
 
 __all__ = ["RuntimeForm", "runtime_of", "save"]
 
@@ -92,31 +89,12 @@ def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
     return None
 
 
-def runtime_of(middleware: CronMiddleware, broker: dramatiq.Broker, client: redis.Redis) -> Any:
-    """The app's runtime schedules, read and written through ``client``;
-    None when this version of the package has none."""
-    try:
-        from ..runtime import ActorInfo, RuntimeSchedules
-    except ImportError:
+def runtime_of(middleware: CronMiddleware) -> Any:
+    """The app's runtime schedules (``CronMiddleware.runtime``), or None
+    when this version of the package, or this app, has none."""
+    if not hasattr(type(middleware), "runtime"):
         return None
-
-    def resolve(actor: object) -> ActorInfo:
-        name = actor if isinstance(actor, str) else getattr(actor, "actor_name", None)
-        if not isinstance(name, str) or name not in broker.get_declared_actors():
-            raise CronScheduleError(f"unknown actor {name!r}: it is not declared on the broker")
-        declared = broker.get_actor(name)
-        limit = declared.options.get("time_limit")
-        return ActorInfo(
-            actor_name=name,
-            queue_name=declared.queue_name,
-            time_limit=int(limit) if isinstance(limit, int) and limit > 0 else DEFAULT_TIME_LIMIT,
-        )
-
-    return RuntimeSchedules(
-        client,
-        middleware.keys,
-        resolve_actor=resolve,
-        timezone=middleware.timezone,
-        catch_up=middleware.catch_up,
-        catch_up_window=middleware.catch_up_window,
-    )
+    try:
+        return getattr(middleware, "runtime")  # noqa: B009 - absent from older versions
+    except CronConfigurationError:  # no actor declared yet: nothing to schedule
+        return None
