@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -183,15 +184,23 @@ class RuntimeSchedule:
     """A runtime schedule as stored in Redis.
 
     ``schedule`` is what the leader fires (``source="runtime"``, its
-    ``revision`` set); ``created_ms``/``updated_ms`` are Redis server times;
-    ``next_ms`` is its next tick after the server time of the call, or None
-    when no tick follows (past its ``end``).
+    ``revision`` set); ``created_ms``/``updated_ms`` are Redis server times,
+    and ``as_of_ms`` the server time of the call that returned it.
     """
 
     schedule: BoundSchedule
     created_ms: int
     updated_ms: int
-    next_ms: int | None
+    #: Not compared: two reads of one stored schedule are equal.
+    as_of_ms: int = dataclasses.field(compare=False)
+
+    @functools.cached_property
+    def next_ms(self) -> int | None:
+        """The first tick after ``as_of_ms``, or None when no tick follows
+        (past the schedule's ``end``).  Computed when first read: a bulk
+        add of 100,000 schedules need not walk 100,000 expressions."""
+        upcoming = self.schedule.next_after(self.as_of_ms)
+        return None if upcoming >= NEVER else upcoming
 
     @property
     def id(self) -> str:
@@ -580,16 +589,20 @@ class RuntimeSchedules:
             time_limit=info.time_limit,
             source="runtime",
         )
-        body = json.dumps(_definition(bound), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        definition = _definition(bound)
+        body = json.dumps(definition, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         size = len(body.encode())
         if size > MAX_DEFINITION_BYTES:
             raise CronScheduleError(
                 f"actor {info.actor_name!r}, runtime schedule {name!r}: the definition is {size} bytes of JSON, "
                 f"over the limit of {MAX_DEFINITION_BYTES}; keep args and kwargs small (pass ids, not objects)"
             )
-        # Bind what will be read back, so the caller gets exactly what the
-        # leader will fire (JSON turns tuples into lists, for example).
-        return _bind_definition(json.loads(body)), body[:-1]
+        # The caller gets exactly what the leader will read back: where the
+        # JSON round trip changes a value (a tuple inside args becomes a
+        # list, for example), bind what was read.
+        if json.loads(body) != definition:
+            bound = _bind_definition(json.loads(body))
+        return bound, body[:-1]
 
     def _bound(self, schedule_id: str, text: str) -> BoundSchedule | None:
         """A stored definition as a schedule, or None after one WARNING."""
@@ -632,10 +645,7 @@ class RuntimeSchedules:
 
 
 def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int) -> RuntimeSchedule:
-    upcoming = bound.next_after(now)
-    return RuntimeSchedule(
-        schedule=bound, created_ms=created, updated_ms=updated, next_ms=None if upcoming >= NEVER else upcoming
-    )
+    return RuntimeSchedule(schedule=bound, created_ms=created, updated_ms=updated, as_of_ms=now)
 
 
 def _definition(bound: BoundSchedule) -> dict[str, Any]:
@@ -704,6 +714,7 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
         catch_up_window=0,
         source="runtime",
         revision=int(data.get("rev", 0)),
+        decoded=True,
     )
 
 
