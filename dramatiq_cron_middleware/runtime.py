@@ -457,6 +457,27 @@ class RuntimeSchedules:
         total = int(replies[-1]) if search is None else None
         return RuntimePage(items=items, cursor=ids[-1] if more else None, total=total)
 
+    def count_by_actor(self) -> dict[str, int]:
+        """How many runtime schedules each actor has, in order of actor names.
+
+        Two commands per actor, however many schedules each has: the ids of
+        one actor are one lexical range of the index, so the count jumps from
+        one actor's range to the next.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        out: dict[str, int] = {}
+        low = "-"
+        with self._store("count runtime schedules"):
+            while True:
+                first: Any = self.client.zrangebylex(self.keys.runtime_ids, low, "+", start=0, num=1)
+                if not first:
+                    return out
+                actor = first[0].partition(":")[0]
+                out[actor] = int(self.client.zlexcount(self.keys.runtime_ids, f"[{actor}:", f"({actor};"))
+                low = f"({actor};"
+
     def _page_ids(self, low: str, high: str, search: str | None, wanted: int) -> builtins.list[str]:
         if search is None:
             ids: Any = self.client.zrangebylex(self.keys.runtime_ids, low, high, start=0, num=wanted)
