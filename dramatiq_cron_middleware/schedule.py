@@ -621,9 +621,7 @@ def bind_schedule(
         queueing = item.max_age if item.max_age is not None else _QUEUEING_ALLOWANCE
         overlap_ttl = int(time_limit) + queueing + item.jitter
     interval = item.every is not None
-    fields = expression.split(" ")
-    time_fields = fields[:3] if has_seconds else fields[:2]
-    day_fields = (fields[-3], fields[-1]) if not interval else ("*", "*")
+    fixed_time, day_or = (False, True) if interval else _shape(expression, has_seconds)
     return BoundSchedule(
         actor_name=actor_name,
         queue_name=queue_name,
@@ -641,8 +639,8 @@ def bind_schedule(
         options=dict(item.options),
         zone=zone,
         has_seconds=has_seconds,
-        fixed_time=not interval and not any(f.startswith("*") for f in time_fields),
-        day_or=_day_or(*day_fields),
+        fixed_time=fixed_time,
+        day_or=day_or,
         every=item.every,
         offset=item.offset if interval else 0,
         start=start,
@@ -650,6 +648,15 @@ def bind_schedule(
         source=source,
         revision=revision,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape(expression: str, has_seconds: bool) -> tuple[bool, bool]:
+    """Whether a normalised expression is fixed-time (see the module
+    docstring), and whether its day fields combine with OR."""
+    fields = expression.split(" ")
+    time_fields = fields[:3] if has_seconds else fields[:2]
+    return not any(f.startswith("*") for f in time_fields), _day_or(fields[-3], fields[-1])
 
 
 def _interval(actor_name: str, item: Schedule) -> tuple[str, str]:
