@@ -237,7 +237,7 @@ class Control:
         return {sid: _decision(v) for sid, v in zip(schedule_ids, values, strict=True) if v}
 
     def schedule_history(
-        self, schedule_id: str, *, limit: int, before: str | None = None, scan: int = 5000
+        self, schedule_id: str, *, limit: int, before: str | None = None, scan: int = 2500
     ) -> HistoryPage:
         """Up to ``limit`` history entries of one schedule, newest first,
         older than the entry id ``before`` (None: from the newest).
