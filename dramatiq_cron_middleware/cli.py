@@ -338,7 +338,7 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     by_actor = app.runtime.count_by_actor()
     undeclared = {a: n for a, n in by_actor.items() if not app.declares(a)}
     data["runtime"] = {"total": sum(by_actor.values()), "by_actor": by_actor, "undeclared": undeclared}
-    line = f"Runtime:    {sum(by_actor.values())} schedules of {len(by_actor)} actors"
+    line = f"Runtime:    {sum(by_actor.values())} runtime schedule(s) for {len(by_actor)} actor(s)"
     if undeclared:
         line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
     lines.append(line)

@@ -100,7 +100,7 @@ def test_a_runtime_schedule_whose_actor_the_app_no_longer_declares_shows_as_such
     assert status.returncode == 1  # no worker runs: no leader
     assert json.loads(status.stdout)["runtime"] == {"total": 1, "by_actor": {"gone": 1}, "undeclared": {"gone": 1}}
     text = cli(env, "status", APP).stdout
-    assert "Runtime:    1 schedules of 1 actors; actors this app does not declare: gone (1)" in text
+    assert "Runtime:    1 runtime schedule(s) for 1 actor(s); actors this app does not declare: gone (1)" in text
 
 
 def test_history_shows_each_entrys_source_and_filters_runtime_schedules_by_actor_and_id(
