@@ -458,6 +458,11 @@ def _read_form(environ: WSGIEnviron) -> dict[str, str]:
         length = 0
     if length > _MAX_BODY:
         raise _HTTPError("413 Content Too Large", "The form is too large.")
+    kind = str(environ.get("CONTENT_TYPE") or "application/x-www-form-urlencoded").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise _HTTPError(
+            "415 Unsupported Media Type", "Forms are sent URL-encoded, as the dashboard's pages send them."
+        )
     body = environ["wsgi.input"].read(length) if length > 0 else b""
     try:
         return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))

@@ -44,7 +44,9 @@ def lag_chart(entries: Sequence[HistoryEntry]) -> str:
     if not points:
         return ""
     lags = [lag_ms(e) for e in points]
-    top = max([v for v in lags if v is not None] + [1])
+    # At least 10 ms tall, so a schedule firing within a millisecond shows
+    # low bars rather than bars at full height.
+    top = max([v for v in lags if v is not None] + [10])
     first, last = points[0].at_ms, points[-1].at_ms
     width = _WIDTH - 2 * _PAD
     height = _HEIGHT - 2 * _PAD
@@ -54,7 +56,7 @@ def lag_chart(entries: Sequence[HistoryEntry]) -> str:
         'xmlns="http://www.w3.org/2000/svg">',
         f"<title>Fire lag and outcome of the last {len(points)} ticks</title>",
         f'<line x1="{_PAD}" y1="{_HEIGHT - _PAD}" x2="{_WIDTH - _PAD}" y2="{_HEIGHT - _PAD}" class="axis"/>',
-        f'<text x="{_PAD}" y="{_PAD - 8}" class="label">lag, max {html.escape(span(top))}</text>',
+        f'<text x="{_PAD}" y="{_PAD - 8}" class="label">fire lag, 0 to {html.escape(span(top))}</text>',
         f'<text x="{_PAD}" y="{_HEIGHT - 6}" class="label">{html.escape(when(first))}</text>',
         f'<text x="{_WIDTH - _PAD}" y="{_HEIGHT - 6}" class="label" text-anchor="end">{html.escape(when(last))}</text>',
     ]

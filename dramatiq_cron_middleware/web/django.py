@@ -10,7 +10,10 @@
 
 The broker is django_dramatiq's (``dramatiq.get_broker()`` once Django has
 set it up), or the one named by the setting ``DRAMATIQ_CRON_DASHBOARD =
-{"broker": "myapp.tasks:broker", "read_only": False}``.  Every request
+{"broker": "myapp.tasks:broker", "read_only": False}``.  The apps' task
+modules (``DRAMATIQ_AUTODISCOVER_MODULES``, ``tasks`` by default) are
+imported on the first request, as ``rundramatiq`` does, so their cron
+actors are known.  Every request
 must come from a logged-in staff user (others are sent to the admin's
 login page).  The dashboard checks its own CSRF token, so its view is
 exempt from Django's (which it would otherwise refuse, not knowing it).
@@ -39,8 +42,14 @@ def _get_dashboard() -> Any:
         if _dashboard is None:
             import dramatiq
             from django.conf import settings
+            from django.utils.module_loading import autodiscover_modules
 
             from .app import CronDashboard
+
+            # The web process does not run rundramatiq, which imports the
+            # apps' task modules: import them as it does, so the actors
+            # (and their schedules) are declared here too.
+            autodiscover_modules(*getattr(settings, "DRAMATIQ_AUTODISCOVER_MODULES", ["tasks"]))
 
             options = dict(getattr(settings, SETTING, None) or {})
             spec = options.pop("broker", None)
