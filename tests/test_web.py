@@ -5,11 +5,15 @@ read-only mode, authentication, pagination, actions."""
 from __future__ import annotations
 
 import html
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
+from wsgiref.util import setup_testing_defaults
 
 import dramatiq
 import pytest
@@ -18,7 +22,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.web import CronDashboard
 from dramatiq_cron_middleware.web.server import Unsafe, start
-from tests.support.instances import wait_for
+from tests.support.instances import ROOT, wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.wsgi import Browser, basic
 
@@ -89,8 +93,9 @@ def test_the_overview_names_the_leader_its_epoch_and_the_candidates(app: App) ->
 
 
 def test_the_schedules_page_shows_words_next_runs_last_outcome_and_source(app: App) -> None:
+    ticks = app.server.client()
     wait_for(
-        lambda: app.server.client().hget("{dramatiq-cron}:ticks", "every_second/* * * * * *@UTC") or "".endswith(":1"),
+        lambda: (ticks.hget("{dramatiq-cron}:ticks", "every_second/* * * * * *@UTC") or "").endswith(":1"),
         timeout=10,
         what="a fired tick",
     )
@@ -269,3 +274,39 @@ def test_runtime_schedules_are_added_edited_and_removed_with_the_apis_own_errors
     assert browser.post("/cron/runtime/remove", {"csrf": token, "id": "every_second:nightly"}).status == 303
     assert app.middleware.runtime.get("every_second", "nightly") is None
     assert 'data-schedule="every_second:nightly"' not in browser.get("/cron/schedules?source=runtime").text
+
+
+# -- mounting and the standalone command ------------------------------------------
+
+
+def test_under_a_dispatcher_mount_every_link_keeps_the_mount_point(app: App) -> None:
+    """As Flask's DispatcherMiddleware hands it over: the mount point in
+    SCRIPT_NAME, the rest in PATH_INFO."""
+    dashboard = CronDashboard(app.broker)  # prefix="/cron", already consumed by the mount
+    captured: dict[str, Any] = {}
+    environ: dict[str, Any] = {}
+    setup_testing_defaults(environ)
+    environ.update(SCRIPT_NAME="/ops/cron", PATH_INFO="/schedules", QUERY_STRING="")
+    body = b"".join(dashboard(environ, lambda s, h, e=None: captured.update(status=s))).decode()
+    assert captured["status"].startswith("200")
+    links = re.findall(r'(?:href|action)="(/[^"]*)"', body)
+    assert links and all(link.startswith("/ops/cron/") for link in links), links
+
+
+def test_the_overview_warns_when_redis_may_evict_the_ledger(app: App) -> None:
+    app.server.client().config_set("maxmemory-policy", "allkeys-lru")
+    page = app.dashboard().get("/cron/")
+    assert "maxmemory-policy is allkeys-lru" in page.text
+
+
+def test_dramatiq_cron_web_refuses_a_public_address_without_auth(redis_server: RedisServer) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dramatiq_cron_middleware", "web", "tests.apps.cronapp", "--bind", "0.0.0.0:0"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DRAMATIQ_CRON_REDIS_URL": redis_server.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "refusing to serve the dashboard on 0.0.0.0 without --auth or --token" in done.stderr

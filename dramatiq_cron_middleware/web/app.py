@@ -186,7 +186,7 @@ class CronDashboard:
             response.headers.append(("Content-Type", "text/plain; charset=utf-8"))
         headers = [*_SECURITY_HEADERS, *response.headers, ("Content-Length", str(len(response.body)))]
         start_response(response.status, headers)
-        return [response.body]
+        return [b"" if environ.get("REQUEST_METHOD", "").upper() == "HEAD" else response.body]
 
     def _respond(self, environ: WSGIEnviron) -> _Response:
         script = environ.get("SCRIPT_NAME", "").rstrip("/")
@@ -221,7 +221,8 @@ class CronDashboard:
             # Keep the token in a cookie and drop it from the address bar.
             rest = {k: v for k, v in query.items() if k != "token"}
             response = self._redirect(request, path, rest)
-            response.headers.append(("Set-Cookie", _cookie(TOKEN_COOKIE, query["token"], script or "/")))
+            cookie = _cookie(TOKEN_COOKIE, quote(query["token"], safe=""), script or "/")
+            response.headers.append(("Set-Cookie", cookie))
             return response
         method = "GET" if request.method == "HEAD" else request.method
         handler = self._routes.get((method, path))
@@ -261,6 +262,7 @@ class CronDashboard:
             self.control,
             where=self.where,
             schedules=len(self.middleware.all_schedules()),
+            runtime=self.runtime,
             lock_ttl=self.middleware.lock_ttl,
         )
         return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms})

@@ -282,6 +282,7 @@ class Overview:
     show_version: bool
     warnings: list[str]
     schedules: int
+    runtime_schedules: int | None
     paused: int
     lock_ttl: int
 
@@ -290,9 +291,14 @@ class Overview:
         return self.leader is not None and candidate.candidate_id == self.leader.candidate.rsplit("|", 1)[-1]
 
 
-def overview(control: Control, *, where: str, schedules: int, lock_ttl: int) -> Overview:
+def overview(
+    control: Control, *, where: str, schedules: int, runtime: RuntimeCatalogue | None, lock_ttl: int
+) -> Overview:
     """The overview page; an unreachable Redis is shown, not raised."""
+    runtime_count: int | None = None
     try:
+        if runtime is not None:
+            runtime_count = runtime.list(limit=1).total
         round_trip = control.round_trip_ms()
         now = control.server_ms()
         leader = control.leader()
@@ -317,6 +323,7 @@ def overview(control: Control, *, where: str, schedules: int, lock_ttl: int) -> 
             show_version=False,
             warnings=[f"Redis at {where} cannot be reached: nothing below is current."],
             schedules=schedules,
+            runtime_schedules=None,
             paused=0,
             lock_ttl=lock_ttl,
         )
@@ -355,6 +362,7 @@ def overview(control: Control, *, where: str, schedules: int, lock_ttl: int) -> 
         show_version=bool(versions),
         warnings=warnings,
         schedules=schedules,
+        runtime_schedules=runtime_count,
         paused=paused,
         lock_ttl=lock_ttl,
     )

@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Mapping
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 __all__ = ["Access", "CSRF_COOKIE", "CSRF_FIELD", "TOKEN_COOKIE", "cookies", "csrf_ok", "new_csrf_value", "same_origin"]
 
@@ -104,7 +104,7 @@ class Access:
         if self.token is not None:
             for candidate in (
                 value.strip() if scheme.lower() == "bearer" else None,
-                cookies(environ).get(TOKEN_COOKIE),
+                unquote(cookies(environ).get(TOKEN_COOKIE, "")),
                 query_token,
             ):
                 if candidate and hmac.compare_digest(candidate.encode(), self.token.encode()):
