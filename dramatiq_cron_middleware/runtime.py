@@ -460,7 +460,7 @@ class RuntimeSchedules:
         return RuntimePage(items=items, cursor=ids[-1] if more else None, total=total)
 
     def count_by_actor(self) -> dict[str, int]:
-        """How many runtime schedules each actor has, in order of actor names.
+        """How many runtime schedules each actor has, in the order of their ids.
 
         Two commands per actor, however many schedules each has: the ids of
         one actor are one lexical range of the index, so the count jumps from

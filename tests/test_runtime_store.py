@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -353,3 +354,59 @@ def test_defaults_are_resolved_when_written_so_every_process_reads_the_same_sche
     loaded = utc.store.load_all()[1]["report:daily"]
     assert loaded == stored.schedule
     assert (loaded.timezone, loaded.catch_up, loaded.catch_up_window) == ("Europe/Berlin", "latest", 60_000)
+
+
+def test_load_all_then_changes_since_reaches_the_current_state_despite_writes_during_the_scan(app: App) -> None:
+    """Given 20,000 schedules, When another client adds, replaces and removes
+    schedules while a leader runs load_all, Then applying changes_since from
+    the version load_all returned gives exactly what is stored at the end."""
+    app.store.add_many([("report", "0 * * * *", f"t{n}") for n in range(20_000)])
+    writer = make_app(app.cron.redis)
+    scanning = threading.Event()
+    done = threading.Event()
+    writes = 0
+
+    def churn() -> None:
+        nonlocal writes
+        scanning.wait(timeout=10)
+        while not done.is_set() or writes < 200:
+            n = writes
+            if n % 3 == 0:
+                writer.cron.remove("report", f"t{n * 7 % 20_000}")
+            else:
+                writer.cron.add("report", f"{n % 60} * * * *", name=f"t{n * 13 % 25_000}")
+            writes += 1
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    scan = app.store._scan
+
+    def scan_while_writing() -> Iterator[tuple[str, str]]:
+        scanning.set()
+        yield from scan()
+
+    app.store._scan = scan_while_writing  # type: ignore[method-assign]
+    try:
+        version, schedules = app.store.load_all()
+    finally:
+        done.set()
+        thread.join(timeout=30)
+        del app.store._scan
+    assert writes >= 200
+    new_version, changes = app.store.changes_since(version)
+    for schedule_id, schedule in changes.items():
+        if schedule is None:
+            schedules.pop(schedule_id, None)
+        else:
+            schedules[schedule_id] = schedule
+    assert new_version == app.store.version() > version
+    assert schedules == app.store.load_all()[1]
+
+
+def test_count_by_actor_counts_each_actors_range_of_ids(app: App) -> None:
+    for name in ("a", "a0", "a!", "b"):
+        dramatiq.actor(lambda: None, actor_name=name, broker=app.broker)
+    for actor, count in (("a", 3), ("a0", 2), ("a!", 1), ("b", 4)):
+        app.store.add_many([(actor, "0 * * * *", f"n{i}") for i in range(count)])
+    assert app.store.count_by_actor() == {"a!": 1, "a": 3, "a0": 2, "b": 4}
+    assert list(app.store.count_by_actor()) == ["a!", "a0", "a", "b"]  # the order of their ids ("a0:" < "a:")
