@@ -16,7 +16,9 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
+from dramatiq_cron_middleware.leader import message_for
 from dramatiq_cron_middleware.schedule import NEVER, BoundSchedule
+from dramatiq_cron_middleware.testing import CronSimulator, cron_middleware_of
 
 UTC = dt.timezone.utc
 MINUTE = 60_000
@@ -209,3 +211,26 @@ def test_a_bad_interval_or_bound_fails_at_declaration_naming_actor_and_value(cro
     message = str(info.value)
     assert "'tenant_report'" in message
     assert value in message, message
+
+
+def test_the_leaders_decisions_honour_an_interval_and_its_bounds_with_catch_up() -> None:
+    """Given an interval bounded to three of its ticks, When the simulated
+    leader (the leader's own ``due_claims``) runs across the bounds, on time
+    and after a leaderless gap, Then exactly those three ticks fire, once
+    each, with ``cron_tick`` in the schedule's zone, and nothing after end."""
+    broker = StubBroker()
+    broker.add_middleware(CronMiddleware(redis="redis://127.0.0.1:1"))
+    start, end = T0 + MINUTE, T0 + 4 * MINUTE
+    dramatiq.actor(lambda: None, actor_name="bounded", broker=broker, cron=Schedule(every=MINUTE, start=start, end=end))
+    simulator = CronSimulator(broker, now=T0 - HOUR)
+    on_time = simulator.advance(by=dt.timedelta(minutes=62))  # up to T0 + 2 min, leading
+    caught_up = simulator.advance(by=dt.timedelta(minutes=2), leading=False)  # the last one in a gap
+    later = simulator.advance(by=dt.timedelta(days=1))
+    simulator.close()
+    ticks = [m.options["cron_tick"] for m in [*on_time, *caught_up, *later]]
+    expected = [dt.datetime.fromtimestamp(t / 1000, tz=UTC).isoformat() for t in range(start, end, MINUTE)]
+    assert ticks == expected
+    assert (len(on_time), len(caught_up), len(later)) == (2, 1, 0)
+    # The message of a tick that never comes can still be built (NEVER is a valid datetime).
+    (schedule,) = cron_middleware_of(broker).all_schedules()
+    assert message_for(schedule, schedule.next_after(end), prefix="p").options["cron_tick"].startswith("9999-01-01")
