@@ -330,6 +330,10 @@ class CronMiddleware(Middleware):
 
     _runtime: RuntimeSchedules | None = None
     _broker: Broker | None = None
+    # Not the start lock: start() may hand the runtime schedules to the
+    # leader while it holds that one.  Shared by all instances; building
+    # the store takes microseconds.
+    _runtime_lock = threading.Lock()
 
     def after_declare_actor(self, broker: Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         """Remember the broker, which runtime schedules check actors against
@@ -349,7 +353,7 @@ class CronMiddleware(Middleware):
           CronConfigurationError: no Redis is configured, or no actor was
             declared on the middleware's broker yet.
         """
-        with self._start_lock:
+        with self._runtime_lock:
             if self._runtime is None:
                 broker = self._broker
                 if broker is None:
