@@ -193,11 +193,12 @@ def test_an_operator_sees_the_leader_pauses_resumes_triggers_and_manages_runtime
         reloaded(lambda: "triggered" in texts("tr.entry .outcome")),
         "the history to show the trigger",
     )
-    # Newest first: a tick fired after the paused ones.
-    wait(
-        reloaded(lambda: (seen := texts("tr.entry .outcome")) and seen.index("fired") < seen.index("paused")),
-        "ticks firing again after the resume",
-    )
+
+    def fired_after_the_pause() -> bool:
+        seen = texts("tr.entry .outcome")  # newest first
+        return "fired" in seen and "paused" in seen and seen.index("fired") < seen.index("paused")
+
+    wait(reloaded(fired_after_the_pause), "ticks firing again after the resume")
     _shot(browser, "history")
 
     # A runtime schedule: add it through the form, see it, remove it.

@@ -14,7 +14,7 @@ import importlib.resources
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import dramatiq
 import redis
@@ -38,6 +38,8 @@ WSGIEnviron = dict[str, Any]
 # Short enough that an unreachable Redis shows promptly on a page, long
 # enough for a loaded server (the same bound as the command).
 _TIMEOUT_MS = 2000
+# The cookie carrying the outcome of an action to the page it redirects to.
+NOTICE_COOKIE = "cron_notice"
 # A form is a handful of short fields; anything bigger is not ours.
 _MAX_BODY = 64 * 1024
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
@@ -71,6 +73,7 @@ class _Request:
     form: dict[str, str]
     csrf: str
     new_csrf: bool
+    notice: str = ""
 
     def url(self, path: str, params: Mapping[str, str] | None = None) -> str:
         """A link inside the dashboard, wherever it is mounted."""
@@ -216,6 +219,7 @@ class CronDashboard:
             form={},
             csrf=new_csrf_value() if new_csrf else csrf,
             new_csrf=new_csrf,
+            notice=unquote(jar.get(NOTICE_COOKIE, ""))[:300],
         )
         if self.access.token is not None and "token" in query:
             # Keep the token in a cookie and drop it from the address bar.
@@ -240,7 +244,7 @@ class CronDashboard:
             message = f"Redis at {self.where} cannot be reached ({type(exc).__name__})."
             response = self._page(request, "error.html", {"message": message}, status="503 Service Unavailable")
         if request.new_csrf:
-            response.headers.append(("Set-Cookie", _cookie(CSRF_COOKIE, request.csrf, script or "/", http_only=True)))
+            response.headers.append(("Set-Cookie", _cookie(CSRF_COOKIE, request.csrf, script or "/")))
         return response
 
     def _check_post(self, request: _Request) -> None:
@@ -387,14 +391,16 @@ class CronDashboard:
             csrf_field=CSRF_FIELD,
             csrf=request.csrf,
             read_only=self.read_only,
-            notice=request.query.get("notice", "")[:300],
+            notice=request.notice,
             where=self.where,
             runtime=self.runtime is not None,
-            here=_relative(request.path, {k: v for k, v in request.query.items() if k != "notice"}),
+            here=_relative(request.path, request.query),
             **context,
         )
         response = _Response(status, body.encode())
         response.headers.append(("Content-Type", "text/html; charset=utf-8"))
+        if request.notice:
+            response.headers.append(("Set-Cookie", _cookie(NOTICE_COOKIE, "", request.base or "/", max_age=0)))
         return response
 
     def _environment(self) -> Any:
@@ -406,9 +412,13 @@ class CronDashboard:
         path, _, rest = back.partition("?")
         if path not in {p for _, p in self._routes} or back.startswith("//"):
             path, rest = default, ""
-        params = {k: v for k, v in parse_qsl(rest) if k != "notice"}
-        params["notice"] = notice
-        return self._redirect(request, path, params)
+        response = self._redirect(request, path, dict(parse_qsl(rest)))
+        # The notice travels in a cookie, not in the address: a link made
+        # elsewhere cannot put words of its own on the dashboard's pages.
+        response.headers.append(
+            ("Set-Cookie", _cookie(NOTICE_COOKIE, quote(notice[:300], safe=""), request.base or "/"))
+        )
+        return response
 
     def _redirect(self, request: _Request, path: str, params: Mapping[str, str]) -> _Response:
         response = _Response("303 See Other", b"")
@@ -482,6 +492,6 @@ def _stream_id(value: str) -> bool:
     return ms.isdigit() and seq.isdigit()
 
 
-def _cookie(name: str, value: str, path: str, *, http_only: bool = True) -> str:
-    attributes = f"{name}={value}; Path={path}; SameSite=Strict"
-    return attributes + ("; HttpOnly" if http_only else "")
+def _cookie(name: str, value: str, path: str, *, max_age: int | None = None) -> str:
+    attributes = f"{name}={value}; Path={path}; SameSite=Strict; HttpOnly"
+    return attributes + ("" if max_age is None else f"; Max-Age={max_age}")

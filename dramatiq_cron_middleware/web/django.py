@@ -85,11 +85,15 @@ def _view(request: Any, path: str = "") -> Any:
         if name.lower() == "content-length":
             continue
         if name.lower() == "set-cookie":
+            # Through Django's own cookie API, so its middleware's cookies
+            # (session, CSRF) and the dashboard's coexist.
             cookie_name, _, rest = value.partition("=")
-            cookie_value = rest.split(";", 1)[0]
-            response.set_cookie(
-                cookie_name, cookie_value, path=environ["SCRIPT_NAME"] or "/", samesite="Strict", httponly=True
-            )
+            cookie_value, _, attributes = rest.partition(";")
+            where = environ["SCRIPT_NAME"] or "/"
+            if "Max-Age=0" in attributes:
+                response.delete_cookie(cookie_name, path=where, samesite="Strict")
+            else:
+                response.set_cookie(cookie_name, cookie_value, path=where, samesite="Strict", httponly=True)
         else:
             response[name] = value
     return response

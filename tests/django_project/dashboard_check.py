@@ -42,7 +42,7 @@ assert 'data-schedule="heartbeat/* * * * * *@UTC"' in text, text[:2000]
 assert 'href="/cron/schedule?id=' in text, "links stay under the include's prefix"
 token = re.search(r'name="csrf" value="([^"]+)"', text).group(1)
 paused = post("/cron/pause", {"csrf": token, "target": "heartbeat", "next": "/schedules"})
-assert paused.status_code == 303 and paused["Location"].startswith("/cron/schedules?"), paused.content[-600:]
+assert paused.status_code == 303 and paused["Location"] == "/cron/schedules", paused
 forged = post("/cron/resume", {"csrf": "forged-token-value", "target": "heartbeat"})
 assert forged.status_code == 403
 assert post("/cron/resume", {"csrf": token, "target": "heartbeat"}).status_code == 303
