@@ -661,6 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"cannot reach Redis at {where}: {redact(str(exc))}", EXIT_UNREACHABLE)
     except redis.RedisError as exc:
         return _fail(f"Redis error: {redact(f'{type(exc).__name__}: {exc}')}")
+    except CronError as exc:  # for example a runtime key holding a foreign value
+        return _fail(redact(str(exc)))
     finally:
         if app is not None:
             app.control.client.close()

@@ -167,3 +167,14 @@ def test_an_unreachable_redis_is_one_line_and_exit_three() -> None:
         assert result.returncode == 3, result.stderr
         [line] = result.stderr.splitlines()
         assert "cannot reach Redis" in line
+
+
+def test_a_foreign_value_under_a_runtime_key_is_one_line_not_a_traceback(redis_server: RedisServer) -> None:
+    redis_server.client().set(KEYS.runtime_ids, "not a sorted set")
+    result = cli(env_of(redis_server), "add", APP, "tick_0", "0 * * * *", "--name", "x")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "WRONGTYPE" in line and "{dramatiq-cron}:runtime:ids" in line
+    assert redis_server.client().get(KEYS.runtime_version) is None
+    listed = cli(env_of(redis_server), "list", APP)
+    assert listed.returncode == 2 and len(listed.stderr.splitlines()) == 1 and "WRONGTYPE" in listed.stderr
