@@ -309,3 +309,38 @@ def test_dramatiq_cron_web_refuses_a_public_address_without_auth(redis_server: R
     )
     assert done.returncode == 2
     assert "refusing to serve the dashboard on 0.0.0.0 without --auth or --token" in done.stderr
+
+
+def test_pages_run_from_declared_into_runtime_schedules_and_search_both(redis_server: RedisServer) -> None:
+    """Given 60 declared and 70 runtime schedules, When a visitor follows
+    the next links 20 rows at a time, Then every schedule shows once, the
+    declared ones first, and a search finds names of both kinds."""
+    pytest.importorskip("dramatiq_cron_middleware.runtime")
+    made = _app(redis_server, actors=58)  # + every_second and the <script> one
+    made.middleware.runtime.add_many((f"bulk_{i % 3:04d}", "0 4 * * *", f"r{i:03d}") for i in range(70))
+    browser = made.dashboard()
+    seen: list[str] = []
+    url = "/cron/schedules?per_page=20"
+    while url:
+        page = browser.get(url)
+        assert page.status == 200
+        seen += [html.unescape(s) for s in re.findall(r'<tr data-schedule="([^"]+)"', page.text)]
+        more = re.search(r'<a rel="next" href="([^"]+)"', page.text)
+        url = html.unescape(more.group(1)) if more else ""
+    declared = [s.id for s in made.middleware.all_schedules()]
+    runtime = sorted(f"bulk_{i % 3:04d}:r{i:03d}" for i in range(70))
+    assert seen == declared + runtime
+    assert "130 matching" in browser.get("/cron/schedules").text
+    found = browser.get("/cron/schedules?q=r069").text
+    assert re.findall(r'<tr data-schedule="([^"]+)"', found) == ["bulk_0000:r069"]
+
+
+def test_an_unreachable_redis_is_shown_not_raised(redis_server: RedisServer) -> None:
+    made = _app(redis_server)
+    browser = made.dashboard()
+    redis_server.stop()
+    overview = browser.get("/cron/")
+    assert overview.status == 200 and "unreachable" in overview.text
+    schedules = browser.get("/cron/schedules")
+    assert schedules.status == 503 and "cannot be reached" in schedules.text
+    assert "Traceback" not in schedules.text
