@@ -243,6 +243,10 @@ class CronDashboard:
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             message = f"Redis at {self.where} cannot be reached ({type(exc).__name__})."
             response = self._page(request, "error.html", {"message": message}, status="503 Service Unavailable")
+        except redis.RedisError as exc:  # refused by ACLs, out of memory...: say so, without the details
+            self.logger.warning("The cron dashboard got a Redis error: %s", redact(str(exc)))
+            message = f"Redis at {self.where} refused the request ({type(exc).__name__}); see the server's log."
+            response = self._page(request, "error.html", {"message": message}, status="502 Bad Gateway")
         if request.new_csrf:
             response.headers.append(("Set-Cookie", _cookie(CSRF_COOKIE, request.csrf, script or "/")))
         return response
@@ -291,7 +295,9 @@ class CronDashboard:
 
     def _pause(self, request: _Request) -> _Response:
         target = request.form.get("target", "")
-        if not self._targets(target):
+        # Whatever is paused can be resumed, even what the app no longer declares.
+        known = self._targets(target) or (request.path == "/resume" and target in self.control.paused())
+        if not known:
             raise _HTTPError("404 Not Found", f"Unknown cron actor or schedule {target!r}.")
         if request.path == "/pause":
             changed = self.control.pause(target)
