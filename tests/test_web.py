@@ -344,3 +344,17 @@ def test_an_unreachable_redis_is_shown_not_raised(redis_server: RedisServer) -> 
     schedules = browser.get("/cron/schedules")
     assert schedules.status == 503 and "cannot be reached" in schedules.text
     assert "Traceback" not in schedules.text
+
+
+def test_editing_a_runtime_schedule_keeps_the_options_the_form_does_not_show(app: App) -> None:
+    pytest.importorskip("dramatiq_cron_middleware.runtime")
+    app.middleware.runtime.add(
+        "every_second", Schedule("0 5 * * *", jitter=500, overlap="skip", max_age=60_000), name="kept"
+    )
+    browser = app.dashboard()
+    form = browser.get("/cron/runtime/edit?id=every_second:kept")
+    assert form.status == 200 and 'value="0 5 * * *"' in form.text
+    edited = {"csrf": csrf_of(form.text), "actor": "every_second", "name": "kept", "expression": "0 6 * * *"}
+    assert browser.post("/cron/runtime/edit", {**edited, "original": "every_second:kept"}).status == 303
+    stored = app.middleware.runtime.get("every_second", "kept").schedule
+    assert (stored.expression, stored.jitter, stored.overlap, stored.max_age) == ("0 6 * * *", 500, "skip", 60_000)

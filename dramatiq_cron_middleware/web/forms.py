@@ -77,16 +77,43 @@ def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
         return f"args must be a JSON array, got {form.args!r}"
     if not isinstance(kwargs, dict):
         return f"kwargs must be a JSON object, got {form.kwargs!r}"
-    schedule = Schedule(form.expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs)
+    old_actor, sep, old_name = (original or "").partition(":")
     try:
+        previous = store.get(old_actor, old_name) if sep else None
+        schedule = _schedule(form, args, kwargs, None if previous is None else previous.schedule)
         store.add(form.actor, schedule, name=form.name)
     except CronScheduleError as exc:
         return str(exc)
-    old_actor, sep, old_name = (original or "").partition(":")
     if sep and (old_actor, old_name) != (form.actor, form.name):
         # A rename: the new one is stored, so the old one can go.
         store.remove(old_actor, old_name)
     return None
+
+
+def _schedule(form: RuntimeForm, args: list[Any], kwargs: dict[str, Any], previous: BoundSchedule | None) -> Schedule:
+    """The schedule the form describes.  When editing, every option the form
+    does not show (catch-up, jitter, max_age, overlap, bounds, message
+    options) keeps its stored value, and an interval schedule whose label
+    was left as it was stays that interval."""
+    if previous is None:
+        return Schedule(form.expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs)
+    kept: dict[str, Any] = {
+        "catch_up": previous.catch_up,
+        "catch_up_window": previous.catch_up_window,
+        "jitter": previous.jitter,
+        "max_age": previous.max_age,
+        "overlap": previous.overlap,
+        "overlap_ttl": previous.overlap_ttl,
+        "options": previous.options,
+        "start": previous.start,
+        "end": previous.end,
+    }
+    if previous.every is not None and form.expression == previous.expression:
+        kept.update(every=previous.every, offset=previous.offset)
+        expression = None
+    else:
+        expression = form.expression
+    return Schedule(expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs, **kept)
 
 
 def runtime_of(middleware: CronMiddleware) -> Any:
