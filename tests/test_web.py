@@ -358,3 +358,45 @@ def test_editing_a_runtime_schedule_keeps_the_options_the_form_does_not_show(app
     assert browser.post("/cron/runtime/edit", {**edited, "original": "every_second:kept"}).status == 303
     stored = app.middleware.runtime.get("every_second", "kept").schedule
     assert (stored.expression, stored.jitter, stored.overlap, stored.max_age) == ("0 6 * * *", 500, "skip", 60_000)
+
+
+# -- presentation ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "words"),
+    [
+        ("*/5 * * * *", "Every 5 minutes"),
+        ("0 3 * * 1", "At 03:00, only on Monday"),
+        ("*/10 * * * * *", "Every 10 seconds"),
+        ("0 0 * * 7", "At 00:00, only on Sunday"),
+        ("not cron", "not cron"),  # what the library cannot read is shown as it is
+    ],
+)
+def test_an_expression_in_words(expression: str, words: str) -> None:
+    from dramatiq_cron_middleware.web.describe import describe
+
+    assert describe(expression) == words
+
+
+def test_an_h_field_is_described_by_the_minute_the_schedule_really_fires_at() -> None:
+    from croniter import croniter
+
+    from dramatiq_cron_middleware.web.describe import describe
+
+    minute = croniter("H * * * *", 0, hash_id="job/hourly").get_next(float) // 60 % 60
+    assert describe("H * * * *", hash_id="job/hourly") == f"At {int(minute)} minutes past the hour"
+
+
+def test_the_chart_draws_one_mark_per_entry_coloured_by_outcome() -> None:
+    from dramatiq_cron_middleware.control import HistoryEntry
+    from dramatiq_cron_middleware.web.chart import lag_chart
+
+    entries = [
+        HistoryEntry(f"{i}-0", "a/b@UTC", i * 1000, outcome, i * 1000 + 5, 1, detail, "m")
+        for i, (outcome, detail) in enumerate([("fired", "5"), ("paused", ""), ("caught_up", "900"), ("missed", "")])
+    ]
+    svg = lag_chart(entries)
+    assert re.findall(r'data-outcome="([a-z_]+)"', svg) == ["fired", "paused", "caught_up", "missed"]
+    heights = [float(h) for h in re.findall(r'<rect [^>]*height="([0-9.]+)"', svg)]
+    assert heights[2] == max(heights)  # the 900 ms catch-up is the tallest
