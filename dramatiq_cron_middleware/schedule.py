@@ -536,7 +536,6 @@ def bind_schedule(
     time_limit: int = DEFAULT_TIME_LIMIT,
     source: Source = "code",
     revision: int = 0,
-    decoded: bool = False,
 ) -> BoundSchedule:
     """Validate one schedule (an expression string or a :class:`Schedule`)
     and bind it to an actor: the one rule book for declared and runtime
@@ -553,10 +552,6 @@ def bind_schedule(
         the default overlap guard expiry is derived.
       source(str): ``"code"`` or ``"runtime"`` (see :class:`BoundSchedule`).
       revision(int): A runtime schedule's revision; 0 for declared ones.
-      decoded(bool): The arguments and options were just decoded from JSON
-        (a stored runtime definition), so they need no JSON check: loading
-        100,000 definitions spends a sixth of its time on that check
-        otherwise.  Defaults to False.
 
     Raises:
       CronScheduleError: naming the actor and the offending value.
@@ -608,7 +603,7 @@ def bind_schedule(
             hint = _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
             raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
     for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
-        if decoded or not value:  # () and {}: the usual case, and JSON already
+        if not value:  # () and {}: the usual case, and JSON already
             continue
         try:
             json.dumps(value, allow_nan=False)

@@ -7,6 +7,7 @@ declared, exactly as a web process would.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -27,8 +28,8 @@ from dramatiq_cron_middleware import (
     CronUnavailableError,
     Schedule,
 )
-from dramatiq_cron_middleware.runtime import MAX_DEFINITION_BYTES, RuntimeSchedules
-from dramatiq_cron_middleware.schedule import NEVER
+from dramatiq_cron_middleware.runtime import MAX_DEFINITION_BYTES, RuntimeSchedules, _bind_fully
+from dramatiq_cron_middleware.schedule import NEVER, BoundSchedule
 from tests.support.redis_server import RedisServer, free_port
 
 P = "{dramatiq-cron}"
@@ -410,3 +411,33 @@ def test_count_by_actor_counts_each_actors_range_of_ids(app: App) -> None:
         app.store.add_many([(actor, "0 * * * *", f"n{i}") for i in range(count)])
     assert app.store.count_by_actor() == {"a!": 1, "a": 3, "a0": 2, "b": 4}
     assert list(app.store.count_by_actor()) == ["a!", "a0", "a", "b"]  # the order of their ids ("a0:" < "a:")
+
+
+VARIED = [
+    Schedule("0 9 * * mon", timezone="Europe/Berlin", kwargs={"tenant": 1}),
+    Schedule("H H * * *", args=(1, [2, 3]), catch_up="latest", catch_up_window=60_000),
+    Schedule(every=90_000, offset=1_000, start=1_000_000, end=NEVER - 1),
+    Schedule("*/10 * * * * *", overlap="skip", overlap_ttl=5_000, jitter=2_000, max_age=30_000),
+    Schedule("30 2 * * *", timezone="America/New_York", options={"max_retries": 0, "nested": {"a": [1]}}),
+]
+
+
+def test_loading_binds_each_definition_exactly_as_the_full_rule_book_would(app: App) -> None:
+    """The load shares validation between schedules that differ only in
+    name and arguments; every field, compared or not, must come out as
+    binding each definition alone gives."""
+    app.store.add_many([("report", schedule, f"v{n}-{k}") for n, schedule in enumerate(VARIED) for k in range(3)])
+    _, loaded = app.store.load_all()
+    assert len(loaded) == 3 * len(VARIED)
+    for schedule_id, text in app.redis.hgetall(RUNTIME).items():
+        data = json.loads(text)
+        alone = _bind_fully(data, data["rev"])
+        fast = loaded[schedule_id]
+        for field in dataclasses.fields(BoundSchedule):
+            assert getattr(fast, field.name) == getattr(alone, field.name), (schedule_id, field.name)
+        assert fast.id == alone.id == schedule_id
+        assert fast.next_after(1_800_000_000_000) == alone.next_after(1_800_000_000_000)
+    # H fields hash the schedule's own identity, not the shared template's.
+    h = [loaded[f"report:v1-{k}"] for k in range(3)]
+    assert [s._tick_key[-1] for s in h] == ["report/v1-0", "report/v1-1", "report/v1-2"]
+    assert loaded["report:v4-0"].options is not loaded["report:v4-1"].options  # never shared between schedules
