@@ -404,6 +404,22 @@ class CronMiddleware(Middleware):
         """One page of runtime schedules; see :meth:`RuntimeSchedules.list`."""
         return self.runtime.list(actor=actor, search=search, cursor=cursor, limit=limit)
 
+    @classmethod
+    def of(cls, broker: Broker | None = None) -> CronMiddleware:
+        """The middleware added to ``broker`` (by default dramatiq's global
+        broker), for code that did not build it, such as a Django view::
+
+            CronMiddleware.of().add(send_report, "0 9 * * mon", name="tenant-42")
+
+        Raises:
+          CronConfigurationError: the broker has no CronMiddleware.
+        """
+        broker = broker if broker is not None else dramatiq.get_broker()
+        for middleware in broker.middleware:
+            if isinstance(middleware, cls):
+                return middleware
+        raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no {cls.__name__}")
+
     @staticmethod
     def _runtime_actor(broker: Broker, actor: object) -> ActorInfo:
         """A declared actor's name, queue and time limit, for a runtime schedule."""

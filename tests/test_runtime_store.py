@@ -441,3 +441,9 @@ def test_loading_binds_each_definition_exactly_as_the_full_rule_book_would(app: 
     h = [loaded[f"report:v1-{k}"] for k in range(3)]
     assert [s._tick_key[-1] for s in h] == ["report/v1-0", "report/v1-1", "report/v1-2"]
     assert loaded["report:v4-0"].options is not loaded["report:v4-1"].options  # never shared between schedules
+
+
+def test_a_process_that_did_not_build_the_middleware_finds_it_on_the_broker(app: App) -> None:
+    assert CronMiddleware.of(app.broker) is app.cron
+    with pytest.raises(CronConfigurationError, match="has no CronMiddleware"):
+        CronMiddleware.of(StubBroker())
