@@ -65,8 +65,9 @@ FORMAT = 1
 #: they are meant to be small: pass a tenant id, not the tenant.
 MAX_DEFINITION_BYTES = 65_536
 
-#: What a runtime schedule's name may be: a short identifier.
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: What a runtime schedule's name may be: a short identifier.  (``\Z``, not
+#: ``$``, which would also accept a trailing newline.)
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 # Definitions per script call in add_many: a script of 500 writes runs in a
 # few milliseconds, short of any client timeout, and keeps other clients'

@@ -280,6 +280,7 @@ BAD = [
     ("name empty", ("report", "0 * * * *", ""), "''"),
     ("name with a space", ("report", "0 * * * *", "a b"), "'a b'"),
     ("name with a colon", ("report", "0 * * * *", "a:b"), "'a:b'"),
+    ("name with a trailing newline", ("report", "0 * * * *", "a\n"), "'a\\n'"),
     ("name not a string", ("report", "0 * * * *", 7), "7"),
     ("two names", ("report", Schedule("0 * * * *", name="other"), "x"), "'other'"),
     ("schedule not a schedule", ("report", 5, "x"), "5"),
