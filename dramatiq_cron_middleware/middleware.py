@@ -395,13 +395,42 @@ class CronMiddleware(Middleware):
 
     def remove(self, actor: Any, name: str) -> bool:
         """Remove a runtime schedule; it never fires after this returns.
-        False if there was none.  See :meth:`RuntimeSchedules.remove`."""
+        See :meth:`RuntimeSchedules.remove`.
+
+        Parameters:
+          actor(Actor|str): The actor, or its name (it need not be declared
+            any more).
+          name(str): The runtime schedule's name.
+
+        Returns:
+          bool: False if there was no such schedule.
+
+        Raises:
+          CronScheduleError: a bad actor or name.
+          CronUnavailableError: Redis did not answer (nothing half-written).
+        """
         return self.runtime.remove(actor, name)
 
     def list_runtime(
         self, *, actor: Any = None, search: str | None = None, cursor: str | None = None, limit: int = 100
     ) -> RuntimePage:
-        """One page of runtime schedules; see :meth:`RuntimeSchedules.list`."""
+        """One page of runtime schedules, in order of their ids; see
+        :meth:`RuntimeSchedules.list`.
+
+        Parameters:
+          actor(Actor|str): Only this actor's.  Defaults to None, meaning all.
+          search(str): Only ids (``actor:name``) containing this, ignoring
+            case.  Defaults to None.
+          cursor(str): The previous page's ``cursor``.  Defaults to None,
+            meaning the first page.
+          limit(int): At most this many (1 to 10000).  Defaults to 100.
+
+        Returns:
+          RuntimePage: ``items``, ``cursor`` (None on the last page), ``total``.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
         return self.runtime.list(actor=actor, search=search, cursor=cursor, limit=limit)
 
     @classmethod

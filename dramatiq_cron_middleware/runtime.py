@@ -392,6 +392,10 @@ class RuntimeSchedules:
         """The runtime schedule ``name`` of ``actor``, or None if there is none
         (or its definition cannot be read: one WARNING says why).
 
+        Parameters:
+          actor(Actor|str): The actor or its name (it need not be declared).
+          name(str): The schedule's name.
+
         Raises:
           CronScheduleError: a bad actor or name.
           CronUnavailableError: Redis did not answer.
@@ -533,6 +537,13 @@ class RuntimeSchedules:
         (FLUSHALL, a Redis restart without persistence): ``changes`` is then
         empty and the caller must reload everything with :meth:`load_all`.
 
+        Parameters:
+          version(int): The version the caller is up to date with: from
+            :meth:`load_all`, or the ``new_version`` of the previous call.
+
+        Returns:
+          tuple: ``(new_version, {schedule id: BoundSchedule or None})``.
+
         Raises:
           CronUnavailableError: Redis did not answer.
         """
@@ -561,6 +572,9 @@ class RuntimeSchedules:
         may or may not be seen, and calling :meth:`changes_since` with
         ``version`` afterwards applies it either way.  A definition that
         cannot be read is skipped with one WARNING naming it.
+
+        Returns:
+          tuple: ``(version, {schedule id: BoundSchedule})``.
 
         Raises:
           CronUnavailableError: Redis did not answer.
