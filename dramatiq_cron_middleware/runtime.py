@@ -658,7 +658,7 @@ class RuntimeSchedules:
             bound = _bind_definition(data)
             if bound.id != schedule_id:
                 raise ValueError(f"it describes {bound.id!r}")
-        except (ValueError, TypeError, KeyError, CronScheduleError) as exc:
+        except Exception as exc:  # whatever a corrupt definition makes binding raise: never stop the others
             self.logger.warning(
                 "Skipping runtime schedule %r in %s: its definition cannot be read (%s).",
                 schedule_id,
