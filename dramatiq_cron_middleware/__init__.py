@@ -7,10 +7,20 @@ once per tick.
     def cleanup(): ...
 """
 
-from .errors import CronConfigurationError, CronError, CronScheduleError
+from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .middleware import CronMiddleware
+from .runtime import RuntimeSchedule
 from .schedule import Schedule
 
-__all__ = ["CronConfigurationError", "CronError", "CronMiddleware", "CronScheduleError", "Schedule", "__version__"]
+__all__ = [
+    "CronConfigurationError",
+    "CronError",
+    "CronMiddleware",
+    "CronScheduleError",
+    "CronUnavailableError",
+    "RuntimeSchedule",
+    "Schedule",
+    "__version__",
+]
 
 __version__ = "0.1.0"

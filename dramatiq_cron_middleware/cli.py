@@ -6,6 +6,9 @@ It loads the app the way ``dramatiq`` does (``module[:broker]``, with
 that middleware uses.  Every command prints a table, or JSON with
 ``--json``; every failure is one line on stderr and a non-zero exit.
 
+Runtime schedules (added with ``CronMiddleware.add`` or ``dramatiq-cron
+add``) are listed beside declared ones, each row saying its source.
+
 Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease;
 2 a usage or configuration error (bad module, no middleware, unknown
 actor); 3 Redis could not be reached.
@@ -19,6 +22,7 @@ import datetime as dt
 import importlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -27,11 +31,12 @@ import dramatiq
 import redis
 
 from .connection import describe, redact, scheduler_clients
-from .control import Control, HistoryEntry
+from .control import Control, HistoryEntry, TriggerRefused
+from .errors import CronConfigurationError, CronError, CronScheduleError
 from .middleware import CronMiddleware
-from .planner import message_for
 from .protocol import Outcome
-from .schedule import BoundSchedule
+from .runtime import RuntimeSchedule, RuntimeSchedules
+from .schedule import NEVER, BoundSchedule, Schedule
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
 
@@ -74,15 +79,50 @@ class _App:
         for schedule in self.schedules:
             if schedule.id == schedule_id:
                 return schedule.zone
+        if _source_of(schedule_id) == "runtime":
+            found = self._runtime_by_id(schedule_id)
+            if found:
+                return found[0].zone
         return _UTC
 
     def resolve(self, target: str) -> list[BoundSchedule]:
-        """The schedules an actor name or schedule id stands for."""
+        """The schedules an actor name or schedule id stands for, declared
+        ones first, else runtime ones."""
         found = [s for s in self.schedules if target in (s.actor_name, s.id)]
+        if not found:
+            found = self._runtime_by_id(target) if ":" in target else self.runtime_of_actor(target)
         if not found:
             known = sorted({s.actor_name for s in self.schedules})
             raise _Failure(f"unknown cron actor or schedule {target!r} (cron actors: {', '.join(known) or 'none'})")
         return found
+
+    @property
+    def runtime(self) -> RuntimeSchedules:
+        try:
+            return self.middleware.runtime
+        except CronError as exc:
+            raise _Failure(redact(str(exc))) from None
+
+    def declares(self, actor_name: str) -> bool:
+        """Whether the loaded app declares the actor (a runtime schedule may
+        outlive its actor's code)."""
+        return actor_name in self.broker.actors
+
+    def _runtime_by_id(self, schedule_id: str) -> list[BoundSchedule]:
+        actor, _, name = schedule_id.partition(":")
+        try:
+            record = self.runtime.get(actor, name)
+        except CronScheduleError:
+            return []
+        return [] if record is None else [record.schedule]
+
+    def runtime_of_actor(self, actor: str) -> list[BoundSchedule]:
+        """The actor's runtime schedules (the first 1000)."""
+        try:
+            page = self.runtime.list(actor=actor, limit=1000)
+        except CronScheduleError:
+            return []
+        return [r.schedule for r in page.items]
 
 
 # -- loading --------------------------------------------------------------
@@ -174,18 +214,25 @@ def _list(app: _App, args: argparse.Namespace) -> int:
     now = app.control.server_ms()
     last = app.control.last_decisions()
     paused = app.control.paused()
+    page = app.runtime.list(limit=args.limit)
+    schedules = [*app.schedules, *(r.schedule for r in page.items)]
     records = []
     upcoming_by_schedule = []
-    for s in app.schedules:
+    for s in schedules:
         upcoming, tick = [], now
         for _ in range(args.next):
             tick = s.next_after(tick)
+            if tick >= NEVER:  # past the schedule's end
+                break
             upcoming.append(tick)
         upcoming_by_schedule.append(upcoming)
         decision = last.get(s.id)
         records.append(
             {
                 "actor": s.actor_name,
+                "source": s.source,
+                "declared": app.declares(s.actor_name),
+                "revision": s.revision if s.source == "runtime" else None,
                 "schedule": s.id,
                 "name": s.name,
                 "expression": s.expression,
@@ -200,24 +247,39 @@ def _list(app: _App, args: argparse.Namespace) -> int:
                 "paused": s.actor_name in paused or s.id in paused,
             }
         )
-    named = any(s.name != s.expression for s in app.schedules)
-    headers = ["ACTOR", *(["NAME"] if named else []), "EXPRESSION", "ZONE", "NEXT", "LAST TICK", "OUTCOME", "PAUSED"]
+    named = any(s.name != s.expression for s in schedules)
+    headers = [
+        "ACTOR",
+        *(["NAME"] if named else []),
+        "SOURCE",
+        "EXPRESSION",
+        "ZONE",
+        "NEXT",
+        "LAST TICK",
+        "OUTCOME",
+        "PAUSED",
+    ]
     rows = []
-    for s, upcoming_ms in zip(app.schedules, upcoming_by_schedule, strict=True):
+    for s, upcoming_ms in zip(schedules, upcoming_by_schedule, strict=True):
         decision = last.get(s.id)
         rows.append(
             [
                 s.actor_name,
                 *([s.name] if named else []),
+                s.source if app.declares(s.actor_name) else f"{s.source} (actor not declared)",
                 s.expression,
                 s.timezone,
-                ", ".join(_when(t, s.zone) for t in upcoming_ms),
+                ", ".join(_when(t, s.zone) for t in upcoming_ms) or "none (ended)",
                 _when(decision.tick_ms, s.zone) if decision else "-",
                 decision.outcome if decision else "-",
                 "yes" if s.actor_name in paused or s.id in paused else "no",
             ]
         )
-    _emit(args, {"now": _iso(now), "schedules": records}, _table(headers, rows) if rows else "No cron schedules.")
+    text = _table(headers, rows) if rows else "No cron schedules."
+    if page.cursor is not None:
+        text += f"\n... and {(page.total or 0) - len(page.items)} more runtime schedules (see --limit)."
+    data = {"now": _iso(now), "schedules": records, "runtime_total": page.total}
+    _emit(args, data, text)
     return EXIT_OK
 
 
@@ -273,6 +335,13 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     lines.append(f"Candidates: {len(candidates)} seen in the last {_span(3 * ttl)}")
     if rows:
         lines.append(_table(["HOST", "PID", "CANDIDATE", "LAST SEEN", "LEADER"], rows))
+    by_actor = app.runtime.count_by_actor()
+    undeclared = {a: n for a, n in by_actor.items() if not app.declares(a)}
+    data["runtime"] = {"total": sum(by_actor.values()), "by_actor": by_actor, "undeclared": undeclared}
+    line = f"Runtime:    {sum(by_actor.values())} runtime schedule(s) for {len(by_actor)} actor(s)"
+    if undeclared:
+        line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
+    lines.append(line)
     if not healthy:
         lines.append("Status:     NO LEADER - no process renewed the lease within its length")
     _emit(args, data, "\n".join(lines))
@@ -283,12 +352,15 @@ def _history(app: _App, args: argparse.Namespace) -> int:
     match = None
     if args.actor:
         match = {args.actor} | {s.id for s in app.resolve(args.actor)}
+        if ":" not in args.actor:  # an actor: its runtime schedules too
+            match |= {s.id for s in app.runtime_of_actor(args.actor)}
     entries = list(reversed(app.control.history(limit=args.limit, match=match)))
     records = [_history_record(app, e) for e in entries]
     rows = [
         [
             _when(e.at_ms),
             e.outcome,
+            _source_of(e.schedule_id),
             e.schedule_id,
             _when(e.tick_ms, app.zone_of(e.schedule_id)),
             r["delay"] or "",
@@ -297,7 +369,8 @@ def _history(app: _App, args: argparse.Namespace) -> int:
         ]
         for e, r in zip(entries, records, strict=True)
     ]
-    text = _table(["WHEN", "OUTCOME", "SCHEDULE", "TICK", "DELAY", "EPOCH", "DETAIL"], rows) if rows else "No history."
+    headers = ["WHEN", "OUTCOME", "SOURCE", "SCHEDULE", "TICK", "DELAY", "EPOCH", "DETAIL"]
+    text = _table(headers, rows) if rows else "No history."
     _emit(args, {"entries": records}, text)
     return EXIT_OK
 
@@ -307,8 +380,9 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
     return {
         "at": _iso(e.at_ms),
         "outcome": e.outcome,
+        "source": _source_of(e.schedule_id),
         "schedule": e.schedule_id,
-        "actor": e.actor_name,
+        "actor": e.schedule_id.split(":", 1)[0] if _source_of(e.schedule_id) == "runtime" else e.actor_name,
         "tick": _iso(e.tick_ms, app.zone_of(e.schedule_id)),
         "tick_ms": e.tick_ms,
         "delay_ms": delay_ms,
@@ -321,28 +395,21 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
 
 def _trigger(app: _App, args: argparse.Namespace) -> int:
     schedule = app.resolve(args.actor)[0]
-    if type(app.broker).__name__ == "StubBroker":
-        raise _Failure("the app's broker is a StubBroker: a triggered message would only live in this process")
-    tick = app.control.server_ms()
-    message = message_for(schedule, tick, prefix=app.middleware.prefix, manual=True)
     try:
-        app.broker.enqueue(message)
-    except redis.RedisError:
-        raise
-    except Exception as exc:
-        raise _Failure(f"enqueueing {schedule.actor_name} failed: {redact(f'{type(exc).__name__}: {exc}')}") from None
-    at = app.control.record_trigger(schedule_id=schedule.id, tick_ms=tick, message_id=message.message_id)
+        done = app.control.trigger(app.broker, schedule, prefix=app.middleware.prefix)
+    except TriggerRefused as exc:
+        raise _Failure(str(exc)) from None
     data = {
         "actor": schedule.actor_name,
         "schedule": schedule.id,
-        "queue": schedule.queue_name,
-        "message_id": message.message_id,
-        "tick": message.options["cron_tick"],
-        "recorded_at": _iso(at),
+        "queue": done.queue_name,
+        "message_id": done.message_id,
+        "tick": done.tick,
+        "recorded_at": _iso(done.recorded_ms),
     }
     text = (
-        f"Triggered {schedule.actor_name} ({schedule.id}): message {message.message_id} "
-        f"enqueued on queue {schedule.queue_name!r}, tick {message.options['cron_tick']}."
+        f"Triggered {schedule.actor_name} ({schedule.id}): message {done.message_id} "
+        f"enqueued on queue {done.queue_name!r}, tick {done.tick}."
     )
     _emit(args, data, text)
     return EXIT_OK
@@ -361,6 +428,143 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
         changed = app.control.resume(args.actor)
         text = f"Resumed {args.actor}: its next tick fires." if changed else f"{args.actor} was not paused."
     _emit(args, {"target": args.actor, "changed": changed, "paused": sorted(app.control.paused())}, text)
+    return EXIT_OK
+
+
+def _web(app: _App, args: argparse.Namespace) -> int:
+    from .web import CronDashboard
+    from .web.server import Unsafe, parse_bind, start
+
+    try:
+        host, port = parse_bind(args.bind)
+    except ValueError as exc:
+        raise _Failure(str(exc)) from None
+    auth = None
+    if args.auth is not None:
+        user, sep, password = args.auth.partition(":")
+        if not sep or not user or not password:
+            raise _Failure("--auth wants USER:PASSWORD")
+        auth = (user, password)
+    try:
+        dashboard = CronDashboard(app.broker, prefix="", read_only=args.read_only, auth=auth, token=args.token)
+    except CronConfigurationError as exc:  # the web extra is missing
+        raise _Failure(str(exc)) from None
+    try:
+        server = start(dashboard, host, port, authenticated=bool(auth or args.token), insecure=args.insecure_bind)
+    except Unsafe as exc:
+        raise _Failure(str(exc)) from None
+    except OSError as exc:
+        raise _Failure(f"cannot listen on {args.bind}: {exc.strerror or exc}") from None
+    shown = f"[{host}]" if ":" in host else host
+    mode = " (read-only)" if args.read_only else ""
+    print(f"Serving the cron dashboard{mode} on http://{shown}:{server.server_port}/ (Ctrl+C stops it)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        dashboard.control.client.close()
+    return EXIT_OK
+
+
+def _source_of(schedule_id: str) -> str:
+    """``code`` or ``runtime``: declared ids are ``actor/name@zone``, runtime
+    ids ``actor:name`` and never contain ``/``."""
+    return "code" if "/" in schedule_id else "runtime"
+
+
+def _json_option(flag: str, text: str | None, kind: type) -> Any:
+    if text is None:
+        return kind()
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise _Failure(f"{flag} is not JSON ({exc}): {text!r}") from None
+    if not isinstance(value, kind):
+        raise _Failure(f"{flag} must be a JSON {'array' if kind is list else 'object'}, got {text!r}")
+    return value
+
+
+def _instant_option(flag: str, text: str | None) -> int | dt.datetime | None:
+    """Epoch milliseconds, or an ISO 8601 time with its offset."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise _Failure(f"{flag} must be epoch milliseconds or an ISO 8601 time with offset, got {text!r}") from None
+
+
+def _add(app: _App, args: argparse.Namespace) -> int:
+    if (args.expression is None) == (args.every is None):
+        raise _Failure("give either a cron EXPRESSION or --every MS (not both)")
+    schedule = Schedule(
+        args.expression,
+        timezone=args.timezone,
+        args=tuple(_json_option("--args", args.args, list)),
+        kwargs=_json_option("--kwargs", args.kwargs, dict),
+        every=args.every,
+        offset=args.offset,
+        start=_instant_option("--start", args.start),
+        end=_instant_option("--end", args.end),
+    )
+    try:
+        stored = app.middleware.add(args.actor, schedule, name=args.name)
+    except CronScheduleError as exc:
+        raise _Failure(str(exc)) from None
+    except CronConfigurationError as exc:
+        raise _Failure(redact(str(exc))) from None
+    _emit(args, _runtime_record(stored), _added_text(stored))
+    return EXIT_OK
+
+
+def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
+    s = stored.schedule
+    return {
+        "schedule": s.id,
+        "actor": s.actor_name,
+        "name": s.name,
+        "source": s.source,
+        "revision": s.revision,
+        "expression": s.expression,
+        "every": s.every,
+        "offset": s.offset,
+        "timezone": s.timezone,
+        "queue": s.queue_name,
+        "args": list(s.args),
+        "kwargs": s.kwargs,
+        "start": None if s.start is None else _iso(s.start, s.zone),
+        "end": None if s.end is None else _iso(s.end, s.zone),
+        "created": _iso(stored.created_ms),
+        "updated": _iso(stored.updated_ms),
+        "next": None if stored.next_ms is None else _iso(stored.next_ms, s.zone),
+    }
+
+
+def _added_text(stored: RuntimeSchedule) -> str:
+    s = stored.schedule
+    upcoming = "no tick follows (past its end)" if stored.next_ms is None else f"next {_when(stored.next_ms, s.zone)}"
+    return f"Stored runtime schedule {s.id} (revision {s.revision}): {s.expression} in {s.timezone}, {upcoming}."
+
+
+def _remove(app: _App, args: argparse.Namespace) -> int:
+    try:
+        removed = app.middleware.remove(args.actor, args.name)
+    except CronScheduleError as exc:
+        raise _Failure(str(exc)) from None
+    except CronConfigurationError as exc:
+        raise _Failure(redact(str(exc))) from None
+    schedule_id = f"{args.actor}:{args.name}"
+    text = (
+        f"Removed runtime schedule {schedule_id}: it fires no more."
+        if removed
+        else f"There was no runtime schedule {schedule_id}."
+    )
+    _emit(args, {"schedule": schedule_id, "removed": removed}, text)
     return EXIT_OK
 
 
@@ -384,8 +588,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
         return sub
 
-    command("list", "every schedule, its next fire times, last tick and whether it is paused").add_argument(
-        "--next", type=int, default=3, metavar="N", help="how many next fire times to show (default 3)"
+    sub = command("list", "every schedule, its next fire times, last tick and whether it is paused")
+    sub.add_argument("--next", type=int, default=3, metavar="N", help="how many next fire times to show (default 3)")
+    sub.add_argument(
+        "--limit", type=int, default=1000, metavar="N", help="show at most N runtime schedules (default 1000)"
     )
     command("status", "the current leader, the candidates, and whether the lease is being renewed")
     sub = command("history", "recent tick outcomes, oldest first")
@@ -398,6 +604,31 @@ def _parser() -> argparse.ArgumentParser:
         "actor", metavar="ACTOR", help="an actor name or schedule id"
     )
     command("resume", "undo pause").add_argument("actor", metavar="ACTOR", help="an actor name or schedule id")
+    sub = command("add", "create or replace a runtime schedule of a declared actor (no deploy needed)")
+    sub.add_argument("actor", metavar="ACTOR", help="the actor's name")
+    sub.add_argument("expression", nargs="?", metavar="EXPRESSION", help="a cron expression (or use --every)")
+    sub.add_argument(
+        "--name", required=True, help="its name among the actor's runtime schedules ([A-Za-z0-9_.-]{1,64})"
+    )
+    sub.add_argument("--timezone", metavar="ZONE", help="IANA zone of the expression (default: the middleware's)")
+    sub.add_argument("--args", metavar="JSON", help="the message's positional arguments, a JSON array")
+    sub.add_argument("--kwargs", metavar="JSON", help="the message's keyword arguments, a JSON object")
+    sub.add_argument("--every", type=int, metavar="MS", help="an interval in ms instead of an expression")
+    sub.add_argument("--offset", type=int, default=0, metavar="MS", help="with --every: where in the interval (ms)")
+    sub.add_argument("--start", metavar="WHEN", help="first instant it may fire: epoch ms or ISO 8601 with offset")
+    sub.add_argument("--end", metavar="WHEN", help="instant from which it no longer fires (exclusive)")
+    sub = command("remove", "remove a runtime schedule; it never fires again")
+    sub.add_argument("actor", metavar="ACTOR", help="the actor's name")
+    sub.add_argument("name", metavar="NAME", help="the runtime schedule's name")
+    sub = command("web", "serve the web dashboard (binds 127.0.0.1:8080 unless --bind says otherwise)")
+    sub.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="where to listen")
+    who = sub.add_mutually_exclusive_group()
+    who.add_argument("--auth", metavar="USER:PASSWORD", help="require HTTP basic auth")
+    who.add_argument("--token", metavar="TOKEN", help="require this bearer token (or ?token= once)")
+    sub.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    sub.add_argument(
+        "--insecure-bind", action="store_true", help="allow a non-loopback address without --auth or --token"
+    )
     return parser
 
 
@@ -408,6 +639,9 @@ _COMMANDS = {
     "trigger": _trigger,
     "pause": _pause,
     "resume": _pause,
+    "add": _add,
+    "remove": _remove,
+    "web": _web,
 }
 
 
@@ -427,6 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"cannot reach Redis at {where}: {redact(str(exc))}", EXIT_UNREACHABLE)
     except redis.RedisError as exc:
         return _fail(f"Redis error: {redact(f'{type(exc).__name__}: {exc}')}")
+    except CronError as exc:  # for example a runtime key holding a foreign value
+        return _fail(redact(str(exc)))
     finally:
         if app is not None:
             app.control.client.close()

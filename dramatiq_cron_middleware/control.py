@@ -11,14 +11,30 @@ so none of it can disturb the ledger's exactly-once decisions.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis
+from dramatiq import Broker
+from dramatiq.brokers.stub import StubBroker
 
+from .connection import redact
 from .keys import Keys
+from .planner import message_for
 from .protocol import ClaimResult, Outcome, parse_ledger_value
+from .schedule import BoundSchedule
 
-__all__ = ["Candidate", "Control", "HistoryEntry", "LastDecision", "LeaderInfo"]
+__all__ = [
+    "Candidate",
+    "Control",
+    "HistoryEntry",
+    "HistoryPage",
+    "LastDecision",
+    "LeaderInfo",
+    "TriggerRefused",
+    "Triggered",
+]
 
 # Append a manual trigger to the history with the server's clock, so its
 # time sorts with the leader's entries whatever the operator's clock says.
@@ -205,6 +221,97 @@ class Control:
         args: list[Any] = [self.history_length, schedule_id, tick_ms, Outcome.TRIGGERED, "manual", message_id]
         return int(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args))
 
+    # -- reads and actions for the web dashboard --------------------------
+    #
+    # The dashboard renders one page of schedules at a time, possibly out of
+    # 100,000, so these read only what a page needs: the ledger entries of
+    # the page's schedules, a bounded slice of the history stream.
+
+    def decisions(self, schedule_ids: Sequence[str]) -> dict[str, LastDecision]:
+        """The ledger entries of just these schedules, in one HMGET.  A
+        fired tick shows as ``fired`` even when it was a catch-up (only the
+        history stream tells those apart)."""
+        if not schedule_ids:
+            return {}
+        values: Any = self.client.hmget(self.keys.ticks, list(schedule_ids))
+        decided = {sid: _decision(v) for sid, v in zip(schedule_ids, values, strict=True) if v}
+        return {sid: d for sid, d in decided.items() if d is not None}
+
+    def schedule_history(
+        self, schedule_id: str, *, limit: int, before: str | None = None, scan: int = 2500
+    ) -> HistoryPage:
+        """Up to ``limit`` history entries of one schedule, newest first,
+        older than the entry id ``before`` (None: from the newest).
+
+        Reads at most about ``scan`` stream entries, so a rare schedule among
+        many costs a bounded time per page; the returned cursor carries on
+        from where the scan stopped.
+        """
+        out: list[HistoryEntry] = []
+        cursor = before
+        scanned = 0
+        chunk = 500
+        while scanned < scan:
+            upper = "+" if cursor is None else "(" + cursor
+            rows: Any = self.client.xrevrange(self.keys.history, max=upper, min="-", count=chunk)
+            for entry_id, fields in rows:
+                scanned += 1
+                cursor = entry_id
+                if fields.get("schedule") == schedule_id:
+                    out.append(_entry(entry_id, fields))
+                    if len(out) == limit:
+                        return HistoryPage(entries=out, older=entry_id, scanned=scanned)
+            if len(rows) < chunk:
+                return HistoryPage(entries=out, older=None, scanned=scanned)
+        return HistoryPage(entries=out, older=cursor, scanned=scanned)
+
+    def round_trip_ms(self) -> float:
+        """One PING, timed on this process's monotonic clock, in ms."""
+        started = time.monotonic()
+        self.client.ping()
+        return (time.monotonic() - started) * 1000
+
+    def maxmemory_policy(self) -> str | None:
+        """Redis's ``maxmemory-policy``, or None where ``CONFIG GET`` is
+        refused (ACLs, managed services)."""
+        try:
+            reply: Any = self.client.config_get("maxmemory-policy")
+        except redis.ResponseError:
+            return None
+        value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
+        return str(value) if value else None
+
+    def trigger(self, broker: Broker, schedule: BoundSchedule, *, prefix: str) -> Triggered:
+        """Enqueue a schedule's message now, marked manual with a fresh id,
+        and record it as ``triggered``; the ledger is left alone, so the
+        schedule fires as before.
+
+        Raises:
+          TriggerRefused: the broker is a ``StubBroker`` (the message would
+            only live in this process), or the enqueue failed for a reason
+            other than Redis (a ``redis.RedisError`` propagates).
+        """
+        if isinstance(broker, StubBroker):
+            raise TriggerRefused(
+                "the app's broker is a StubBroker: a triggered message would only live in this process"
+            )
+        tick = self.server_ms()
+        message = message_for(schedule, tick, prefix=prefix, manual=True)
+        try:
+            broker.enqueue(message)
+        except redis.RedisError:
+            raise
+        except Exception as exc:
+            detail = redact(f"{type(exc).__name__}: {exc}")
+            raise TriggerRefused(f"enqueueing {schedule.actor_name} failed: {detail}") from None
+        at = self.record_trigger(schedule_id=schedule.id, tick_ms=tick, message_id=message.message_id)
+        return Triggered(
+            message_id=message.message_id,
+            tick=message.options["cron_tick"],
+            queue_name=schedule.queue_name,
+            recorded_ms=at,
+        )
+
 
 def _entry(entry_id: str, fields: dict[str, str]) -> HistoryEntry:
     epoch = fields.get("epoch", "")
@@ -218,3 +325,41 @@ def _entry(entry_id: str, fields: dict[str, str]) -> HistoryEntry:
         detail=fields.get("detail", ""),
         message_id=fields.get("message_id", ""),
     )
+
+
+class TriggerRefused(Exception):
+    """A manual trigger that cannot work; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Triggered:
+    """A manual trigger that was enqueued and recorded."""
+
+    message_id: str
+    tick: str
+    queue_name: str
+    recorded_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryPage:
+    """A slice of one schedule's history, newest first.
+
+    ``older`` is the cursor for the next (older) slice, or None when the
+    start of the stream was reached; ``scanned`` is how many stream entries
+    were read to find these.
+    """
+
+    entries: list[HistoryEntry]
+    older: str | None
+    scanned: int
+
+
+def _decision(value: str) -> LastDecision | None:
+    """A ledger value as a decision; None when it does not parse (the
+    leader replaces such a value with a baseline)."""
+    parsed = parse_ledger_value(value)
+    if parsed is None:
+        return None
+    outcome = "baseline" if parsed.baseline else _RESULT_OUTCOMES.get(parsed.result, "unknown")
+    return LastDecision(tick_ms=parsed.tick_ms, epoch=parsed.epoch, outcome=str(outcome))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import redis
 from dramatiq.middleware import MiddlewareError
 
-__all__ = ["CronConfigurationError", "CronError", "CronScheduleError"]
+__all__ = ["CronConfigurationError", "CronError", "CronScheduleError", "CronUnavailableError"]
 
 
 class CronError(MiddlewareError):
@@ -25,3 +26,14 @@ class CronScheduleError(CronError, ValueError):
 class CronConfigurationError(CronError, ValueError):
     """The middleware itself is misconfigured (for example no Redis is
     configured, or an argument is out of range)."""
+
+
+class CronUnavailableError(CronError, redis.ConnectionError):
+    """Redis could not be reached, or did not answer in time, while reading
+    or writing runtime schedules.
+
+    Every write is one atomic script, so a write that raised this either
+    took effect entirely or not at all (a lost reply cannot tell which:
+    read the schedule back to know).  It is also a
+    ``redis.ConnectionError``, so code that already handles an unreachable
+    Redis handles it too."""

@@ -84,7 +84,31 @@ class Keys:
         return f"{self.tag}:enqueued:{message_id}"
 
     @property
-    def runtime_revisions(self) -> str:
-        """Hash: runtime schedule id -> revision of its definition; the
-        claim script refuses ticks of a removed or replaced definition."""
+    def runtime(self) -> str:
+        """Hash: runtime schedule id (``actor:name``) -> its definition, JSON
+        ``{"v": 1, ...}`` (see runtime.py)."""
+        return f"{self.tag}:runtime"
+
+    @property
+    def runtime_revs(self) -> str:
+        """Hash: runtime schedule id -> the revision it was last written at;
+        deleted on removal.  The fenced claim of a runtime schedule checks it."""
         return f"{self.tag}:runtime:revs"
+
+    @property
+    def runtime_version(self) -> str:
+        """Counter incremented by every write or removal of a runtime
+        schedule; the new value is that write's revision."""
+        return f"{self.tag}:runtime:version"
+
+    @property
+    def runtime_changes(self) -> str:
+        """Sorted set: runtime schedule id -> version of its last write or
+        removal (a removed id stays as a tombstone)."""
+        return f"{self.tag}:runtime:changes"
+
+    @property
+    def runtime_ids(self) -> str:
+        """Sorted set, every score 0: the ids of stored runtime schedules, in
+        lexical order for paginated listing."""
+        return f"{self.tag}:runtime:ids"

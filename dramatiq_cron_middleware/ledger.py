@@ -188,7 +188,7 @@ class Ledger:
             self.keys.history,
             self.keys.paused,
             self.keys.batch(batch_id),
-            self.keys.runtime_revisions,
+            self.keys.runtime_revs,
         ]
         key_index: dict[str, int] = {}
 

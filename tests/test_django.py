@@ -9,6 +9,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+import pytest
+
 from tests.support.components import require_module
 from tests.support.instances import ROOT, History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
@@ -60,3 +62,22 @@ def test_an_unknown_dramatiq_cron_key_is_one_clear_error() -> None:
     )
     assert done.returncode != 0
     assert "settings.DRAMATIQ_CRON has unknown keys ['lock_tll']" in done.stderr
+
+
+def test_the_dashboard_include_is_guarded_by_the_staff_login_and_works_behind_it(redis_server: RedisServer) -> None:
+    """Given the project's ``path("cron/", include(...web.django))``, When
+    an anonymous visitor, a logged-in non-staff user and a staff user ask
+    for it, Then only the staff user gets the pages, whose links stay under
+    the include, and pausing works with the dashboard's own CSRF token."""
+    _require_django()
+    pytest.importorskip("jinja2")
+    done = subprocess.run(
+        [sys.executable, str(PROJECT / "dashboard_check.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "CRON_DJANGO_REDIS_URL": redis_server.url},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dashboard ok" in done.stdout
+    assert redis_server.client().smembers("{django-cron}:paused") == set()

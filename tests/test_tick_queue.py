@@ -9,6 +9,8 @@ import logging
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
+from dramatiq_cron_middleware.enqueue import Boundary, BrokerBoundary
+from dramatiq_cron_middleware.keys import Keys
 from dramatiq_cron_middleware.owed import Owed, OwedQueue
 from dramatiq_cron_middleware.planner import ON_TIME_MS, message_for, plan
 from dramatiq_cron_middleware.protocol import ClaimResult, Outcome
@@ -171,7 +173,10 @@ def test_one_failing_schedule_warns_once_and_never_flaps_with_the_others(caplog:
     mono = [0.0]
     now = [NOW]
     owed = OwedQueue(
-        broker=broker, logger=logging.getLogger("test.owed"), now_ms=lambda: now[0], monotonic=lambda: mono[0]
+        boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=Keys("p"), mark_ms=60_000),
+        logger=logging.getLogger("test.owed"),
+        now_ms=lambda: now[0],
+        monotonic=lambda: mono[0],
     )
     bad, good = every_second("bad"), every_second("good")
     broker.declare_queue("default")

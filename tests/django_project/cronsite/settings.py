@@ -9,7 +9,38 @@ import os
 SECRET_KEY = "not-a-secret: tests only"
 DEBUG = False
 USE_TZ = True
-INSTALLED_APPS = ["django_dramatiq", "cronjobs"]
+ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
+# The admin's apps and middleware guard the cron dashboard's URL include
+# (cronsite/urls.py) with the staff login.
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_dramatiq",
+    "cronjobs",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "cronsite.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
 DRAMATIQ_CRON = {

@@ -1,0 +1,503 @@
+"""The dashboard's WSGI application: routing, the request cycle, and the
+actions (pause, resume, trigger, runtime schedule forms).
+
+Every page is rendered on the server and works with JavaScript off.  A
+GET never changes anything; every change is a POST carrying the CSRF value
+(see ``security.py``) and answered with a redirect, so reloading a page
+never repeats an action.  Templates escape everything they print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode
+
+import dramatiq
+import redis
+from dramatiq.logging import get_logger
+
+from ..connection import describe as describe_client
+from ..connection import redact, scheduler_clients
+from ..control import Control, TriggerRefused
+from ..middleware import CronMiddleware
+from ..schedule import BoundSchedule
+from . import forms, pages
+from .chart import OUTCOME_COLOURS
+from .format import iso, span, when
+from .security import CSRF_COOKIE, CSRF_FIELD, TOKEN_COOKIE, Access, cookies, csrf_ok, new_csrf_value, same_origin
+
+__all__ = ["CronDashboard"]
+
+StartResponse = Callable[..., Any]
+WSGIEnviron = dict[str, Any]
+
+# Short enough that an unreachable Redis shows promptly on a page, long
+# enough for a loaded server (the same bound as the command).
+_TIMEOUT_MS = 2000
+# The cookie carrying the outcome of an action to the page it redirects to.
+NOTICE_COOKIE = "cron_notice"
+# A form is a handful of short fields; anything bigger is not ours.
+_MAX_BODY = 64 * 1024
+_STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
+_SECURITY_HEADERS = [
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "same-origin"),
+    ("Cache-Control", "no-store"),
+]
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclasses.dataclass
+class _Request:
+    environ: WSGIEnviron
+    method: str
+    path: str
+    base: str
+    query: dict[str, str]
+    form: dict[str, str]
+    csrf: str
+    new_csrf: bool
+    notice: str = ""
+
+    def url(self, path: str, params: Mapping[str, str] | None = None) -> str:
+        """A link inside the dashboard, wherever it is mounted."""
+        link = self.base + path
+        if params:
+            link += "?" + urlencode(params)
+        return link
+
+
+@dataclasses.dataclass
+class _Response:
+    status: str
+    body: bytes
+    headers: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+class CronDashboard:
+    """A web dashboard of a dramatiq app's cron scheduler, as a WSGI app.
+
+    It shows the leader, the candidates and Redis; every schedule with its
+    next runs and last outcome; each schedule's history with a chart; and
+    lets an operator pause, resume and trigger schedules, and add, edit and
+    remove runtime schedules.  Mount it in any WSGI server, in Flask with
+    ``DispatcherMiddleware``, in Django (``dramatiq_cron_middleware.web.django``)
+    or run it alone with ``dramatiq-cron web APP``.
+
+    Parameters:
+      broker(dramatiq.Broker): The app's broker, carrying a
+        :class:`~dramatiq_cron_middleware.CronMiddleware`.  Triggers are
+        enqueued on it.
+      prefix(str): The path the dashboard answers under when the server
+        hands it the whole path (``"/cron"``: ``/cron/schedules``...).  A
+        mount that already moved the prefix into ``SCRIPT_NAME`` (Flask's
+        ``DispatcherMiddleware``, Django) works the same.  ``""`` serves it
+        at the root.  Defaults to ``"/cron"``.
+      read_only(bool): Show everything, change nothing: no buttons, and
+        every POST is refused with 403.  Defaults to False.
+      auth(tuple): ``(user, password)`` required as HTTP basic auth on every
+        request.  Defaults to None, meaning the host application guards the
+        mount.
+      token(str): A bearer token required on every request instead
+        (``Authorization: Bearer ...``, or ``?token=...`` once, kept in a
+        cookie).  Defaults to None.
+      redis(str|redis.Redis): Where the scheduler's keys live.  Defaults to
+        None, meaning wherever the middleware finds them (its ``redis=``,
+        ``DRAMATIQ_CRON_REDIS_URL``, the RedisBroker's client).
+      runtime: The runtime schedules (issue 12), as a
+        :class:`~dramatiq_cron_middleware.web.pages.RuntimeCatalogue` that
+        can also add and remove.  Defaults to None, meaning the middleware's
+        own when it has them.
+      refresh_ms(int): How often the overview refreshes itself when
+        JavaScript is on, in milliseconds; 0 turns it off.  Defaults to 5000.
+
+    Raises:
+      CronConfigurationError: the broker has no ``CronMiddleware``, or no
+        Redis can be found for it.
+    """
+
+    def __init__(
+        self,
+        broker: dramatiq.Broker,
+        *,
+        prefix: str = "/cron",
+        read_only: bool = False,
+        auth: tuple[str, str] | None = None,
+        token: str | None = None,
+        redis: Any = None,
+        runtime: Any = None,
+        refresh_ms: int = 5000,
+    ) -> None:
+        from ..errors import CronConfigurationError
+
+        self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
+        middleware = next((m for m in broker.middleware if isinstance(m, CronMiddleware)), None)
+        if middleware is None:
+            raise CronConfigurationError("CronDashboard: the broker has no CronMiddleware")
+        self.broker = broker
+        self.middleware = middleware
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self.read_only = read_only
+        self.access = Access(auth=auth, token=token)
+        self.refresh_ms = refresh_ms
+        source = redis if redis is not None else middleware._source(broker)
+        client, _ = scheduler_clients(source, op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
+        self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
+        self.where = describe_client(client)
+        self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)
+        # Built now, so a missing Jinja2 fails here with the install hint.
+        self._templates = _templates()
+        self._routes: dict[tuple[str, str], Callable[[_Request], _Response]] = {
+            ("GET", "/"): self._overview,
+            ("GET", "/schedules"): self._schedules,
+            ("GET", "/schedule"): self._history,
+            ("POST", "/pause"): self._pause,
+            ("POST", "/resume"): self._pause,
+            ("POST", "/trigger"): self._trigger,
+            ("GET", "/runtime/new"): self._runtime_form,
+            ("POST", "/runtime/new"): self._runtime_save,
+            ("GET", "/runtime/edit"): self._runtime_form,
+            ("POST", "/runtime/edit"): self._runtime_save,
+            ("POST", "/runtime/remove"): self._runtime_remove,
+        }
+
+    # -- WSGI -----------------------------------------------------------------
+
+    def __call__(self, environ: WSGIEnviron, start_response: StartResponse) -> Iterable[bytes]:
+        """Answer one request."""
+        try:
+            response = self._respond(environ)
+        except Exception:  # a bug must not leak a traceback (or a URL) into a page
+            self.logger.exception("The cron dashboard failed to answer %s.", environ.get("PATH_INFO", ""))
+            response = _Response("500 Internal Server Error", b"Internal error; see the server's log.")
+            response.headers.append(("Content-Type", "text/plain; charset=utf-8"))
+        headers = [*_SECURITY_HEADERS, *response.headers, ("Content-Length", str(len(response.body)))]
+        start_response(response.status, headers)
+        return [b"" if environ.get("REQUEST_METHOD", "").upper() == "HEAD" else response.body]
+
+    def _respond(self, environ: WSGIEnviron) -> _Response:
+        script = environ.get("SCRIPT_NAME", "").rstrip("/")
+        path = environ.get("PATH_INFO", "") or "/"
+        if self.prefix and (path == self.prefix or path.startswith(self.prefix + "/")):
+            script, path = script + self.prefix, path[len(self.prefix) :] or "/"
+        elif self.prefix and not script.endswith(self.prefix):
+            return self._plain("404 Not Found", "Not found.")
+        query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
+        if not self.access.allows(environ, query.get("token")):
+            response = self._plain("401 Unauthorized", "Authentication required.")
+            challenge = self.access.challenge()
+            if challenge:
+                response.headers.append(("WWW-Authenticate", challenge))
+            return response
+        if path.startswith("/static/"):
+            return self._static(path[len("/static/") :])
+        jar = cookies(environ)
+        csrf = jar.get(CSRF_COOKIE) or ""
+        new_csrf = len(csrf) < 16
+        request = _Request(
+            environ=environ,
+            method=environ.get("REQUEST_METHOD", "GET").upper(),
+            path=path,
+            base=script,
+            query=query,
+            form={},
+            csrf=new_csrf_value() if new_csrf else csrf,
+            new_csrf=new_csrf,
+            notice=unquote(jar.get(NOTICE_COOKIE, ""))[:300],
+        )
+        if self.access.token is not None and "token" in query:
+            # Keep the token in a cookie and drop it from the address bar.
+            rest = {k: v for k, v in query.items() if k != "token"}
+            response = self._redirect(request, path, rest)
+            cookie = _cookie(TOKEN_COOKIE, quote(query["token"], safe=""), script or "/")
+            response.headers.append(("Set-Cookie", cookie))
+            return response
+        method = "GET" if request.method == "HEAD" else request.method
+        handler = self._routes.get((method, path))
+        if handler is None:
+            if any(p == path for _, p in self._routes):
+                return self._plain("405 Method Not Allowed", "Method not allowed.")
+            return self._plain("404 Not Found", "Not found.")
+        try:
+            if method == "POST":
+                self._check_post(request)
+            response = handler(request)
+        except _HTTPError as exc:
+            response = self._page(request, "error.html", {"message": exc.message}, status=exc.status)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            message = f"Redis at {self.where} cannot be reached ({type(exc).__name__})."
+            response = self._page(request, "error.html", {"message": message}, status="503 Service Unavailable")
+        except redis.RedisError as exc:  # refused by ACLs, out of memory...: say so, without the details
+            self.logger.warning("The cron dashboard got a Redis error: %s", redact(str(exc)))
+            message = f"Redis at {self.where} refused the request ({type(exc).__name__}); see the server's log."
+            response = self._page(request, "error.html", {"message": message}, status="502 Bad Gateway")
+        if request.new_csrf:
+            response.headers.append(("Set-Cookie", _cookie(CSRF_COOKIE, request.csrf, script or "/")))
+        return response
+
+    def _check_post(self, request: _Request) -> None:
+        if self.read_only:
+            raise _HTTPError("403 Forbidden", "This dashboard is read-only: nothing can be changed from it.")
+        if not same_origin(request.environ):
+            raise _HTTPError("403 Forbidden", "Refused: the form was sent from another site.")
+        request.form = _read_form(request.environ)
+        # The cookie was missing when new_csrf is set: no form can match it.
+        if request.new_csrf or not csrf_ok(request.csrf, request.form.get(CSRF_FIELD)):
+            raise _HTTPError(
+                "403 Forbidden", "Refused: the form's security token is missing or stale. Reload the page and retry."
+            )
+
+    # -- pages ----------------------------------------------------------------
+
+    def _overview(self, request: _Request) -> _Response:
+        view = pages.overview(
+            self.control,
+            where=self.where,
+            schedules=len(self.middleware.all_schedules()),
+            runtime=self.runtime,
+            lock_ttl=self.middleware.lock_ttl,
+        )
+        return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms})
+
+    def _schedules(self, request: _Request) -> _Response:
+        filters = pages.Filters.parse(request.query)
+        view = pages.schedules_view(self.control, self.middleware.all_schedules(), self.runtime, filters)
+        return self._page(request, "schedules.html", {"view": view, "page_sizes": pages.PAGE_SIZES})
+
+    def _history(self, request: _Request) -> _Response:
+        schedule_id = request.query.get("id", "")
+        schedule, source = self._find(schedule_id)
+        if schedule is None and not schedule_id:
+            raise _HTTPError("404 Not Found", "No schedule named.")
+        before = request.query.get("before") or None
+        if before is not None and not _stream_id(before):
+            raise _HTTPError("400 Bad Request", "Bad history cursor.")
+        view = pages.history_view(self.control, schedule_id, schedule, source, before=before)
+        return self._page(request, "history.html", {"view": view})
+
+    # -- actions --------------------------------------------------------------
+
+    def _pause(self, request: _Request) -> _Response:
+        target = request.form.get("target", "")
+        # Whatever is paused can be resumed, even what the app no longer declares.
+        known = self._targets(target) or (request.path == "/resume" and target in self.control.paused())
+        if not known:
+            raise _HTTPError("404 Not Found", f"Unknown cron actor or schedule {target!r}.")
+        if request.path == "/pause":
+            changed = self.control.pause(target)
+            notice = f"Paused {target}." if changed else f"{target} was already paused."
+        else:
+            changed = self.control.resume(target)
+            notice = f"Resumed {target}." if changed else f"{target} was not paused."
+        self.logger.info("Dashboard: %s %s.", request.path.strip("/"), target)
+        return self._back(request, notice)
+
+    def _trigger(self, request: _Request) -> _Response:
+        target = request.form.get("target", "")
+        found = self._targets(target)
+        if not found:
+            raise _HTTPError("404 Not Found", f"Unknown cron actor or schedule {target!r}.")
+        try:
+            done = self.control.trigger(self.broker, found[0], prefix=self.middleware.prefix)
+        except TriggerRefused as exc:
+            raise _HTTPError("409 Conflict", str(exc)) from None
+        self.logger.info("Dashboard: triggered %s (message %s).", found[0].id, done.message_id)
+        return self._back(request, f"Triggered {found[0].id}: message {done.message_id} on queue {done.queue_name}.")
+
+    def _runtime_form(self, request: _Request) -> _Response:
+        store = self._writable_runtime()
+        if request.path == "/runtime/edit":
+            schedule = pages.find_runtime(store, request.query.get("id", ""))
+            if schedule is None:
+                raise _HTTPError("404 Not Found", "No such runtime schedule.")
+            return self._form_page(request, forms.RuntimeForm.of(schedule), editing=True, original=schedule.id)
+        form = forms.RuntimeForm(actor=request.query.get("actor", ""))
+        return self._form_page(request, form, editing=False)
+
+    def _runtime_save(self, request: _Request) -> _Response:
+        store = self._writable_runtime()
+        editing = request.path == "/runtime/edit"
+        form = forms.RuntimeForm.parse(request.form)
+        original = request.form.get("original", "") if editing else ""
+        error = forms.save(store, form, original=original or None)
+        if error is not None:
+            return self._form_page(
+                request, dataclasses.replace(form, error=error), editing=editing, status="400 Bad Request"
+            )
+        return self._back(request, f"Saved runtime schedule {form.actor}:{form.name}.", default="/schedules")
+
+    def _runtime_remove(self, request: _Request) -> _Response:
+        store = self._writable_runtime()
+        schedule = pages.find_runtime(store, request.form.get("id", ""))
+        if schedule is None:
+            raise _HTTPError("404 Not Found", "No such runtime schedule.")
+        store.remove(schedule.actor_name, schedule.name)
+        self.logger.info("Dashboard: removed runtime schedule %s.", schedule.id)
+        return self._back(request, f"Removed runtime schedule {schedule.id}.", default="/schedules")
+
+    def _form_page(
+        self, request: _Request, form: forms.RuntimeForm, *, editing: bool, original: str = "", status: str = "200 OK"
+    ) -> _Response:
+        context = {"form": form, "editing": editing, "original": original, "actors": self._actor_names()}
+        return self._page(request, "runtime_form.html", context, status=status)
+
+    # -- lookups --------------------------------------------------------------
+
+    def _writable_runtime(self) -> Any:
+        if self.runtime is None or not hasattr(self.runtime, "add"):
+            raise _HTTPError("404 Not Found", "This app has no runtime schedules.")
+        return self.runtime
+
+    def _actor_names(self) -> list[str]:
+        return sorted(self.broker.get_declared_actors())
+
+    def _find(self, schedule_id: str) -> tuple[BoundSchedule | None, str | None]:
+        for s in self.middleware.all_schedules():
+            if s.id == schedule_id:
+                return s, "code"
+        if self.runtime is not None and schedule_id:
+            found = pages.find_runtime(self.runtime, schedule_id)
+            if found is not None:
+                return found, "runtime"
+        return None, None
+
+    def _targets(self, target: str) -> list[BoundSchedule]:
+        """The schedules an actor name or schedule id stands for."""
+        if not target:
+            return []
+        found = [s for s in self.middleware.all_schedules() if target in (s.actor_name, s.id)]
+        if not found and self.runtime is not None:
+            runtime = pages.find_runtime(self.runtime, target)
+            found = [runtime] if runtime is not None else []
+        return found
+
+    # -- responses ------------------------------------------------------------
+
+    def _page(self, request: _Request, name: str, context: dict[str, Any], *, status: str = "200 OK") -> _Response:
+        template = self._environment().get_template(name)
+        body = template.render(
+            request=request,
+            url=request.url,
+            csrf_field=CSRF_FIELD,
+            csrf=request.csrf,
+            read_only=self.read_only,
+            notice=request.notice,
+            where=self.where,
+            runtime=self.runtime is not None,
+            here=_relative(request.path, request.query),
+            **context,
+        )
+        response = _Response(status, body.encode())
+        response.headers.append(("Content-Type", "text/html; charset=utf-8"))
+        if request.notice:
+            response.headers.append(("Set-Cookie", _cookie(NOTICE_COOKIE, "", request.base or "/", max_age=0)))
+        return response
+
+    def _environment(self) -> Any:
+        return self._templates
+
+    def _back(self, request: _Request, notice: str, *, default: str = "/") -> _Response:
+        """A 303 to the page the form came from (only ever a page of ours)."""
+        back = request.form.get("next", "")
+        path, _, rest = back.partition("?")
+        if path not in {p for _, p in self._routes} or back.startswith("//"):
+            path, rest = default, ""
+        response = self._redirect(request, path, dict(parse_qsl(rest)))
+        # The notice travels in a cookie, not in the address: a link made
+        # elsewhere cannot put words of its own on the dashboard's pages.
+        response.headers.append(
+            ("Set-Cookie", _cookie(NOTICE_COOKIE, quote(notice[:300], safe=""), request.base or "/"))
+        )
+        return response
+
+    def _redirect(self, request: _Request, path: str, params: Mapping[str, str]) -> _Response:
+        response = _Response("303 See Other", b"")
+        response.headers.append(("Location", request.url(path, params)))
+        return response
+
+    def _plain(self, status: str, text: str) -> _Response:
+        response = _Response(status, text.encode())
+        response.headers.append(("Content-Type", "text/plain; charset=utf-8"))
+        return response
+
+    def _static(self, name: str) -> _Response:
+        extension = os.path.splitext(name)[1]
+        if "/" in name or name.startswith(".") or extension not in _STATIC_TYPES:
+            return self._plain("404 Not Found", "Not found.")
+        resource = importlib.resources.files(__package__).joinpath("static").joinpath(name)
+        if not resource.is_file():
+            return self._plain("404 Not Found", "Not found.")
+        response = _Response("200 OK", resource.read_bytes())
+        response.headers.append(("Content-Type", _STATIC_TYPES[extension]))
+        return response
+
+
+def _templates() -> Any:
+    try:
+        import jinja2
+    except ImportError:
+        from ..errors import CronConfigurationError
+
+        raise CronConfigurationError(
+            "the cron dashboard needs Jinja2: pip install 'dramatiq-cron-middleware[web]'"
+        ) from None
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader(__package__, "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(when=when, iso=iso, span=span, redact=redact, quote=quote)
+    environment.globals.update(colours=OUTCOME_COLOURS)
+    return environment
+
+
+def _read_form(environ: WSGIEnviron) -> dict[str, str]:
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > _MAX_BODY:
+        raise _HTTPError("413 Content Too Large", "The form is too large.")
+    kind = str(environ.get("CONTENT_TYPE") or "application/x-www-form-urlencoded").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise _HTTPError(
+            "415 Unsupported Media Type", "Forms are sent URL-encoded, as the dashboard's pages send them."
+        )
+    body = environ["wsgi.input"].read(length) if length > 0 else b""
+    try:
+        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+    except UnicodeDecodeError:
+        raise _HTTPError("400 Bad Request", "The form is not UTF-8.") from None
+
+
+def _relative(path: str, params: Mapping[str, str]) -> str:
+    """A path inside the dashboard with its query, as forms carry it back."""
+    return path + ("?" + urlencode(params) if params else "")
+
+
+def _stream_id(value: str) -> bool:
+    ms, _, seq = value.partition("-")
+    return ms.isdigit() and seq.isdigit()
+
+
+def _cookie(name: str, value: str, path: str, *, max_age: int | None = None) -> str:
+    attributes = f"{name}={value}; Path={path}; SameSite=Strict; HttpOnly"
+    return attributes + ("" if max_age is None else f"; Max-Age={max_age}")

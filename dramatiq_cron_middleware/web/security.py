@@ -1,0 +1,118 @@
+"""Who may look and who may act: optional basic auth or a bearer token, and
+the CSRF check every state-changing POST must pass.
+
+CSRF is the double-submit pattern: a random value in a ``SameSite=Strict``
+cookie, repeated in a hidden field of every form.  A page of another site
+can make the browser send the cookie, but cannot read it to put the same
+value in the form.  It needs no server-side state and no shared secret, so
+several server processes behind one address agree without configuration.
+A POST whose ``Origin`` names another host is refused as well.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import secrets
+from collections.abc import Mapping
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["Access", "CSRF_COOKIE", "CSRF_FIELD", "TOKEN_COOKIE", "cookies", "csrf_ok", "new_csrf_value", "same_origin"]
+
+#: The cookie holding the CSRF value, and the form field that repeats it.
+CSRF_COOKIE = "cron_csrf"
+CSRF_FIELD = "csrf"
+#: The cookie a ``?token=`` visit stores, so links keep working.
+TOKEN_COOKIE = "cron_token"
+
+
+def cookies(environ: Mapping[str, Any]) -> dict[str, str]:
+    """The request's cookies by name."""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(environ.get("HTTP_COOKIE", ""))
+    except Exception:  # a malformed header from another app on the host
+        return {}
+    return {name: morsel.value for name, morsel in jar.items()}
+
+
+def new_csrf_value() -> str:
+    """A fresh unguessable CSRF value."""
+    return secrets.token_urlsafe(24)
+
+
+def csrf_ok(cookie_value: str | None, form_value: str | None) -> bool:
+    """Whether the form repeats the cookie's CSRF value."""
+    if not cookie_value or not form_value:
+        return False
+    return hmac.compare_digest(cookie_value.encode(), form_value.encode())
+
+
+def same_origin(environ: Mapping[str, Any]) -> bool:
+    """False when the browser says the request comes from another host.
+
+    Browsers send ``Origin`` on every cross-site POST; a request without it
+    (curl, an old browser) is judged by the CSRF token alone.
+    """
+    origin = environ.get("HTTP_ORIGIN")
+    if not origin:
+        return True
+    if origin == "null":  # a sandboxed frame or a privacy-stripped origin
+        return False
+    host = environ.get("HTTP_HOST") or f"{environ.get('SERVER_NAME', '')}:{environ.get('SERVER_PORT', '')}"
+    return bool(urlsplit(origin).netloc.lower() == str(host).lower())
+
+
+class Access:
+    """Optional authentication of every request.
+
+    Parameters:
+      auth: ``(user, password)`` for HTTP basic auth.  Defaults to None.
+      token: A bearer token: ``Authorization: Bearer <token>``, or a visit
+        to any page with ``?token=<token>``, which stores it in a cookie.
+        Defaults to None.  With neither, every request is let through (the
+        host application is expected to guard the mount).
+    """
+
+    def __init__(self, *, auth: tuple[str, str] | None = None, token: str | None = None) -> None:
+        self.auth = auth
+        self.token = token
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any credential is required."""
+        return self.auth is not None or self.token is not None
+
+    def allows(self, environ: Mapping[str, Any], query_token: str | None) -> bool:
+        """Whether the request carries a valid credential."""
+        if not self.enabled:
+            return True
+        header = environ.get("HTTP_AUTHORIZATION", "")
+        scheme, _, value = header.partition(" ")
+        if self.auth is not None and scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+            # Both compared, always, so the time taken tells nothing.
+            same_user = hmac.compare_digest(user.encode(), self.auth[0].encode())
+            same_password = hmac.compare_digest(password.encode(), self.auth[1].encode())
+            return same_user and same_password
+        if self.token is not None:
+            for candidate in (
+                value.strip() if scheme.lower() == "bearer" else None,
+                unquote(cookies(environ).get(TOKEN_COOKIE, "")),
+                query_token,
+            ):
+                if candidate and hmac.compare_digest(candidate.encode(), self.token.encode()):
+                    return True
+        return False
+
+    def challenge(self) -> str | None:
+        """The ``WWW-Authenticate`` header for a refused request."""
+        if self.auth is not None:
+            return 'Basic realm="dramatiq-cron", charset="UTF-8"'
+        return 'Bearer realm="dramatiq-cron"' if self.token is not None else None
