@@ -7,10 +7,19 @@ once per tick.
     def cleanup(): ...
 """
 
+from .dedup import CronDeduplication
 from .errors import CronConfigurationError, CronError, CronScheduleError
 from .middleware import CronMiddleware
 from .schedule import Schedule
 
-__all__ = ["CronConfigurationError", "CronError", "CronMiddleware", "CronScheduleError", "Schedule", "__version__"]
+__all__ = [
+    "CronConfigurationError",
+    "CronDeduplication",
+    "CronError",
+    "CronMiddleware",
+    "CronScheduleError",
+    "Schedule",
+    "__version__",
+]
 
 __version__ = "0.1.0"

@@ -83,3 +83,9 @@ class Keys:
         """Hash: runtime schedule id -> revision of its definition; the
         claim script refuses ticks of a removed or replaced definition."""
         return f"{self.tag}:runtime:revs"
+
+    def dedup(self, message_id: str) -> str:
+        """The claim of a cron message's latest attempt,
+        ``"<attempt>|<claim token>"`` (``CronDeduplication``), with a TTL of
+        at least the catch-up window plus the time a message may wait."""
+        return f"{self.tag}:dedup:{message_id}"
