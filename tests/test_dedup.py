@@ -17,6 +17,7 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq import Message, Worker
+from dramatiq.broker import MessageProxy
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import CurrentMessage
 
@@ -318,3 +319,34 @@ def test_two_worker_processes_run_a_message_rabbitmq_delivers_twice_once(
     assert "Traceback" not in log and "was skipped" not in log, log
     assert instance.terminate() == 0
     assert len(_runs(record_dir)) == 1
+
+
+def test_more_worker_threads_than_the_scheduler_pool_wait_for_a_connection_instead_of_failing_open(
+    redis_server: RedisServer, logs: pytest.LogCaptureFixture
+) -> None:
+    # Given a worker with 16 threads (the scheduler's plain pools hold 8
+    # connections) and Redis paused, so that every claim holds its
+    # connection at once
+    app = App(redis_server.url)
+    app.dedup.before_worker_boot(app.broker, Worker(app.broker, worker_threads=16))
+    app.dedup._claim_script(app.broker)
+    messages = [MessageProxy(cron_message()) for _ in range(16)]
+    start = threading.Barrier(17)
+    claimed: list[str] = []
+
+    def claim(message: MessageProxy) -> None:
+        start.wait()
+        app.dedup.before_process_message(app.broker, message)
+        claimed.append(message.message_id)
+
+    threads = [threading.Thread(target=claim, args=(m,)) for m in messages]
+    for thread in threads:
+        thread.start()
+    redis_server.client().execute_command("CLIENT", "PAUSE", "300")
+    start.wait()
+    for thread in threads:
+        thread.join(10)
+    # Then every claim went through: no fail-open, every mark written
+    assert len(claimed) == 16
+    assert not dedup_records(logs, logging.WARNING), logs.text
+    assert all(redis_server.client().exists(app.cron.keys.dedup(m.message_id)) for m in messages)
