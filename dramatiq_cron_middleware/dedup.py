@@ -96,8 +96,9 @@ class CronDeduplication(Middleware):
     """Runs each attempt of a cron message once, however often the broker
     delivers it.
 
-    Add it on the worker side, after ``CronMiddleware``; it is opt-in, for
-    brokers other than the ``RedisBroker`` (RabbitMQ, SQS, Postgres...).
+    Add it on the worker side, beside ``CronMiddleware``; it is opt-in, for
+    brokers whose enqueue and delivery are at-least-once (RabbitMQ, SQS,
+    Postgres...), and works on any broker.
     Cron messages (those with a ``cron_tick`` option, manual triggers
     included) cost one Redis round trip each before they run; other
     messages cost nothing.  The mark lives in the ``CronMiddleware``'s Redis
@@ -231,6 +232,8 @@ class CronDeduplication(Middleware):
         with self._lock:
             if self._script is None:
                 cron = self._cron_middleware(broker)
+                # The CronMiddleware's own resolution (argument, environment,
+                # RedisBroker client), so the marks sit beside its ledger.
                 client = _pooled(
                     scheduler_clients(
                         cron._source(broker), op_timeout_ms=cron.timing.op_timeout_ms, block_timeout_ms=0
