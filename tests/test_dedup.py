@@ -321,6 +321,40 @@ def test_two_worker_processes_run_a_message_rabbitmq_delivers_twice_once(
     assert len(_runs(record_dir)) == 1
 
 
+def test_two_worker_processes_run_a_message_pushed_twice_on_a_redis_broker_once(
+    redis_server: RedisServer, record_dir: str, instances: Callable[..., Instance]
+) -> None:
+    from dramatiq.brokers.redis import RedisBroker
+
+    # Given two worker processes on a RedisBroker, the marks on its Redis
+    # (no DRAMATIQ_CRON_REDIS_URL: the broker's client is the source)
+    env = {
+        "DRAMATIQ_CRON_REDIS_URL": "",  # empty means unset
+        "CRON_APP_BROKER": redis_server.url,
+        "CRON_APP_RECORD": record_dir,
+        "DEDUP_APP_RUN_MS": "200",
+    }
+    instance = instances(env, processes=2, threads=1, app="tests.apps.dedupapp")
+    # When one message is pushed twice, under two redis message ids (what
+    # the scheduler's retry of an enqueue whose reply was lost leaves)
+    publisher = RedisBroker(url=redis_server.url)
+    try:
+        message = cron_message()
+        publisher.enqueue(message)
+        publisher.enqueue(message)
+    finally:
+        publisher.close()
+    skipped = "Skipped a duplicate delivery of cron message " + message.message_id
+    wait_for(lambda: skipped in instance.log(), timeout=30, what=f"the duplicate's skip ({instance.log_path})")
+    wait_for(lambda: _runs(record_dir), timeout=10, what="the run")
+    # Then the actor ran once
+    assert [r["message_id"] for r in _runs(record_dir)] == [message.message_id]
+    assert redis_server.client().exists(f"{{dramatiq-cron}}:dedup:{message.message_id}")
+    assert "Traceback" not in instance.log() and "was skipped" not in instance.log(), instance.log()
+    assert instance.terminate() == 0
+    assert len(_runs(record_dir)) == 1
+
+
 def test_more_worker_threads_than_the_scheduler_pool_wait_for_a_connection_instead_of_failing_open(
     redis_server: RedisServer, logs: pytest.LogCaptureFixture
 ) -> None:
