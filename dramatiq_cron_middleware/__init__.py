@@ -7,6 +7,7 @@ once per tick.
     def cleanup(): ...
 """
 
+from .dedup import CronDeduplication
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .middleware import CronMiddleware
 from .runtime import RuntimeSchedule
@@ -14,6 +15,7 @@ from .schedule import Schedule
 
 __all__ = [
     "CronConfigurationError",
+    "CronDeduplication",
     "CronError",
     "CronMiddleware",
     "CronScheduleError",

@@ -112,3 +112,9 @@ class Keys:
         """Sorted set, every score 0: the ids of stored runtime schedules, in
         lexical order for paginated listing."""
         return f"{self.tag}:runtime:ids"
+
+    def dedup(self, message_id: str) -> str:
+        """The claim of a cron message's latest attempt,
+        ``"<attempt>|<claim token>"`` (``CronDeduplication``), with a TTL of
+        at least the catch-up window plus the time a message may wait."""
+        return f"{self.tag}:dedup:{message_id}"
