@@ -33,17 +33,22 @@ from .ledger import BadRequest, Ledger, NotLeader
 from .owed import Owed, OwedQueue
 from .planner import jitter_ms
 from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
+from .runtime import RuntimeSchedules
 from .schedule import BoundSchedule
 from .server import DataLoss, ServerIdentity, classify_loss
 from .tick_queue import Planned, TickQueue
 from .timing import Timing
 
-__all__ = ["BATCH_LIMIT", "LeaderObserver", "LeaderThread"]
+__all__ = ["BATCH_LIMIT", "RUNTIME_POLL", "LeaderObserver", "LeaderThread"]
 
 #: Claims per batch: about 10 ms of script time, so no script blocks Redis
 #: (and the broker's consumers on it) for long, and renewal and the firing
 #: deadline are honoured between batches.
 BATCH_LIMIT = 1000
+
+#: While leading, how often the runtime schedules' version counter is read
+#: (one GET): a change takes effect within this long plus a round trip.
+RUNTIME_POLL = 0.5
 
 _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -107,6 +112,12 @@ class LeaderThread(threading.Thread):
         suspected failover.
       boot_check: Run once, at the first turn that reaches Redis (the
         eviction policy check).
+      runtime: The runtime schedule store, read in full on every
+        acquisition and for changes every :data:`RUNTIME_POLL` seconds
+        while leading.  Defaults to None: declared schedules only.
+      declared_actors: Whether an actor name is declared by this process's
+        code (a runtime schedule of another actor fires too, with one
+        WARNING).
     """
 
     def __init__(
@@ -124,6 +135,8 @@ class LeaderThread(threading.Thread):
         fast_takeover_ms: int | None = None,
         identify_server: Callable[[], ServerIdentity | None] | None = None,
         boot_check: Callable[[], object] | None = None,
+        runtime: RuntimeSchedules | None = None,
+        declared_actors: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.observer = observer or LeaderObserver()
@@ -143,6 +156,11 @@ class LeaderThread(threading.Thread):
             monotonic=clock.monotonic,
             enqueued=self._report_enqueued,
         )
+        self.runtime = runtime
+        self._declared = {s.id: s for s in schedules}
+        self._declared_actor = declared_actors or (lambda name: True)
+        self._runtime_version: int | None = None
+        self._runtime_checked = 0.0
         self._identify = identify_server
         self._boot_check = boot_check
         self.stopping = threading.Event()
@@ -343,6 +361,7 @@ class LeaderThread(threading.Thread):
         self._deadline = sent + self.timing.fire_deadline
         self._renew_at = sent + self.timing.renew_interval
         self.queue.invalidate()
+        self._runtime_version = None  # read every runtime schedule again
         delay = self._failover_suspected
         if acquired.epoch_was_missing and self._seen_epoch:
             loss = classify_loss(self._server, self._who_is_serving())
@@ -388,6 +407,8 @@ class LeaderThread(threading.Thread):
         token, epoch = self.lease.token, self.epoch
         if token is None or epoch is None:  # released by hand_over() on another thread
             return
+        if self.runtime is not None:
+            self._follow_runtime_changes(token, epoch)
         if not self.queue.in_sync:
             self._sync(token, epoch)
         if self.monotonic() >= self._fire_not_before:
@@ -444,6 +465,73 @@ class LeaderThread(threading.Thread):
                     self.lease.keys.ticks,
                 )
         self.queue.load({sid: value.tick_ms for sid, value in reply.last.items()})
+
+    # -- runtime schedules ----------------------------------------------------
+
+    def _follow_runtime_changes(self, token: str, epoch: int) -> None:
+        """Learn of runtime schedules added, replaced or removed: all of them
+        after an acquisition, then what changed since the version we know
+        (one GET every RUNTIME_POLL seconds when nothing did)."""
+        runtime = self.runtime
+        assert runtime is not None
+        known = self._runtime_version
+        if known is None:
+            version, loaded = runtime.load_all()
+            version, changed = runtime.changes_since(version)
+            current = {**loaded, **changed}
+            schedules = {**self._declared, **{sid: s for sid, s in current.items() if s is not None}}
+            self.queue.replace_all(schedules)  # out of sync: the next step syncs
+            self._runtime_version = version
+            self._runtime_checked = self.monotonic()
+            self._report_undeclared([s for s in current.values() if s is not None])
+            return
+        now = self.monotonic()
+        if now - self._runtime_checked < RUNTIME_POLL:
+            return
+        self._runtime_checked = now
+        if runtime.version() == known:
+            return
+        version, changes = runtime.changes_since(known)
+        if version < known:  # the store was wiped: read it all again
+            self._runtime_version = None
+            self._follow_runtime_changes(token, epoch)
+            return
+        self._runtime_version = version
+        added: list[BoundSchedule] = []
+        now_ms = self.clock.now_ms()
+        for sid, schedule in changes.items():
+            if sid in self._declared:
+                continue  # runtime ids never collide with declared ones
+            if schedule is None:
+                self.queue.discard(sid)
+                continue
+            last = self.queue.last(sid)
+            if last is None:
+                added.append(schedule)
+            else:
+                # A replaced definition starts from now: no burst of the
+                # new expression's ticks since the old one last fired.
+                self.queue.put(schedule, last=max(last, now_ms))
+        if added and self.queue.in_sync:
+            reply = self.ledger.sync(token, epoch, [s.id for s in added], expect_ledger=False)
+            for schedule in added:
+                self.queue.put(schedule, last=reply.last[schedule.id].tick_ms)
+        else:
+            for schedule in added:
+                self.queue.put(schedule)  # known after the next full sync
+        self._report_undeclared([s for s in changes.values() if s is not None])
+
+    def _report_undeclared(self, schedules: Sequence[BoundSchedule]) -> None:
+        for schedule in schedules:
+            if not self._declared_actor(schedule.actor_name):
+                self._report_once(
+                    f"undeclared:{schedule.id}",
+                    "runtime schedule %s belongs to actor %r, which this app does not declare; it keeps firing "
+                    "to queue %r (a rolling deploy may bring the actor back; remove it if not)",
+                    schedule.id,
+                    schedule.actor_name,
+                    schedule.queue_name,
+                )
 
     def _fire_due(self, token: str, epoch: int) -> None:
         """Claim and enqueue what is due, batch by batch, renewing and
@@ -548,6 +636,8 @@ class LeaderThread(threading.Thread):
         retry = self.owed.next_try()
         if retry is not None:
             wake = min(wake, retry)
+        if self.runtime is not None:
+            wake = min(wake, self._runtime_checked + RUNTIME_POLL)
         self.stopping.wait(max(wake - now_mono, 0.0))
 
     # -- faults and reports ---------------------------------------------------

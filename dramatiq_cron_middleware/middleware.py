@@ -269,15 +269,13 @@ class CronMiddleware(Middleware):
         self.stop()
 
     def start(self, broker: Broker) -> LeaderThread | None:
-        """Start the leader thread if there are schedules and it is not
-        running yet.  Returns the thread (or None with no schedules)."""
+        """Start the leader thread if it is not running yet, and return it.
+        It starts even with no declared schedule: runtime schedules may be
+        added at any time, from any process."""
         with self._start_lock:
             if self.leader is not None and self.leader.is_alive():
                 return self.leader
             schedules = self.all_schedules()
-            if not schedules:
-                self.logger.debug("No cron schedules declared; the leader thread is not started.")
-                return None
             client, blocking = self._clients(broker)
             timing = self.timing
             where = describe(client)
@@ -316,6 +314,15 @@ class CronMiddleware(Middleware):
                 fast_takeover_ms=self.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
+                runtime=RuntimeSchedules(
+                    client,
+                    self.keys,
+                    resolve_actor=lambda actor: self._runtime_actor(broker, actor),
+                    timezone=self.timezone,
+                    catch_up=self.catch_up,
+                    catch_up_window=self.catch_up_window,
+                ),
+                declared_actors=lambda name: name in broker.actors,
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms, enqueue %s).",

@@ -33,6 +33,9 @@ __all__ = ["Planned", "TickQueue"]
 #: the next-oldest schedule gets its turn.
 BACKLOG_CHUNK = 32
 
+#: Messages are built ahead for ticks due within this long.
+AHEAD_MS = 60_000
+
 
 @dataclasses.dataclass
 class Planned:
@@ -105,6 +108,12 @@ class TickQueue:
             return
         self._last[schedule.id] = last
         self._push(schedule.id, schedule.next_after(last))
+
+    def replace_all(self, schedules: Mapping[str, BoundSchedule]) -> None:
+        """Take a new set of schedules; out of sync until the next sync."""
+        self.schedules = dict(schedules)
+        self._ahead = {sid: m for sid, m in self._ahead.items() if sid in self.schedules}
+        self.in_sync = False
 
     def discard(self, schedule_id: str) -> None:
         """Forget a schedule (its heap entry is dropped lazily)."""
@@ -201,12 +210,18 @@ class TickQueue:
                 # picture is stale.
                 self.in_sync = False
             elif result == ClaimResult.GONE:
-                self.in_sync = False
+                # The runtime definition was removed or replaced: forget this
+                # copy (the change feed brings the new one, if any).
+                self.discard(sid)
+                touched.pop(sid, None)
+                continue
             elif result != ClaimResult.NOT_YET:
                 self._last[sid] = max(self._last[sid], item.claim.tick_ms)
-        for sid, schedule in touched.items():
+        for sid in touched:
             if sid in self._last and sid in self.schedules:
-                self._reschedule(schedule, now)
+                # The current definition: it may have been replaced while
+                # this batch was in flight.
+                self._reschedule(self.schedules[sid], now)
 
     def _reschedule(self, schedule: BoundSchedule, now: int) -> None:
         """Put a schedule back at its next undecided tick; if that lies in
@@ -214,7 +229,10 @@ class TickQueue:
         sid = schedule.id
         head = schedule.next_after(self._last[sid])
         self._push(sid, head)
-        if head > now and sid not in self._ahead:
+        # Build ahead only what falls due soon: with 100,000 runtime
+        # schedules spread over a day, messages for all of them would cost
+        # far more memory than the schedules themselves.
+        if now < head <= now + AHEAD_MS and sid not in self._ahead:
             self._ahead[sid] = (head, message_for(schedule, head, prefix=self.prefix))
 
     def _push(self, sid: str, head: int) -> None:
