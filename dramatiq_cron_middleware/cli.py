@@ -305,6 +305,8 @@ def _status(app: _App, args: argparse.Namespace) -> int:
                 "candidate": c.candidate_id,
                 "last_seen": _iso(c.seen_ms),
                 "leader": leader is not None and c.candidate_id == leader.candidate.rsplit("|", 1)[-1],
+                "fingerprint": c.fingerprint,
+                "version": c.version,
             }
             for c in candidates
         ],
@@ -329,12 +331,26 @@ def _status(app: _App, args: argparse.Namespace) -> int:
             f"{_span(leader.remaining_ms)} of {_span(leader.ttl_ms)} left",
         ]
     rows = [
-        [c["host"], c["pid"], c["candidate"], _span(now - c_ms) + " ago", "yes" if c["leader"] else ""]
+        [
+            c["host"],
+            c["pid"],
+            c["candidate"],
+            c["fingerprint"] or "-",
+            c["version"] or "-",
+            _span(now - c_ms) + " ago",
+            "yes" if c["leader"] else "",
+        ]
         for c, c_ms in zip(data["candidates"], (c.seen_ms for c in candidates), strict=True)
     ]
     lines.append(f"Candidates: {len(candidates)} seen in the last {_span(3 * ttl)}")
     if rows:
-        lines.append(_table(["HOST", "PID", "CANDIDATE", "LAST SEEN", "LEADER"], rows))
+        lines.append(_table(["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"], rows))
+    sets = {c.fingerprint for c in candidates if c.fingerprint}
+    data["mixed_schedule_sets"] = len(sets) > 1
+    if len(sets) > 1:
+        versions = {c.version for c in candidates if c.fingerprint}
+        why = "a rolling deploy?" if len(versions) > 1 else "two apps sharing the prefix?"
+        lines.append(f"Warning:    candidates declare {len(sets)} different schedule sets ({why})")
     by_actor = app.runtime.count_by_actor()
     undeclared = {a: n for a, n in by_actor.items() if not app.declares(a)}
     data["runtime"] = {"total": sum(by_actor.values()), "by_actor": by_actor, "undeclared": undeclared}

@@ -84,6 +84,11 @@ class Candidate:
     pid: int
     candidate_id: str
     seen_ms: int
+    #: The digest of the candidate's declared schedule set ("" if unknown):
+    #: candidates running the same code share it.
+    fingerprint: str = ""
+    #: The candidate's ``app_version`` ("" if none).
+    version: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,10 +164,21 @@ class Control:
         """Candidates seen at or after ``since_ms`` (server time), newest first."""
         out = []
         seen: Any = self.client.zrevrangebyscore(self.keys.candidates, "+inf", since_ms, withscores=True)
-        for member, score in seen:
+        infos: Any = self.client.hmget(self.keys.candidate_info, [m for m, _ in seen]) if seen else []
+        for (member, score), info in zip(seen, infos, strict=True):
             host, _, rest = str(member).rpartition("|")
             host, _, pid = host.rpartition("|")
-            out.append(Candidate(host=host, pid=int(pid or 0), candidate_id=rest, seen_ms=int(score)))
+            fingerprint, _, version = str(info or "").partition("|")
+            out.append(
+                Candidate(
+                    host=host,
+                    pid=int(pid) if pid.isdigit() else 0,
+                    candidate_id=rest,
+                    seen_ms=int(score),
+                    fingerprint=fingerprint,
+                    version=version,
+                )
+            )
         return out
 
     def last_decisions(self) -> dict[str, LastDecision]:

@@ -40,6 +40,12 @@ class Keys:
         return f"{self.tag}:ticks"
 
     @property
+    def shapes(self) -> str:
+        """Hash: schedule id -> digest of what decides its ticks (expression
+        or interval, zone, bounds); a change restarts the schedule from now."""
+        return f"{self.tag}:shapes"
+
+    @property
     def history(self) -> str:
         """Stream of tick outcomes, capped."""
         return f"{self.tag}:history"
@@ -53,6 +59,12 @@ class Keys:
     def candidate_info(self) -> str:
         """Hash: candidate -> ``"<schedule fingerprint>|<app version>"``."""
         return f"{self.tag}:candidates:info"
+
+    @property
+    def candidate_sets(self) -> str:
+        """Hash: schedule fingerprint -> JSON ``{schedule id: shape}`` of the
+        candidates that declare that set."""
+        return f"{self.tag}:candidates:sets"
 
     @property
     def wake(self) -> str:

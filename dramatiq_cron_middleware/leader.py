@@ -29,8 +29,8 @@ from .clock import ClockStep, ServerClock, StepKind
 from .connection import redact
 from .enqueue import Boundary, BrokerBoundary, Payload
 from .lease import Acquired, Held, Lease
-from .ledger import BadRequest, Ledger, NotLeader
-from .owed import Owed, OwedQueue
+from .ledger import BadRequest, Ledger, NotLeader, SyncEntry
+from .owed import Owed, OwedQueue, names_of
 from .planner import jitter_ms
 from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
 from .runtime import RuntimeSchedules
@@ -179,6 +179,8 @@ class LeaderThread(threading.Thread):
         self._stale: tuple[str, str, float] | None = None
         self._losses = _Flapping()
         self._expect_ledger = False
+        self._registered = False
+        self._mixed: frozenset[str] | None = None
         clock.on_step = self._clock_stepped
 
     # -- life cycle -----------------------------------------------------------
@@ -267,6 +269,8 @@ class LeaderThread(threading.Thread):
         if self._boot_check is not None:
             self._boot_check()
             self._boot_check = None
+        if not self._registered:
+            self._register()
         if self._unsettled is not None:
             self._settle()
         if self.leading:
@@ -425,6 +429,72 @@ class LeaderThread(threading.Thread):
         self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
         self._deadline = now + self.timing.fire_deadline
         self._renew_at = now + self.timing.renew_interval
+        self._check_candidates()
+
+    # -- candidates ---------------------------------------------------------------
+
+    def _register(self) -> None:
+        """Once, at the first turn that reaches Redis: make this process's
+        schedules known to the ledger (so another code version that leads
+        meanwhile does not make them lose their catch-up) and publish the
+        schedule set under its fingerprint."""
+        self.ledger.register([SyncEntry.of(s) for s in self._declared.values()])
+        self.lease.publish_schedule_set({s.id: s.shape for s in self._declared.values()})
+        self._registered = True
+
+    def _check_candidates(self) -> None:
+        """With each renewal: one WARNING when live candidates declare
+        different schedule sets (a rolling deploy, or two apps sharing the
+        prefix), naming the schedules that differ, and one when they agree
+        again."""
+        since = self.clock.now_ms() - 2 * self.timing.lease_ms
+        live = self.lease.live_candidates(since_ms=since)
+        fingerprints = {fp for _, fp, _ in live if fp}
+        if len(fingerprints) <= 1:
+            if self._mixed is not None:
+                self._mixed = None
+                self.logger.warning("Cron candidates declare the same schedule set again.")
+            self.lease.prune_schedule_sets(fingerprints)
+            return
+        key = frozenset(fingerprints)
+        if key == self._mixed:
+            return
+        self._mixed = key
+        own = {s.id: s.shape for s in self._declared.values()}
+        sets = self.lease.schedule_sets(sorted(fingerprints - {self.lease.fingerprint}))
+        versions = {version for _, fp, version in live if fp}
+        parts = []
+        for fingerprint, theirs in sorted(sets.items()):
+            count = sum(1 for _, fp, _ in live if fp == fingerprint)
+            their_versions = sorted({v or "no version" for _, fp, v in live if fp == fingerprint})
+            if theirs is None:
+                parts.append(f"{count} process(es) ({', '.join(their_versions)}) with set {fingerprint} (unpublished)")
+                continue
+            only_here = sorted(set(own) - set(theirs))
+            only_there = sorted(set(theirs) - set(own))
+            changed = sorted(sid for sid in set(own) & set(theirs) if own[sid] != theirs[sid])
+            parts.append(
+                f"{count} process(es) ({', '.join(their_versions)}) with set {fingerprint}: "
+                f"only here {names_of(only_here) or '-'}, only there {names_of(only_there) or '-'}, "
+                f"changed {names_of(changed) or '-'}"
+            )
+        if len(versions) > 1:
+            likely = (
+                "the app versions differ: a rolling deploy looks under way; this clears when every process runs "
+                "the same code"
+            )
+        else:
+            likely = (
+                "the versions do not tell them apart: two apps may share the prefix "
+                f"{self.lease.keys.prefix!r}; give each app its own CronMiddleware(prefix=...)"
+            )
+        self.logger.warning(
+            "Cron candidates declare different schedule sets (this process: set %s, version %s): %s. It looks like %s.",
+            self.lease.fingerprint,
+            self.lease.version or "none",
+            "; ".join(parts),
+            likely,
+        )
 
     def _within_deadline(self) -> bool:
         if self.monotonic() < self._deadline:
@@ -439,7 +509,7 @@ class LeaderThread(threading.Thread):
         reply = self.ledger.sync(
             token,
             epoch,
-            list(self.queue.schedules),
+            [SyncEntry.of(s) for s in self.queue.schedules.values()],
             now_ms=self.clock.now_ms() if self.clock.ignoring_step else None,
             expect_ledger=self._expect_ledger,
         )
@@ -448,6 +518,13 @@ class LeaderThread(threading.Thread):
             self.logger.warning(
                 "The cron ledger was gone (evicted, flushed or a restart without data): every schedule "
                 "restarts from now; recorded in the history."
+            )
+        reshaped = [sid for sid, code in reply.codes.items() if code == SyncCode.RESHAPED]
+        if reshaped:
+            self.logger.info(
+                "Cron schedules changed under the same identity start from now (no catch-up of the new "
+                "shape's ticks): %s.",
+                names_of(reshaped),
             )
         for sid, code in reply.codes.items():
             if code == SyncCode.CORRUPT:
@@ -513,7 +590,7 @@ class LeaderThread(threading.Thread):
                 # new expression's ticks since the old one last fired.
                 self.queue.put(schedule, last=max(last, now_ms))
         if added and self.queue.in_sync:
-            reply = self.ledger.sync(token, epoch, [s.id for s in added], expect_ledger=False)
+            reply = self.ledger.sync(token, epoch, [SyncEntry.of(s) for s in added], expect_ledger=False)
             for schedule in added:
                 self.queue.put(schedule, last=reply.last[schedule.id].tick_ms)
         else:

@@ -11,6 +11,7 @@ waits.
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -181,6 +182,47 @@ class Lease:
         """Delete the lease if it still holds ``token`` and ``field`` still
         reads ``seen``; True when deleted."""
         return int(self._depose(keys=[self.keys.lease], args=[token, field, seen])) == 1
+
+    def publish_schedule_set(self, shapes: dict[str, str]) -> None:
+        """Publish this candidate's schedule set under its fingerprint, so a
+        leader can name the schedules other candidates declare differently.
+        Written once per fingerprint; pruned by the leader when no
+        candidate has it any more."""
+        if self.fingerprint:
+            self._client.hsetnx(self.keys.candidate_sets, self.fingerprint, json.dumps(shapes, sort_keys=True))
+
+    def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
+        """``(member, fingerprint, version)`` of every candidate seen since
+        ``since_ms`` (server time)."""
+        members = [str(m) for m in self._client.zrangebyscore(self.keys.candidates, since_ms, "+inf")]
+        if not members:
+            return []
+        infos = self._client.hmget(self.keys.candidate_info, members)
+        out = []
+        for member, info in zip(members, infos, strict=True):
+            fingerprint, _, version = str(info or "").partition("|")
+            out.append((member, fingerprint, version))
+        return out
+
+    def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
+        """The published schedule sets (id -> shape) by fingerprint; None
+        for one that is missing or unreadable."""
+        values = self._client.hmget(self.keys.candidate_sets, fingerprints) if fingerprints else []
+        out: dict[str, dict[str, str] | None] = {}
+        for fingerprint, value in zip(fingerprints, values, strict=True):
+            try:
+                parsed = json.loads(value) if value else None
+            except ValueError:
+                parsed = None
+            out[fingerprint] = parsed if isinstance(parsed, dict) else None
+        return out
+
+    def prune_schedule_sets(self, keep: set[str]) -> None:
+        """Drop published sets no candidate holds any more."""
+        known = [str(f) for f in self._client.hkeys(self.keys.candidate_sets)]
+        stale = [f for f in known if f not in keep]
+        if stale:
+            self._client.hdel(self.keys.candidate_sets, *stale)
 
     def wait_for_release(self, timeout_ms: int) -> bool:
         """Block until a leader releases the lease, our own wake-up list is

@@ -23,8 +23,9 @@ from .clock import ServerClock
 from .enqueue import Payload
 from .keys import Keys
 from .protocol import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value
+from .schedule import BoundSchedule
 
-__all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "SyncReply"]
+__all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "SyncEntry", "SyncReply"]
 
 #: How long a batch's results (or its void mark) are kept for a caller
 #: whose reply was lost.
@@ -62,6 +63,21 @@ class Claim:
     #: The runtime definition's revision the claim was planned from (0 for
     #: declared schedules): a removed or replaced definition never fires.
     revision: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncEntry:
+    """A schedule as the ledger sees it: its identity, the identity an older
+    version gave it (its entry is migrated), and its shape digest."""
+
+    schedule_id: str
+    legacy_id: str = ""
+    shape: str = ""
+
+    @classmethod
+    def of(cls, schedule: BoundSchedule) -> SyncEntry:
+        """The entry of a bound schedule."""
+        return cls(schedule.id, schedule.legacy_id, schedule.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,12 +128,13 @@ class Ledger:
         self._sync = load_script(client, "sync")
         self._claim = load_script(client, "claim")
         self._settle = load_script(client, "settle")
+        self._register = load_script(client, "register")
 
     def sync(
         self,
         token: str,
         epoch: int,
-        schedule_ids: Sequence[str],
+        schedules: Sequence[str | SyncEntry],
         *,
         now_ms: int | None = None,
         expect_ledger: bool = False,
@@ -136,12 +153,12 @@ class Ledger:
         if now_ms is None:  # no estimate of our own: the server's now
             now_ms = 2**52
         server_ms = now_ms
-        ids = list(schedule_ids)
-        for start in range(0, max(len(ids), 1), SYNC_CHUNK):
-            chunk = ids[start : start + SYNC_CHUNK]
+        entries = [SyncEntry(e) if isinstance(e, str) else e for e in schedules]
+        for start in range(0, max(len(entries), 1), SYNC_CHUNK):
+            chunk = entries[start : start + SYNC_CHUNK]
             result = self._run(
                 self._sync,
-                [self.keys.lease, self.keys.ticks, self.keys.history],
+                [self.keys.lease, self.keys.ticks, self.keys.history, self.keys.shapes, self.keys.paused],
                 [
                     token,
                     epoch,
@@ -149,20 +166,35 @@ class Ledger:
                     1 if expect_ledger and start == 0 else 0,
                     self.history_length,
                     FUTURE_TOLERANCE_MS,
-                    *chunk,
+                    *[field for e in chunk for field in (e.schedule_id, e.legacy_id, e.shape)],
                 ],
             )
             server_ms = int(result[1])
             corrupt |= Corrupt(int(result[2]))
             lost = lost or int(result[3]) == 1
             pairs = result[4:]
-            for index, sid in enumerate(chunk):
+            for index, sid in enumerate(e.schedule_id for e in chunk):
                 value = parse_ledger_value(pairs[2 * index])
                 if value is None:  # the script writes only values of the grammar
                     raise BadRequest(f"sync returned an unparsable entry for {sid!r}")
                 last[sid] = value
                 codes[sid] = SyncCode(int(pairs[2 * index + 1]))
         return SyncReply(last=last, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost)
+
+    def register(self, schedules: Sequence[SyncEntry]) -> int:
+        """Make a candidate's schedules known to the ledger before it leads
+        (unfenced: only missing entries are written, migrated from a legacy
+        identity or baselined at now).  Returns how many were written."""
+        written = 0
+        for start in range(0, len(schedules), SYNC_CHUNK):
+            chunk = schedules[start : start + SYNC_CHUNK]
+            written += int(
+                self._register(
+                    keys=[self.keys.ticks, self.keys.shapes, self.keys.paused],
+                    args=[field for e in chunk for field in (e.schedule_id, e.legacy_id, e.shape)],
+                )
+            )
+        return written
 
     def claim(
         self,

@@ -4,6 +4,7 @@ that start and stop the leader thread in every worker process."""
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import signal
 import socket
@@ -34,6 +35,8 @@ from .timing import Timing
 __all__ = ["CronMiddleware"]
 
 _DEFAULT_TTL = 15_000
+#: The environment variable read when ``CronMiddleware(app_version=...)`` is omitted.
+ENV_VERSION = "DRAMATIQ_CRON_APP_VERSION"
 _DEFAULT_WINDOW = 300_000
 
 
@@ -78,6 +81,11 @@ class CronMiddleware(Middleware):
         Redis commands per interval and needs the ``CLIENT`` command (ACL
         ``+client|list +client|id``); not available on Redis Cluster.
         Defaults to None, meaning followers wait for the lease.
+      app_version(str): A label of this code version (a release, a commit),
+        published with each candidate beside its schedule set's fingerprint
+        and shown by ``dramatiq-cron status``, so that mixed versions during
+        a rolling deploy are told from two apps sharing a prefix.  Defaults
+        to None, meaning ``DRAMATIQ_CRON_APP_VERSION`` if set, else none.
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class CronMiddleware(Middleware):
         prefix: str = "dramatiq-cron",
         history_length: int = 10_000,
         fast_takeover: int | None = None,
+        app_version: str | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         if isinstance(lock_ttl, bool) or not isinstance(lock_ttl, int) or lock_ttl < 300:
@@ -129,6 +138,14 @@ class CronMiddleware(Middleware):
                 f"CronMiddleware: fast_takeover must be None or an int of at least 50 ms, got {fast_takeover!r}"
             )
         self.fast_takeover = fast_takeover
+        if app_version is not None and (
+            not isinstance(app_version, str) or "|" in app_version or len(app_version) > 100
+        ):
+            raise CronConfigurationError(
+                f"CronMiddleware: app_version must be a string of at most 100 characters without '|', "
+                f"got {app_version!r}"
+            )
+        self.app_version = app_version if app_version is not None else os.environ.get(ENV_VERSION, "")[:100]
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread | None = None
         #: Told what the leader thread does (``CronMetrics`` sets it).
@@ -288,6 +305,8 @@ class CronMiddleware(Middleware):
                 clock=clock,
                 host=socket.gethostname(),
                 pid=os.getpid(),
+                fingerprint=fingerprint(schedules),
+                version=self.app_version.replace("|", "/"),
                 presence_client=self._presence_client(broker) if self.fast_takeover else None,
             )
             ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
@@ -535,6 +554,13 @@ class CronMiddleware(Middleware):
         return ActorInfo(
             actor_name=declared.actor_name, queue_name=declared.queue_name, time_limit=_time_limit(broker, declared)
         )
+
+
+def fingerprint(schedules: list[BoundSchedule]) -> str:
+    """A short digest of a schedule set (identities and shapes): candidates
+    with the same code have the same fingerprint."""
+    text = "\n".join(sorted(f"{s.id}={s.shape}" for s in schedules))
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 def _time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:

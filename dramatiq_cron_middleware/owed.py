@@ -118,11 +118,11 @@ class OwedQueue:
             reasons = sorted(set(started.values()))
             self.logger.warning(
                 "Enqueueing fails for %s (%s); their granted ticks are retried with the same message ids.",
-                _names(started),
+                names_of(started),
                 "; ".join(reasons[:3]),
             )
         if recovered:
-            self.logger.warning("Enqueueing works again for %s.", _names(recovered))
+            self.logger.warning("Enqueueing works again for %s.", names_of(recovered))
 
     def pay(self) -> None:
         """Retry the owed ticks whose back-off has passed; give up on those
@@ -141,7 +141,7 @@ class OwedQueue:
             self.logger.warning(
                 "Gave up enqueueing %d granted tick(s) of %s: older than the catch-up window.",
                 len(expired),
-                _names([o.schedule.id for o in expired]),
+                names_of([o.schedule.id for o in expired]),
             )
         self.send([o for o in due if o not in expired])
 
@@ -153,7 +153,7 @@ class OwedQueue:
             pass
 
 
-def _names(ids: Sequence[str] | dict[str, str]) -> str:
+def names_of(ids: Sequence[str] | dict[str, str]) -> str:
     names = sorted(set(ids))
     shown = ", ".join(names[:5])
     return shown if len(names) <= 5 else f"{shown} and {len(names) - 5} more"

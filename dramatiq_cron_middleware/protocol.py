@@ -79,6 +79,9 @@ class SyncCode(enum.IntEnum):
     CORRUPT = 2
     #: The entry lay in the future (a clock step): replaced by a baseline.
     FUTURE = 3
+    #: The schedule changed shape (expression, zone, interval, bounds) under
+    #: the same identity: it restarts from now, replaced by a baseline.
+    RESHAPED = 4
 
 
 class Corrupt(enum.IntFlag):

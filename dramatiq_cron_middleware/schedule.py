@@ -33,6 +33,7 @@ import copy
 import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -246,15 +247,40 @@ class BoundSchedule:
     end: int | None = None
     source: Source = "code"
     revision: int = 0
+    #: Whether the schedule was given a ``name=`` (otherwise ``name`` holds
+    #: the expression, for display).
+    named: bool = dataclasses.field(default=True, compare=False, repr=False)
 
     @property
     def id(self) -> str:
-        """The schedule's identity in the ledger: ``actor/name@zone`` for a
-        declared schedule, ``actor:name`` for a runtime one (dramatiq actor
-        names contain no ``:``, so the two can never collide)."""
+        """The schedule's identity in the ledger, which no change of its
+        expression, zone or interval moves: the actor's name for an actor's
+        one unnamed schedule, ``actor/name`` for a named one, and
+        ``actor:name`` for a runtime one (dramatiq actor names contain no
+        ``:`` or ``/``, so the three can never collide)."""
         if self.source == "runtime":
             return f"{self.actor_name}:{self.name}"
+        if not self.named:
+            return self.actor_name
+        return f"{self.actor_name}/{self.name}"
+
+    @property
+    def legacy_id(self) -> str:
+        """The identity versions before 0.2 gave this schedule
+        (``actor/name@zone``, the name defaulting to the expression): its
+        ledger entry is migrated to :attr:`id` on the first sync."""
+        if self.source == "runtime":
+            return ""
         return f"{self.actor_name}/{self.name}@{self.timezone}"
+
+    @functools.cached_property
+    def shape(self) -> str:
+        """A digest of everything that decides the ticks (expression or
+        interval, zone, bounds): when it changes under the same identity,
+        the schedule starts from now instead of catching up the new shape's
+        ticks since the old one last fired."""
+        text = f"{self.expression}|{self.timezone}|{self.every}|{self.offset}|{self.start}|{self.end}"
+        return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
 
     def next_after(self, instant_ms: int) -> int:
         """The first tick strictly after ``instant_ms``, in epoch ms, or
@@ -491,6 +517,10 @@ def schedules_for_actor(
     Raises:
       CronScheduleError: naming the actor and the offending value.
     """
+    if ":" in actor_name:
+        raise CronScheduleError(
+            f"actor {actor_name!r}: a cron actor's name cannot contain ':' (it marks runtime schedules in the ledger)"
+        )
     items: list[object]
     if isinstance(spec, (str, Schedule)):
         items = [spec]
@@ -518,6 +548,12 @@ def schedules_for_actor(
     seen: dict[str, BoundSchedule] = {}
     for schedule in bound:
         if schedule.id in seen:
+            if not schedule.named:
+                raise CronScheduleError(
+                    f"actor {actor_name!r}: {len([s for s in bound if not s.named])} schedules without name=; "
+                    f"an actor's schedules are told apart by name= (all but one need one), "
+                    f"for example Schedule({schedule.expression!r}, name='nightly')"
+                )
             raise CronScheduleError(
                 f"actor {actor_name!r}: two schedules share the identity {schedule.id!r}; give them distinct name="
             )
@@ -623,6 +659,7 @@ def bind_schedule(
         expression=expression,
         timezone=zone_name if zone is not _UTC else "UTC",
         name=name.strip(),
+        named=item.name is not None,
         args=tuple(item.args),
         kwargs=dict(item.kwargs),
         catch_up=policy,

@@ -24,7 +24,7 @@ from tests.support.instances import ROOT, History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
 APP = "tests.apps.cronapp"
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 TICKS = "{dramatiq-cron}:ticks"
 LEASE = "{dramatiq-cron}:lease"
 

@@ -12,7 +12,7 @@ import pytest
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import ClusterGroup
 
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 LEASE = "{dramatiq-cron}:lease"
 
 

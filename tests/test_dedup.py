@@ -34,7 +34,7 @@ def cron_message(actor: str = "job", *, manual: bool = False, **options: Any) ->
     """A message as the scheduler sends it: ``cron_tick`` and
     ``cron_schedule`` set, a random id (ticks have a deterministic one;
     the middleware only needs it to be shared by the copies)."""
-    opts: dict[str, Any] = {"cron_tick": TICK, "cron_schedule": f"{actor}/* * * * *@UTC", **options}
+    opts: dict[str, Any] = {"cron_tick": TICK, "cron_schedule": f"{actor}", **options}
     if manual:
         opts["cron_manual"] = True
     return Message(
@@ -127,7 +127,7 @@ def test_a_plain_message_delivered_twice_runs_twice(redis_server: RedisServer) -
         app.deliver(message)
         app.settle()
     assert app.count(message) == {0: 2}
-    assert redis_server.client().keys("*") == []  # not even a round trip
+    assert redis_server.client().keys(app.cron.keys.dedup("*")) == []  # not even a round trip
 
 
 def test_a_manual_trigger_delivered_twice_runs_once(redis_server: RedisServer) -> None:

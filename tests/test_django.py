@@ -16,7 +16,7 @@ from tests.support.instances import ROOT, History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 
 PROJECT = ROOT / "tests" / "django_project"
-SCHEDULE = "heartbeat/* * * * * *@UTC"
+SCHEDULE = "heartbeat"
 
 
 def _require_django() -> None:

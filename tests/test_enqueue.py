@@ -36,9 +36,9 @@ def test_ticks_due_together_are_pipelined_and_each_runs_once(
     with RedisServer() as broker_redis:
         instances({**app_env, "CRON_APP_BROKER": broker_redis.url, "CRON_APP_ACTORS": "8"}, threads=4)
         start = now_ms()
-        wait_for(lambda: len(history.ticks("tick_7/* * * * * *@UTC")) >= 4, timeout=20, what="four ticks")
+        wait_for(lambda: len(history.ticks("tick_7")) >= 4, timeout=20, what="four ticks")
         end = now_ms() - 1500
-        schedules = [f"tick_{i}/* * * * * *@UTC" for i in range(8)]
+        schedules = [f"tick_{i}" for i in range(8)]
         verdict = history.judge(schedules=schedules, start_ms=start, end_ms=end)
         assert verdict.expected >= 16
         assert not verdict.duplicates and not verdict.losses, verdict.summary()

@@ -16,7 +16,7 @@ from tests.support.components import require_module
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 LEASE = "{dramatiq-cron}:lease"
 DRAMATIQ_GEVENT = str(Path(sys.executable).parent / "dramatiq-gevent")
 

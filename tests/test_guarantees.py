@@ -18,7 +18,7 @@ from tests.support.instances import ROOT, History, Instance, alive, now_ms, wait
 from tests.support.redis_server import RedisServer
 
 TTL_MS = 2000
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 LEASE = "{dramatiq-cron}:lease"
 
 Start = Callable[..., Instance]

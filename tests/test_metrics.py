@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.instances import now_ms, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

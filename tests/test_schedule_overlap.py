@@ -16,7 +16,7 @@ from typing import Any
 from tests.support.instances import Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 
-SID = "slow_job/slow@UTC"
+SID = "slow_job/slow"
 MARK = "{dramatiq-cron}:running:" + SID
 
 

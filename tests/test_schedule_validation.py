@@ -90,11 +90,16 @@ BAD_OPTIONS = [
     ("max_age in options", Schedule("0 * * * *", options={"max_age": 5}), "max_age"),
     ("overlap_ttl in options", Schedule("0 * * * *", options={"overlap_ttl": 5}), "overlap_ttl"),
     (
-        "duplicate identity",
-        [Schedule("0 * * * *", args=(1,)), Schedule("0  *  * * *", args=(2,))],
-        "nightly_report/0 * * * *@UTC",
+        "two unnamed schedules",
+        [Schedule("0 * * * *", args=(1,)), Schedule("30 * * * *", args=(2,))],
+        "2 schedules without name=",
     ),
-    ("duplicate name", [Schedule("0 * * * *", name="a"), Schedule("5 * * * *", name="a")], "nightly_report/a@UTC"),
+    (
+        "duplicate name",
+        [Schedule("0 * * * *", name="a"), Schedule("30 * * * *", name="a")],
+        "nightly_report/a",
+    ),
+    ("duplicate name", [Schedule("0 * * * *", name="a"), Schedule("5 * * * *", name="a")], "nightly_report/a"),
 ]
 
 
@@ -174,16 +179,12 @@ def test_several_schedules_on_one_actor_have_distinct_identities_and_args() -> N
     middleware = declare(
         [
             "0 * * * *",
-            Schedule("30 1 * * *", timezone="Europe/Berlin", kwargs={"full": True}, name="nightly"),
-            Schedule("30 1 * * *", timezone="America/New_York", kwargs={"full": False}, name="nightly"),
+            Schedule("30 1 * * *", timezone="Europe/Berlin", kwargs={"full": True}, name="nightly-berlin"),
+            Schedule("30 1 * * *", timezone="America/New_York", kwargs={"full": False}, name="nightly-ny"),
         ]
     )
     ids = [s.id for s in middleware.all_schedules()]
-    assert ids == [
-        "nightly_report/0 * * * *@UTC",
-        "nightly_report/nightly@Europe/Berlin",
-        "nightly_report/nightly@America/New_York",
-    ]
+    assert ids == ["nightly_report", "nightly_report/nightly-berlin", "nightly_report/nightly-ny"]
     messages = [message_for(s, 0, prefix="p") for s in middleware.all_schedules()]
     assert [m.kwargs for m in messages] == [{}, {"full": True}, {"full": False}]
     assert len({m.message_id for m in messages}) == 3
@@ -192,9 +193,14 @@ def test_several_schedules_on_one_actor_have_distinct_identities_and_args() -> N
 def test_a_name_keeps_the_identity_across_an_expression_change() -> None:
     before = declare(Schedule("0 3 * * *", name="cleanup")).all_schedules()[0]
     after = declare(Schedule("15 4 * * *", name="cleanup")).all_schedules()[0]
-    assert before.id == after.id == "nightly_report/cleanup@UTC"
+    assert before.id == after.id == "nightly_report/cleanup"
+    assert before.shape != after.shape
+    # An actor's one unnamed schedule keeps its identity across an expression
+    # or zone change as well: the actor's name.
     unnamed = declare("15 4 * * *").all_schedules()[0]
-    assert unnamed.id != before.id
+    moved = declare(Schedule("0 5 * * *", timezone="Europe/Berlin")).all_schedules()[0]
+    assert unnamed.id == moved.id == "nightly_report"
+    assert unnamed.legacy_id == "nightly_report/15 4 * * *@UTC"
 
 
 def test_overlap_ttl_defaults_to_time_limit_plus_queueing_allowance() -> None:

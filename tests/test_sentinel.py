@@ -14,7 +14,7 @@ from dramatiq_cron_middleware.connection import describe, scheduler_clients
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import SentinelGroup
 
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 LEASE = "{dramatiq-cron}:lease"
 
 

@@ -89,9 +89,7 @@ def test_an_on_time_tick_uses_the_message_built_ahead() -> None:
     assert batch[0].message.message_timestamp == 123_000  # restamped for AgeLimit
 
 
-@pytest.mark.parametrize(
-    "result", [ClaimResult.REFUSED, ClaimResult.LOST, ClaimResult.GONE], ids=lambda r: r.name.lower()
-)
+@pytest.mark.parametrize("result", [ClaimResult.REFUSED, ClaimResult.LOST], ids=lambda r: r.name.lower())
 def test_an_answer_that_proves_the_picture_stale_takes_the_queue_out_of_sync(result: ClaimResult) -> None:
     s = every_second("job")
     queue = TickQueue({s.id: s}, prefix="p")
@@ -99,6 +97,17 @@ def test_an_answer_that_proves_the_picture_stale_takes_the_queue_out_of_sync(res
     batch = queue.take(NOW, 10)
     queue.decided(batch, [result], NOW)
     assert not queue.in_sync
+
+
+def test_a_tick_of_a_removed_runtime_definition_drops_the_schedule() -> None:
+    """GONE: the definition was removed or replaced since the claim was
+    planned; this copy is forgotten (the change feed brings a new one)."""
+    s = every_second("job")
+    queue = TickQueue({s.id: s}, prefix="p")
+    queue.load({s.id: NOW - 1000})
+    batch = queue.take(NOW, 10)
+    queue.decided(batch, [ClaimResult.GONE], NOW)
+    assert s.id not in queue.schedules and queue.take(NOW + 5000, 10) == []
 
 
 def test_a_tick_asked_too_early_stays_due() -> None:

@@ -13,7 +13,7 @@ from tests.support.components import require_binary
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import TlsRedis
 
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 PASSWORD = "s3cret-Pa55word-never-logged"
 
 

@@ -29,7 +29,7 @@ from tests.support.redis_server import RedisServer, free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SCHEDULE = "tick_0/* * * * * *@UTC"
+SCHEDULE = "tick_0"
 
 
 def _leader_reads_runtime_schedules() -> bool:

@@ -3,11 +3,16 @@
 -- nothing proves it unfired.  An entry that does not parse, or that lies
 -- in the future (the server's clock was stepped forward when it was
 -- written), is replaced by a baseline too and reported, so that one bad
--- value never stops a schedule for long.
+-- value never stops a schedule for long.  An entry kept under the
+-- schedule's identity of an older version is moved to the current one, and
+-- an entry whose schedule changed shape (expression, zone, interval,
+-- bounds) restarts from now: no burst of the new shape's ticks.
 --
 -- KEYS[1] - the lease hash
 -- KEYS[2] - the ledger hash
 -- KEYS[3] - the history stream
+-- KEYS[4] - the schedules' shapes hash
+-- KEYS[5] - the paused set (moved with a migrated entry)
 -- ARGV[1] - the caller's token
 -- ARGV[2] - the caller's epoch
 -- ARGV[3] - the caller's estimate of now, ms (baselines never lie after
@@ -16,7 +21,7 @@
 -- ARGV[5] - the history cap
 -- ARGV[6] - how far in the future an entry may lie before it counts as a
 --           clock-step artefact, ms
--- ARGV[7...] - schedule ids
+-- ARGV[7...] - triples: schedule id, its legacy id ('' for none), its shape
 -- Returns {1, now, flags, lost, value1, code1, value2, code2, ...} or {0, now}.
 local now = server_now()
 if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
@@ -25,27 +30,45 @@ local ticks_ok = usable(KEYS[2], 'hash')
 if not ticks_ok then flags = flags + C_TICKS end
 local history_ok = usable(KEYS[3], 'stream')
 if not history_ok then flags = flags + C_HISTORY end
+local shapes_ok = usable(KEYS[4], 'hash')
+local paused_ok = usable(KEYS[5], 'set')
+if not paused_ok then flags = flags + C_PAUSED end
+if (#ARGV - 6) % 3 ~= 0 then return {-2, now, 'schedules come in triples'} end
 local base = math.min(tonumber(ARGV[3]) or now, now)
 local future = now + tonumber(ARGV[6])
 local existed = ticks_ok and redis.call('EXISTS', KEYS[2]) == 1
 local out = {1, now, flags, 0}
-local values = {}
-local rebased = {}
-for i = 7, #ARGV do
+local values, shapes, migrated, rebased, reshaped = {}, {}, {}, {}, {}
+for i = 7, #ARGV, 3 do
+  local sid, legacy, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local v = nil
-  if ticks_ok then v = redis.call('HGET', KEYS[2], ARGV[i]) end
+  if ticks_ok then v = redis.call('HGET', KEYS[2], sid) end
   local code = S_OK
+  if not v and legacy ~= '' and ticks_ok then
+    v = redis.call('HGET', KEYS[2], legacy)
+    if v then migrated[#migrated + 1] = {sid, legacy, v} end
+  end
   if not v then
     code = S_BASELINE
   else
     local tick = parse_entry(v)
     if not tick then code = S_CORRUPT elseif tick > future then code = S_FUTURE end
   end
+  if shape ~= '' then
+    local known = nil
+    if shapes_ok then known = redis.call('HGET', KEYS[4], sid) end
+    if known ~= shape then
+      shapes[#shapes + 1] = sid
+      shapes[#shapes + 1] = shape
+      if known and code == S_OK then code = S_RESHAPED end
+    end
+  end
   if code ~= S_OK then
     v = base .. ':' .. ARGV[2] .. ':baseline'
-    values[#values + 1] = ARGV[i]
+    values[#values + 1] = sid
     values[#values + 1] = v
-    if code ~= S_BASELINE then rebased[#rebased + 1] = ARGV[i] end
+    if code == S_CORRUPT or code == S_FUTURE then rebased[#rebased + 1] = sid end
+    if code == S_RESHAPED then reshaped[#reshaped + 1] = sid end
   end
   out[#out + 1] = v
   out[#out + 1] = code
@@ -53,6 +76,8 @@ end
 -- Writes start here.
 if not ticks_ok then redis.call('DEL', KEYS[2]) end
 if not history_ok then redis.call('DEL', KEYS[3]) end
+if not shapes_ok then redis.call('DEL', KEYS[4]) end
+if not paused_ok then redis.call('DEL', KEYS[5]) end
 local maxlen = tonumber(ARGV[5])
 if ARGV[4] == '1' and not existed and #ARGV >= 7 then
   out[4] = 1
@@ -60,12 +85,26 @@ if ARGV[4] == '1' and not existed and #ARGV >= 7 then
              'outcome', O_LEDGER_LOST, 'at', now, 'epoch', ARGV[2],
              'detail', 'the ledger was gone; schedules restart from now', 'message_id', '')
 end
+for _, m in ipairs(migrated) do
+  redis.call('HSET', KEYS[2], m[1], m[3])
+  redis.call('HDEL', KEYS[2], m[2])
+  if redis.call('SREM', KEYS[5], m[2]) == 1 then redis.call('SADD', KEYS[5], m[1]) end
+end
 for _, sid in ipairs(rebased) do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', sid, 'tick', base,
              'outcome', O_REBASED, 'at', now, 'epoch', ARGV[2],
              'detail', 'unusable ledger entry replaced by a baseline', 'message_id', '')
 end
+for _, sid in ipairs(reshaped) do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', sid, 'tick', base,
+             'outcome', O_REBASED, 'at', now, 'epoch', ARGV[2],
+             'detail', 'the schedule changed (expression, zone, interval or bounds): it starts from now',
+             'message_id', '')
+end
 for j = 1, #values, 1000 do
   redis.call('HSET', KEYS[2], unpack(values, j, math.min(j + 999, #values)))
+end
+for j = 1, #shapes, 1000 do
+  redis.call('HSET', KEYS[4], unpack(shapes, j, math.min(j + 999, #shapes)))
 end
 return out

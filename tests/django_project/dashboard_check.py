@@ -38,7 +38,7 @@ overview = client.get("/cron/")
 assert overview.status_code == 200 and b"<h1>Overview</h1>" in overview.content, overview.content[:500]
 schedules = client.get("/cron/schedules")
 text = schedules.content.decode()
-assert 'data-schedule="heartbeat/* * * * * *@UTC"' in text, text[:2000]
+assert 'data-schedule="heartbeat"' in text, text[:2000]
 assert 'href="/cron/schedule?id=' in text, "links stay under the include's prefix"
 token = re.search(r'name="csrf" value="([^"]+)"', text).group(1)
 paused = post("/cron/pause", {"csrf": token, "target": "heartbeat", "next": "/schedules"})
