@@ -486,9 +486,9 @@ def _web(app: _App, args: argparse.Namespace) -> int:
 
 
 def _source_of(schedule_id: str) -> str:
-    """``code`` or ``runtime``: declared ids are ``actor/name@zone``, runtime
-    ids ``actor:name`` and never contain ``/``."""
-    return "code" if "/" in schedule_id else "runtime"
+    """``code`` or ``runtime``: declared ids are ``actor`` or ``actor/name``
+    (actor names contain no ``:``), runtime ids ``actor:name``."""
+    return "runtime" if ":" in schedule_id.split("/", 1)[0] else "code"
 
 
 def _json_option(flag: str, text: str | None, kind: type) -> Any:

@@ -115,8 +115,9 @@ class HistoryEntry:
 
     @property
     def actor_name(self) -> str:
-        """The actor part of the schedule id (``actor/name@zone``)."""
-        return self.schedule_id.split("/", 1)[0]
+        """The actor part of the schedule id (``actor``, ``actor/name`` or a
+        runtime schedule's ``actor:name``)."""
+        return self.schedule_id.split("/", 1)[0].split(":", 1)[0]
 
 
 class Control:

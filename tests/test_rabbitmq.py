@@ -29,7 +29,7 @@ from tests.support.rabbitmq import RabbitmqServer
 HEARTBEAT_S = 1
 STEP_MS = 6000
 TICKS = 4
-SCHEDULE = f"tick_0"
+SCHEDULE = "tick_0"
 
 
 @pytest.fixture
