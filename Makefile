@@ -9,7 +9,7 @@ test:
 	bash scripts/test.sh
 
 chaos:
-	CHAOS_PROFILE=full bash scripts/test.sh tests/chaos -s
+	CHAOS_PROFILE=full PYTEST_WORKERS=0 bash scripts/test.sh tests/chaos -s
 
 soak:
 	.venv/bin/python -m tests.chaos.soak --minutes 30

@@ -14,12 +14,17 @@ Two rules keep the estimate from firing anything early:
   lead.  A later reply only moves the anchor when it is inconsistent with
   it.
 - A jump of the server's clock against the monotonic clock (an NTP step,
-  an operator's ``date -s``) of more than ``step_ms`` is a *clock step*.  A
-  step backwards is followed (the claim script refuses ticks after the
-  server's time anyway).  A step forwards is followed only when it brings
-  the server closer to this host's wall clock (a correction); otherwise the
-  estimate keeps its own timeline until the server comes back in line, so
-  a Redis host whose clock jumps an hour ahead fires nothing early.
+  an operator's ``date -s``) of more than ``step_ms`` is a *clock step*.
+  The clock keeps a *timeline* carried by the monotonic clock, and follows
+  a step, either way, only when the step brings the server closer to this
+  host's wall clock (a correction).  Firing uses the earlier of the
+  timeline and the server's time (:meth:`ServerClock.now_ms`): a Redis
+  host whose clock jumps an hour ahead fires nothing early, and one whose
+  clock jumps back is not asked for ticks it has not reached (the claim
+  script would refuse them).  Judging whether a ledger entry lies in the
+  future uses the later of the two (:meth:`ServerClock.trusted_ms`): after a
+  backward step the genuine entries of the last seconds are not mistaken
+  for artefacts of a forward one.
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ __all__ = ["ClockStep", "ServerClock", "StepKind"]
 class StepKind(str, enum.Enum):
     """What the clock did about a step of the server's clock."""
 
-    #: The server's clock went back; followed.
+    #: The server's clock went back, away from this host's wall clock: the
+    #: timeline keeps going; ticks wait for the server to reach them.
     BACKWARD = "backward"
+    #: The server's clock went back, towards this host's wall clock; followed.
+    BACKWARD_FOLLOWED = "backward_followed"
     #: The server's clock went ahead, towards this host's wall clock; followed.
     FORWARD_FOLLOWED = "forward_followed"
     #: The server's clock went ahead, away from this host's wall clock:
@@ -81,9 +89,12 @@ class ServerClock:
         self._step = step_ms
         self.on_step = on_step
         self._lock = threading.Lock()
-        # server ms minus monotonic ms: the estimate is monotonic ms + offset.
+        # server ms minus monotonic ms, on our timeline: the timeline is
+        # monotonic ms + offset.
         self._offset: float | None = None
-        # While a forward step is ignored: the server's offset we ignore.
+        # The latest server reading (lower bound), as an offset.
+        self._server: float | None = None
+        # While a step is ignored: the server's offset we ignore.
         self._ignored: float | None = None
 
     @property
@@ -93,7 +104,7 @@ class ServerClock:
 
     @property
     def ignoring_step(self) -> bool:
-        """Whether a forward step of the server's clock is being ignored."""
+        """Whether a step of the server's clock is being ignored."""
         return self._ignored is not None
 
     def observe(self, server_ms: int, sent: float, received: float) -> ClockStep | None:
@@ -105,20 +116,22 @@ class ServerClock:
         event: ClockStep | None = None
         with self._lock:
             current = self._offset
+            self._server = low
             if current is None:
                 self._offset = low
-            elif high < current - self._step:
-                self._offset, self._ignored = low, None
-                event = ClockStep(StepKind.BACKWARD, int(high - current))
-            elif low > current + self._step:
-                if self._ignored is not None and abs(low - self._ignored) <= self._step:
+            elif high < current - self._step or low > current + self._step:
+                forward = low > current
+                seen = low if forward else high
+                if self._ignored is not None and abs(seen - self._ignored) <= self._step:
                     pass  # the same step, already reported
-                elif self._corrects(low, current):
+                elif self._corrects(seen, current):
                     self._offset, self._ignored = low, None
-                    event = ClockStep(StepKind.FORWARD_FOLLOWED, int(low - current))
+                    kind = StepKind.FORWARD_FOLLOWED if forward else StepKind.BACKWARD_FOLLOWED
+                    event = ClockStep(kind, int(seen - current))
                 else:
-                    self._ignored = low
-                    event = ClockStep(StepKind.FORWARD_IGNORED, int(low - current))
+                    self._ignored = seen
+                    kind = StepKind.FORWARD_IGNORED if forward else StepKind.BACKWARD
+                    event = ClockStep(kind, int(seen - current))
             else:
                 if self._ignored is not None:
                     self._ignored = None
@@ -135,10 +148,24 @@ class ServerClock:
         return abs(server_offset - wall_offset) + self._step <= abs(current - wall_offset)
 
     def now_ms(self) -> int:
-        """The estimated server time now.  Before the first observation,
-        the local wall clock stands in."""
+        """The time to fire by: the earlier of the timeline and the server's
+        time, so no tick is asked for before its instant on either.  Before
+        the first observation, the local wall clock stands in."""
         with self._lock:
-            offset = self._offset
-        if offset is None:
+            offset, server = self._offset, self._server
+        if offset is None or server is None:
             return int(self._wall() * 1000)
-        return int(self.monotonic() * 1000 + offset)
+        return int(self.monotonic() * 1000 + min(offset, server))
+
+    def trusted_ms(self) -> int:
+        """The latest time anything could have been decided at: the later of
+        the timeline, the server's time and this host's wall clock.  A
+        ledger entry after it cannot have been fired (claims are never
+        granted early); one before it may be genuine however the server's
+        clock reads now."""
+        with self._lock:
+            offset, server = self._offset, self._server
+        wall = self._wall() * 1000
+        if offset is None or server is None:
+            return int(wall)
+        return int(max(self.monotonic() * 1000 + max(offset, server), wall))

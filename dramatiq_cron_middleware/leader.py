@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 
@@ -88,6 +89,7 @@ class _Unsettled:
     """A claim sent to Redis whose reply was not read."""
 
     batch_id: str
+    epoch: int
     batch: list[Planned]
     payloads: list[Payload | None] | None
 
@@ -147,7 +149,11 @@ class LeaderThread(threading.Thread):
         self.timing = timing
         self.logger = logger
         self.monotonic = clock.monotonic
-        self.queue = TickQueue({s.id: s for s in schedules}, prefix=prefix)
+        self.queue = TickQueue(
+            {s.id: s for s in schedules},
+            prefix=prefix,
+            encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
+        )
         self.boundary = boundary
         self.owed = OwedQueue(
             boundary=boundary,
@@ -624,7 +630,7 @@ class LeaderThread(threading.Thread):
             self._renew_if_due()
 
     def _claim(self, token: str, epoch: int, batch: list[Planned]) -> None:
-        unsettled = _Unsettled(batch_id=uuid.uuid4().hex, batch=batch, payloads=self._payloads(batch))
+        unsettled = _Unsettled(batch_id=uuid.uuid4().hex, epoch=epoch, batch=batch, payloads=self._payloads(batch))
         self._unsettled = unsettled
         # Until a reply is read, the queue no longer matches the ledger.
         self.queue.invalidate()
@@ -651,9 +657,16 @@ class LeaderThread(threading.Thread):
             if item.message is None:
                 out.append(None)
                 continue
-            payload = self.boundary.payload(item.message, jitter_ms(item.schedule, item.message.message_id), now_ms=now)
+            payload = item.payload or self.boundary.payload(
+                item.message, jitter_ms(item.schedule, item.message.message_id), now_ms=now
+            )
             out.append(payload if self.boundary.before(payload) is None else None)
         return out
+
+    def _encode_ahead(self, schedule: BoundSchedule, message: Any, tick_ms: int) -> Payload:
+        """A message built ahead, encoded for the claim script; a jittered
+        one is due its jitter after its tick."""
+        return self.boundary.payload(message, jitter_ms(schedule, message.message_id), now_ms=tick_ms)
 
     def _apply(
         self,
@@ -694,7 +707,16 @@ class LeaderThread(threading.Thread):
         unsettled = self._unsettled
         if unsettled is None:
             return
-        results = self.ledger.batch_results(unsettled.batch_id)
+        results = self.ledger.batch_results(
+            unsettled.batch_id, epoch=unsettled.epoch, claims=[p.claim for p in unsettled.batch]
+        )
+        if self.ledger.last_settle_corrupt:
+            self._report_once(
+                f"batch:{unsettled.batch_id}",
+                "the result record %s of a claim whose reply was lost was unusable; its results were read back "
+                "from the ledger",
+                self.lease.keys.batch(unsettled.batch_id),
+            )
         self._unsettled = None
         if results is not None and len(results) == len(unsettled.batch):
             self._apply(unsettled.batch, results, self.clock.now_ms(), unsettled.payloads)
@@ -790,8 +812,13 @@ class LeaderThread(threading.Thread):
             )
         elif step.kind == StepKind.BACKWARD:
             self.logger.warning(
-                "The Redis server's clock jumped %+.1f s (backwards); ticks already decided are not repeated.",
+                "The Redis server's clock jumped %+.1f s (backwards, away from this host's wall clock): ticks "
+                "already decided are not repeated, and the next ones fire once Redis's clock reaches them.",
                 seconds,
+            )
+        elif step.kind == StepKind.BACKWARD_FOLLOWED:
+            self.logger.warning(
+                "The Redis server's clock jumped %+.1f s, back towards this host's wall clock; following it.", seconds
             )
         else:
             self.logger.warning("The Redis server's clock is back in line with this process's clock.")

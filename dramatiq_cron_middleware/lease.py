@@ -228,7 +228,13 @@ class Lease:
         """Block until a leader releases the lease, our own wake-up list is
         pushed, or ``timeout_ms`` passes.  True when woken by a push."""
         timeout = max(timeout_ms, 1) / 1000
-        popped = self._blocking.blpop([self.keys.wake, self.keys.wake_one(self.candidate_id)], timeout=timeout)
+        try:
+            popped = self._blocking.blpop([self.keys.wake, self.keys.wake_one(self.candidate_id)], timeout=timeout)
+        except redis.TimeoutError:
+            # BLPOP times out on the server's clock: after a backward step of
+            # it the socket gives up first.  Redis answered everything else;
+            # this is a timeout like any other, not an unreachable server.
+            return False
         return popped is not None
 
     def wake_self(self) -> None:

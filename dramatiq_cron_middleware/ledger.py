@@ -129,6 +129,8 @@ class Ledger:
         self._claim = load_script(client, "claim")
         self._settle = load_script(client, "settle")
         self._register = load_script(client, "register")
+        #: Whether the last settled batch record was unusable.
+        self.last_settle_corrupt = False
 
     def sync(
         self,
@@ -166,6 +168,7 @@ class Ledger:
                     1 if expect_ledger and start == 0 else 0,
                     self.history_length,
                     FUTURE_TOLERANCE_MS,
+                    self.clock.trusted_ms(),
                     *[field for e in chunk for field in (e.schedule_id, e.legacy_id, e.shape)],
                 ],
             )
@@ -262,7 +265,15 @@ class Ledger:
             ],
             separators=(",", ":"),
         )
-        args: list[Any] = [token, epoch, self.history_length, FUTURE_TOLERANCE_MS, BATCH_RECORD_MS, entries]
+        args: list[Any] = [
+            token,
+            epoch,
+            self.history_length,
+            FUTURE_TOLERANCE_MS,
+            BATCH_RECORD_MS,
+            entries,
+            self.clock.trusted_ms(),
+        ]
         result = self._run(self._claim, keys, args)
         return ClaimReply(
             results=[ClaimResult(int(r)) for r in result[3:]],
@@ -270,14 +281,19 @@ class Ledger:
             corrupt=Corrupt(int(result[2])),
         )
 
-    def batch_results(self, batch_id: str) -> list[ClaimResult] | None:
+    def batch_results(self, batch_id: str, *, epoch: int = 0, claims: Sequence[Claim] = ()) -> list[ClaimResult] | None:
         """The results of a claim whose reply was lost, or None when that
         batch never ran; from then on it never will (a copy of it still in
-        flight is refused)."""
-        value = self._settle(keys=[self.keys.batch(batch_id)], args=[BATCH_RECORD_MS])
-        if not value:
+        flight is refused).  An unusable batch record is reported in
+        :attr:`last_settle_corrupt` and the results are read back from the
+        ledger (what ``epoch`` was granted of ``claims``)."""
+        entries = json.dumps([[c.schedule_id, c.tick_ms] for c in claims], separators=(",", ":"))
+        reply = self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
+        status = int(reply[0])
+        self.last_settle_corrupt = status == 2
+        if status == 0:
             return None
-        return [ClaimResult(int(r)) for r in str(value).split(",") if r]
+        return [ClaimResult(int(r)) for r in str(reply[1]).split(",") if r]
 
     def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> list[Any]:
         sent = self.clock.monotonic()

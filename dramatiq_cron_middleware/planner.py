@@ -106,9 +106,14 @@ def message_id_for(schedule_id: str, tick_ms: int, *, prefix: str) -> str:
     return str(uuid.uuid5(_MESSAGE_IDS, f"{prefix}|{schedule_id}|{tick_ms}"))
 
 
-def message_for(schedule: BoundSchedule, tick_ms: int, *, prefix: str, manual: bool = False) -> Message[Any]:
+def message_for(
+    schedule: BoundSchedule, tick_ms: int, *, prefix: str, manual: bool = False, timestamp_ms: int | None = None
+) -> Message[Any]:
     """The message a schedule sends for a tick; its id is derived from
-    (prefix, schedule, tick) so consumers can deduplicate."""
+    (prefix, schedule, tick) so consumers can deduplicate.  Its timestamp
+    (from which dramatiq's ``AgeLimit`` counts) is ``timestamp_ms``, by
+    default now; a message built ahead of its tick is stamped with the
+    tick."""
     tick = datetime.fromtimestamp(tick_ms / 1000, tz=schedule.zone).isoformat()
     options: dict[str, Any] = dict(schedule.options)
     options["cron_tick"] = tick
@@ -124,7 +129,7 @@ def message_for(schedule: BoundSchedule, tick_ms: int, *, prefix: str, manual: b
         message_id = str(uuid.uuid4())
     else:
         message_id = message_id_for(schedule.id, tick_ms, prefix=prefix)
-    return Message(
+    message: Message[Any] = Message(
         queue_name=schedule.queue_name,
         actor_name=schedule.actor_name,
         args=tuple(schedule.args),
@@ -132,6 +137,9 @@ def message_for(schedule: BoundSchedule, tick_ms: int, *, prefix: str, manual: b
         options=options,
         message_id=message_id,
     )
+    if timestamp_ms is not None:
+        message = message.copy(message_timestamp=timestamp_ms)
+    return message
 
 
 def jitter_ms(schedule: BoundSchedule, message_id: str) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 from dramatiq import Message
 
+from .enqueue import Payload
 from .ledger import Claim
 from .planner import ON_TIME_MS, Decision, message_for, message_id_for, plan
 from .protocol import ClaimResult
@@ -44,6 +45,8 @@ class Planned:
     schedule: BoundSchedule
     claim: Claim
     message: Message[Any] | None = None
+    #: The message encoded for the broker, when it was built ahead.
+    payload: Payload | None = None
 
 
 class TickQueue:
@@ -54,6 +57,9 @@ class TickQueue:
       prefix: The key prefix (part of every deterministic message id).
       wall: The wall clock in seconds, for message timestamps (dramatiq's
         ``AgeLimit`` counts from them).
+      encode: Encodes a message for the broker ahead of its tick (the
+        RedisBroker boundaries), so that the fire path only runs hooks.
+        Defaults to None: nothing is encoded ahead.
     """
 
     def __init__(
@@ -62,16 +68,18 @@ class TickQueue:
         *,
         prefix: str,
         wall: Callable[[], float] = time.time,
+        encode: Callable[[BoundSchedule, Message[Any], int], Payload] | None = None,
     ) -> None:
         self.schedules: dict[str, BoundSchedule] = dict(schedules)
         self.prefix = prefix
         self._wall = wall
+        self._encode = encode
         self.in_sync = False
         self._last: dict[str, int] = {}
         self._head: dict[str, int] = {}
         self._heap: list[tuple[int, str]] = []
         self._backlog: list[tuple[int, str]] = []
-        self._ahead: dict[str, tuple[int, Message[Any]]] = {}
+        self._ahead: dict[str, tuple[int, Message[Any], Payload | None]] = {}
 
     # -- the ledger's view ----------------------------------------------------
 
@@ -169,9 +177,10 @@ class TickQueue:
 
     def _planned(self, schedule: BoundSchedule, decision: Decision) -> Planned:
         message: Message[Any] | None = None
+        payload: Payload | None = None
         message_id = ""
         if decision.fire:
-            message = self._message(schedule, decision.tick_ms)
+            message, payload = self._message(schedule, decision.tick_ms)
             message_id = message.message_id
         claim = Claim(
             schedule_id=schedule.id,
@@ -184,15 +193,16 @@ class TickQueue:
             overlap_ttl_ms=schedule.overlap_ttl if schedule.overlap == "skip" else 0,
             revision=schedule.revision,
         )
-        return Planned(schedule=schedule, claim=claim, message=message)
+        return Planned(schedule=schedule, claim=claim, message=message, payload=payload)
 
-    def _message(self, schedule: BoundSchedule, tick: int) -> Message[Any]:
-        """The message for a tick, from the one built ahead of time if any
-        (restamped: dramatiq's AgeLimit counts from the timestamp)."""
+    def _message(self, schedule: BoundSchedule, tick: int) -> tuple[Message[Any], Payload | None]:
+        """The message for a tick (and its encoding), from the one built
+        ahead of time if any; else built now, stamped now (dramatiq's
+        AgeLimit counts from the timestamp: a caught-up tick is fresh)."""
         cached = self._ahead.pop(schedule.id, None)
         if cached is not None and cached[0] == tick:
-            return dataclasses.replace(cached[1], message_timestamp=int(self._wall() * 1000))
-        return message_for(schedule, tick, prefix=self.prefix)
+            return cached[1], cached[2]
+        return message_for(schedule, tick, prefix=self.prefix, timestamp_ms=int(self._wall() * 1000)), None
 
     # -- results --------------------------------------------------------------
 
@@ -233,7 +243,10 @@ class TickQueue:
         # schedules spread over a day, messages for all of them would cost
         # far more memory than the schedules themselves.
         if now < head <= now + AHEAD_MS and sid not in self._ahead:
-            self._ahead[sid] = (head, message_for(schedule, head, prefix=self.prefix))
+            # Stamped with its tick: the message is as old as its tick.
+            message = message_for(schedule, head, prefix=self.prefix, timestamp_ms=head)
+            payload = self._encode(schedule, message, head) if self._encode is not None else None
+            self._ahead[sid] = (head, message, payload)
 
     def _push(self, sid: str, head: int) -> None:
         self._head[sid] = head

@@ -144,3 +144,22 @@ def test_a_claim_against_an_unparsable_entry_is_lost_not_half_written(redis_serv
 def test_one_ledger_grammar(value: str, parsed: tuple[int, int, int | None, bool] | None) -> None:
     got = parse_ledger_value(value)
     assert (None if got is None else (got.tick_ms, got.epoch, got.result, got.baseline)) == parsed
+
+
+def test_an_unusable_batch_record_is_reported_and_the_results_are_read_back(redis_server: RedisServer) -> None:
+    """Given a claim that ran but whose reply was lost, and whose result
+    record was overwritten with garbage before the leader settled it, when
+    the leader settles, then the results come back from the ledger (what
+    this epoch was granted), the record is reported, and it is voided."""
+    lease, ledger, epoch = lead(redis_server)
+    assert lease.token
+    base = ledger.sync(lease.token, epoch, ["a", "b"], now_ms=0).last["a"].tick_ms
+    claims = [
+        Claim(schedule_id="a", tick_ms=base + 1000, outcome="fired", fire=True, actor_name="a", message_id="m1"),
+        Claim(schedule_id="b", tick_ms=base + 1000, outcome="missed", fire=False, actor_name="b"),
+    ]
+    assert ledger.claim(lease.token, epoch, "lost", claims).results == [ClaimResult.FIRE, ClaimResult.RECORDED]
+    redis_server.client().set(Keys("t").batch("lost"), "garbage!")
+    assert ledger.batch_results("lost", epoch=epoch, claims=claims) == [ClaimResult.FIRE, ClaimResult.RECORDED]
+    assert ledger.last_settle_corrupt
+    assert redis_server.client().get(Keys("t").batch("lost")) == "void"

@@ -79,7 +79,7 @@ def test_a_forward_step_towards_the_wall_clock_is_followed() -> None:
     assert clock.now_ms() == T0 + 1000
 
 
-def test_a_backward_step_is_followed_so_no_claim_lies_after_the_server_time() -> None:
+def test_no_claim_lies_after_the_server_time_after_a_backward_step() -> None:
     clock, clocks, steps = make()
     clock.observe(T0, 0.0, 0.0)
     clocks.advance(1)
@@ -101,3 +101,28 @@ def test_small_disagreements_are_drift_not_steps() -> None:
     clock.observe(T0 + 101_000 + 200, clocks.mono - 0.5, clocks.mono)  # fits the round trip
     assert steps == []
     assert clock.now_ms() <= T0 + 101_000 + 200
+
+
+def test_after_a_backward_step_firing_waits_for_redis_and_genuine_entries_are_not_future() -> None:
+    """Given Redis's clock stepped 40 s back (away from this host's wall
+    clock), then ticks are asked for only once Redis's clock reaches them
+    (``now_ms`` follows the server), while ``trusted_ms`` keeps the timeline:
+    a ledger entry fired a second ago is not taken for a future artefact and
+    rebased (which made the next leader fire the last 40 s again)."""
+    clock, clocks, steps = make()
+    clock.observe(T0, 0.0, 0.0)
+    clocks.advance(1)
+    clock.observe(T0 + 1000 - 40_000, clocks.mono, clocks.mono)
+    assert [s.kind for s in steps] == [StepKind.BACKWARD]  # type: ignore[attr-defined]
+    assert clock.now_ms() == T0 + 1000 - 40_000
+    assert clock.trusted_ms() == T0 + 1000
+
+
+def test_a_backward_step_towards_the_wall_clock_is_followed() -> None:
+    """Redis ran a minute fast and is corrected: the timeline follows."""
+    clock, clocks, steps = make()
+    clock.observe(T0 + 60_000, 0.0, 0.0)
+    clocks.advance(1)
+    clock.observe(T0 + 1000, clocks.mono, clocks.mono)
+    assert [s.kind for s in steps] == [StepKind.BACKWARD_FOLLOWED]  # type: ignore[attr-defined]
+    assert clock.now_ms() == clock.trusted_ms() == T0 + 1000

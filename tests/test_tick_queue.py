@@ -86,7 +86,7 @@ def test_an_on_time_tick_uses_the_message_built_ahead() -> None:
     assert [p.claim.tick_ms for p in batch] == [NOW + 1000]
     assert batch[0].message is not None
     assert batch[0].message.message_id == message_for(s, NOW + 1000, prefix="p").message_id
-    assert batch[0].message.message_timestamp == 123_000  # restamped for AgeLimit
+    assert batch[0].message.message_timestamp == NOW + 1000  # stamped with its tick (AgeLimit counts from it)
 
 
 @pytest.mark.parametrize("result", [ClaimResult.REFUSED, ClaimResult.LOST], ids=lambda r: r.name.lower())

@@ -21,6 +21,8 @@
 -- ARGV[4] - how far in the future a ledger entry may lie before it counts
 --           as a clock-step artefact, ms
 -- ARGV[5] - how long the result record is kept, ms
+-- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
+--           future only after both it and the server's time
 -- ARGV[6] - a JSON array of entries, each an array:
 --           schedule id, tick ms, outcome, fire (1/0), detail, message id,
 --           overlap ttl ms, actor name, the index in KEYS of its running
@@ -75,7 +77,7 @@ local paused_ok = usable(KEYS[4], 'set')
 if not paused_ok then flags = flags + C_PAUSED end
 local revs_ok = usable(KEYS[6], 'hash')
 local epoch = ARGV[2]
-local future = now + tonumber(ARGV[4])
+local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[4])
 -- Most of the time nothing is paused: skip two lookups per entry then.
 local any_paused = paused_ok and redis.call('SCARD', KEYS[4]) > 0
 

@@ -1,11 +1,40 @@
 -- Settle a batch whose reply was lost: its results if it ran; otherwise
--- void it, so that a copy of the claim still in flight can never run.
+-- void it, so that a copy of the claim still in flight can never run.  A
+-- record that does not parse (a stray write, a bad restore) is reported,
+-- and the results are read back from the ledger instead: a claim granted
+-- to this epoch left its tick and epoch there.
 --
 -- KEYS[1] - the batch's result record
+-- KEYS[2] - the ledger hash
 -- ARGV[1] - how long a void mark is kept, ms
--- Returns the comma-separated results, or false when the batch never ran.
-if not usable(KEYS[1], 'string') then redis.call('DEL', KEYS[1]) end
-local v = redis.call('GET', KEYS[1])
-if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then return v end
+-- ARGV[2] - the caller's epoch
+-- ARGV[3] - a JSON array of the batch's [schedule id, tick ms] ('[]' if
+--           unknown)
+-- Returns {1, results} when it ran, {0} when it never ran (now void), or
+-- {2, results} when the record was unusable and the results were read
+-- back from the ledger.
+local record_ok = usable(KEYS[1], 'string')
+local v = nil
+if record_ok then v = redis.call('GET', KEYS[1]) end
+if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then return {1, v} end
+if v == 'void' then return {0} end
+if not v and record_ok then
+  redis.call('SET', KEYS[1], 'void', 'PX', tonumber(ARGV[1]))
+  return {0}
+end
+-- Unusable: reconstruct from the ledger what this epoch was granted.
+local ok, entries = pcall(cjson.decode, ARGV[3])
+local out = {}
+if ok and type(entries) == 'table' and usable(KEYS[2], 'hash') then
+  for _, e in ipairs(entries) do
+    local result = R_REFUSED
+    if type(e) == 'table' and type(e[1]) == 'string' and type(e[2]) == 'number' then
+      local tick, epoch, stored = parse_entry(redis.call('HGET', KEYS[2], e[1]))
+      if tick == e[2] and epoch == ARGV[2] and stored then result = stored end
+    end
+    out[#out + 1] = tostring(result)
+  end
+end
+redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[1], 'void', 'PX', tonumber(ARGV[1]))
-return false
+return {2, table.concat(out, ',')}

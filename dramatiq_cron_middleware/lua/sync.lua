@@ -21,7 +21,11 @@
 -- ARGV[5] - the history cap
 -- ARGV[6] - how far in the future an entry may lie before it counts as a
 --           clock-step artefact, ms
--- ARGV[7...] - triples: schedule id, its legacy id ('' for none), its shape
+-- ARGV[7] - the caller's trusted now, ms: the latest time anything can have
+--           been decided (its own timeline, this server's and its host's
+--           clocks); an entry is in the future only after both it and the
+--           server's time
+-- ARGV[8...] - triples: schedule id, its legacy id ('' for none), its shape
 -- Returns {1, now, flags, lost, value1, code1, value2, code2, ...} or {0, now}.
 local now = server_now()
 if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
@@ -33,13 +37,13 @@ if not history_ok then flags = flags + C_HISTORY end
 local shapes_ok = usable(KEYS[4], 'hash')
 local paused_ok = usable(KEYS[5], 'set')
 if not paused_ok then flags = flags + C_PAUSED end
-if (#ARGV - 6) % 3 ~= 0 then return {-2, now, 'schedules come in triples'} end
+if (#ARGV - 7) % 3 ~= 0 then return {-2, now, 'schedules come in triples'} end
 local base = math.min(tonumber(ARGV[3]) or now, now)
-local future = now + tonumber(ARGV[6])
+local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[6])
 local existed = ticks_ok and redis.call('EXISTS', KEYS[2]) == 1
 local out = {1, now, flags, 0}
 local values, shapes, migrated, rebased, reshaped = {}, {}, {}, {}, {}
-for i = 7, #ARGV, 3 do
+for i = 8, #ARGV, 3 do
   local sid, legacy, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local v = nil
   if ticks_ok then v = redis.call('HGET', KEYS[2], sid) end
@@ -79,7 +83,7 @@ if not history_ok then redis.call('DEL', KEYS[3]) end
 if not shapes_ok then redis.call('DEL', KEYS[4]) end
 if not paused_ok then redis.call('DEL', KEYS[5]) end
 local maxlen = tonumber(ARGV[5])
-if ARGV[4] == '1' and not existed and #ARGV >= 7 then
+if ARGV[4] == '1' and not existed and #ARGV >= 8 then
   out[4] = 1
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', '*', 'tick', base,
              'outcome', O_LEDGER_LOST, 'at', now, 'epoch', ARGV[2],
