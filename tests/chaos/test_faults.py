@@ -29,14 +29,24 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.instances import now_ms
+from tests.support.instances import now_ms, wait_for
 
 from .cluster import PROFILE, Cluster, Report, assert_sound
-from .faults import FAULTS, MIXABLE
+from .faults import FAULTS, KNOWN_BUGS, MIXABLE, NEEDS_OWN_CLUSTER
 
 pytestmark = pytest.mark.chaos
 
 REPEATS = 3 if PROFILE == "full" else 1
+
+
+def _scenarios() -> list[object]:
+    out: list[object] = []
+    for kind in FAULTS:
+        if kind in NEEDS_OWN_CLUSTER:
+            continue
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[kind])] if kind in KNOWN_BUGS else []
+        out.append(pytest.param(kind, marks=marks, id=kind))
+    return out
 
 
 def run_faults(cluster: Cluster, kinds: list[str]) -> Report:
@@ -63,7 +73,7 @@ def shared_cluster() -> Iterator[Cluster | None]:
         yield cluster
 
 
-@pytest.mark.parametrize("kind", list(FAULTS))
+@pytest.mark.parametrize("kind", _scenarios())
 def test_no_duplicate_and_no_loss_outside_declared_outages_under(kind: str, shared_cluster: Cluster | None) -> None:
     """Given two instances firing every second, when the fault strikes,
     then no tick is enqueued twice, none is lost outside a declared outage,
@@ -111,4 +121,108 @@ def test_mixed_faults_in_a_random_sequence_never_duplicate_or_lose() -> None:
     with Cluster(size=3, proxy=True, persistence=True) as cluster:
         report = run_faults(cluster, kinds)
     print(f"[chaos] mixed: CHAOS_SEED={seed} {report.line()}")
+    assert_sound(report)
+
+
+@pytest.mark.parametrize(
+    ("kind", "times"), [("leader_group_sigterm", 5), ("leader_sigterm", 5 if PROFILE == "full" else 2)]
+)
+def test_the_lease_is_released_within_a_second_of_sigterm(
+    kind: str, times: int, shared_cluster: Cluster | None
+) -> None:
+    """Given a leader, when its instance gets SIGTERM (the whole process
+    group at once, as systemd's control-group stop does, so each worker
+    gets a second SIGTERM forwarded by dramatiq; or the main process only,
+    as docker stop does), then within one second the lease key is gone or
+    held by another candidate, every time, and the handover is sound.
+    The takeover gap (release to a follower leading; the goal is at most
+    100 ms) is printed, not asserted."""
+    if shared_cluster is None:
+        with Cluster(proxy=True, persistence=True) as cluster:
+            report = run_faults(cluster, [kind] * times)
+    else:
+        report = run_faults(shared_cluster, [kind] * times)
+    releases = [f.figures["release_ms"] for f in report.faults]
+    gaps = [f.figures["takeover_gap_ms"] for f in report.faults]
+    print(f"\n[chaos] {kind} x{times}: release_ms={releases} takeover_gap_ms={gaps}")
+    assert len(releases) == times
+    assert max(releases) < 1000, f"the lease outlived a SIGTERM by more than a second: {releases} ms"
+    assert_sound(report)
+
+
+def test_eviction_pressure_never_duplicates_and_never_stops_the_scheduler() -> None:
+    """Given a lease Redis with ``maxmemory-policy allkeys-lru``, every
+    worker process warns once at boot that the policy can evict the
+    scheduler's keys.  When a filler client then pushes the memory past a
+    cap for six seconds, so the epoch counter, the ledger and the lease are
+    evicted again and again, the leader keeps scheduling through it (an
+    eviction is not a failover: no failover delay), logs about one WARNING
+    per state change, and nothing is ever enqueued twice; only ticks in the
+    pressure span may be lost (the ledger was destroyed).  Then, under
+    ``volatile-lru`` (only keys with a TTL may go: the lease, batch
+    records), the same pressure may lose nothing at all."""
+    with Cluster(redis_extra=["--maxmemory-policy", "allkeys-lru"]) as cluster:
+        policy_line = "has maxmemory-policy allkeys-lru"
+        for instance in cluster.instances:
+            wait_for(lambda: policy_line in instance.log(), timeout=10, what=f"{instance.name}'s policy warning")  # noqa: B023
+        mark = cluster.mark()
+        cluster.wait_fired_after(now_ms())
+        start = now_ms()
+        cluster.wait_fired_after(start)
+        allkeys = []
+        for _ in range(REPEATS):
+            allkeys.append(FAULTS["eviction_pressure"](cluster))
+            cluster.wait_fired_after(now_ms())
+        cluster.client.config_set("maxmemory-policy", "volatile-lru")
+        volatile = []
+        for _ in range(REPEATS):
+            volatile.append(FAULTS["eviction_pressure"](cluster))
+            cluster.wait_fired_after(now_ms())
+        report = cluster.judge(start_ms=start, since=mark)
+        boots = {
+            i.name: (i.log().count(policy_line), i.log().count("Worker process is ready")) for i in cluster.instances
+        }
+    for fault in allkeys + volatile:
+        print(f"\n[chaos] eviction_pressure {fault.detail}: {fault.figures}")
+    print(f"[chaos] eviction_pressure: {report.line()}")
+    assert all(warned == booted for warned, booted in boots.values()), f"policy warnings per boot: {boots}"
+    for fault in allkeys:
+        assert fault.figures["ledger_evicted"] >= 2, f"the pressure did not evict the ledger again and again: {fault}"
+        assert fault.figures["epoch_evicted"] >= 2, f"the pressure did not evict the epoch again and again: {fault}"
+        assert fault.figures["fired_per_schedule_second"] >= 0.4, f"scheduling stopped under eviction: {fault}"
+    for fault in volatile:
+        assert fault.figures["lease_evicted"] >= 1, f"volatile-lru pressure never evicted the lease: {fault}"
+        assert fault.figures["ledger_evicted"] == 0, f"volatile-lru evicted the ledger: {fault}"
+    assert_sound(report, warnings_per_fault=6)
+
+
+def test_redis_clock_steps_never_fire_early_and_never_silence_schedules() -> None:
+    """Given a lease Redis on a clock shim (libfaketime), when its wall
+    clock steps an hour forward for six seconds and back (every key with a
+    TTL expires: a leadership change), then nothing is enqueued before its
+    tick, nothing twice, nothing lost, and once the step is undone the
+    schedules fire within a few seconds.  When the clock then steps 40 s
+    back with the leader frozen (its lease now lasts 40 s by Redis's
+    clock) and the leader is killed, a follower takes over within about
+    one lease by its own monotonic clock."""
+    with Cluster(shimmed_clock=True) as cluster:
+        mark = cluster.mark()
+        cluster.wait_fired_after(now_ms())
+        start = now_ms()
+        cluster.wait_fired_after(start)
+        resumes = []
+        backs = []
+        for _ in range(REPEATS):
+            forward = FAULTS["redis_clock_forward"](cluster)
+            began = now_ms()
+            cluster.wait_fired_after(forward.end_ms + 1000, timeout=10)
+            resumes.append(now_ms() - began)
+            backs.append(FAULTS["redis_clock_back"](cluster))
+            cluster.wait_fired_after(now_ms())
+        report = cluster.judge(start_ms=start, since=mark)
+    takeovers = [round(f.figures["takeover_ms"]) for f in backs]
+    print(f"\n[chaos] redis_clock_steps: resume_after_undo_ms={resumes} takeover_after_back_step_ms={takeovers}")
+    print(f"[chaos] redis_clock_steps: {report.line()}")
+    assert max(resumes) < 5000, f"schedules stayed silent after the step was undone: {resumes} ms"
+    assert max(takeovers) < 3 * cluster.ttl_ms, f"takeover followed Redis's stepped clock: {takeovers} ms"
     assert_sound(report)

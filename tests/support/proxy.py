@@ -34,6 +34,8 @@ class _Pipe:
 
     source: socket.socket
     target: socket.socket
+    #: Server to client: the direction ``set_reply_delay`` holds back.
+    replies: bool = False
     queue: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
     ready: threading.Condition = field(default_factory=threading.Condition)
     done: bool = False
@@ -52,6 +54,7 @@ class Proxy:
         self.upstream = ("127.0.0.1", upstream_port)
         self.max_connections = max_connections
         self.delay_ms = 0
+        self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing = threading.Event()
         self._flowing.set()
@@ -84,6 +87,12 @@ class Proxy:
         """Deliver every chunk ``delay_ms`` after it was read (0: none)."""
         self.delay_ms = delay_ms
 
+    def set_reply_delay(self, delay_ms: int) -> None:
+        """Deliver replies (server to client) ``delay_ms`` late, requests on
+        time: every command runs at once, but a caller with a shorter
+        timeout never reads its reply (0: none)."""
+        self.reply_delay_ms = delay_ms
+
     def blackhole(self) -> None:
         """Stop forwarding anything, in both directions, on every connection."""
         self._flowing.clear()
@@ -91,6 +100,7 @@ class Proxy:
     def heal(self) -> None:
         """Undo blackhole, delay and reset-on-connect."""
         self.delay_ms = 0
+        self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing.set()
 
@@ -161,7 +171,7 @@ class Proxy:
         upstream.settimeout(None)
         with self._lock:
             self._conns.append((client, upstream))
-        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client)):
+        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client, replies=True)):
             threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
             threading.Thread(target=self._write, args=(pipe,), daemon=True).start()
 
@@ -172,7 +182,8 @@ class Proxy:
                 if not data:
                     break
                 with pipe.ready:
-                    pipe.queue.append((time.monotonic() + self.delay_ms / 1000, data))
+                    delay = self.delay_ms + (self.reply_delay_ms if pipe.replies else 0)
+                    pipe.queue.append((time.monotonic() + delay / 1000, data))
                     pipe.ready.notify()
         except OSError:
             pass
