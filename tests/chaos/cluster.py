@@ -111,6 +111,7 @@ class Report:
             "early_fires": len(self.verdict.early),
             "losses_outside_outages": len(self.verdict.losses),
             "declared_outage_ms": sum(hi - lo for lo, hi, _ in self.outages),
+            "lost_in_declared_outages": self.verdict.excused,
             "worst_takeover_gap_ms": self.worst_gap_ms,
             "gap_ms_by_kind": {k: max(v) for k, v in self.gaps_ms.items() if v},
             "lag_p50_ms": round(self.lag_ms(0.5)),

@@ -214,6 +214,8 @@ class Verdict:
     lags_ms: list[float] = field(default_factory=list)
     #: Enqueues recorded before their tick (beyond the tolerance).
     early: list[Enqueue] = field(default_factory=list)
+    #: Ticks never enqueued that a declared outage excused.
+    excused: int = 0
 
     def summary(self) -> str:
         """A one-line report for assertion messages."""
@@ -295,7 +297,9 @@ class History:
                 hits = by_key.get((schedule, tick))
                 if hits:
                     verdict.lags_ms.append((hits[0].at * 1000) - tick)
-                elif not any(lo <= tick <= hi and who in ("", schedule) for lo, hi, who in spans):
+                elif any(lo <= tick <= hi and who in ("", schedule) for lo, hi, who in spans):
+                    verdict.excused += 1
+                else:
                     verdict.losses.append((schedule, tick))
         return verdict
 
