@@ -21,7 +21,7 @@ import redis
 
 from tests.support.instances import now_ms, wait_for
 
-from .cluster import Cluster, Fault, pause
+from .cluster import PROFILE, Cluster, Fault, pause
 
 __all__ = ["FAULTS", "KNOWN_BUGS", "MIXABLE", "NEEDS_OWN_CLUSTER"]
 
@@ -338,7 +338,7 @@ def _fill(port: int, *, seconds: float, every: float) -> int:
 
 def eviction_pressure(cluster: Cluster) -> Fault:
     """Cap the lease Redis's memory just above its use and write bursts of
-    filler past the cap for six seconds, so the cluster's
+    filler past the cap for six seconds (4.5 in the short profile), so the cluster's
     ``maxmemory-policy`` evicts the scheduler's keys again and again.
     Under ``allkeys-*`` the ledger goes too: its losses are a declared
     outage, from the first burst until the first fire after the pressure.
@@ -354,7 +354,7 @@ def eviction_pressure(cluster: Cluster) -> Fault:
     watch.start()
     cluster.client.config_set("maxmemory", used + _HEADROOM)
     try:
-        written = _fill(cluster.redis.port, seconds=6.0, every=1.5)
+        written = _fill(cluster.redis.port, seconds=6.0 if PROFILE == "full" else 4.5, every=1.5)
     finally:
         cluster.client.config_set("maxmemory", 0)
         counts = watch.stop()
