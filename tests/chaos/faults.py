@@ -595,7 +595,10 @@ def poisoned_batch_record(cluster: Cluster) -> Fault:
     wait_for(
         lambda: any(f"{cluster.keys.tag}:batch" in line for line in cluster.warnings()),
         timeout=_RESUME_S,
-        what=f"a WARNING naming the batch record {poisoned}",
+        what=(
+            f"a WARNING naming the batch record {poisoned} (the batch's granted ticks recorded fired but "
+            f"never enqueued: {len(fired - enqueued)})"
+        ),
     )
     return fault
 
