@@ -556,7 +556,7 @@ def poisoned_batch_record(cluster: Cluster) -> Fault:
     try:
         for _ in range(5):  # a renewal may win the race for the first lost reply: try the next tick
             # Start just before a tick, so the claim is the first reply lost.
-            pause(1 - (time.time() % 1) - 0.03)
+            pause((0.97 - time.time() % 1) % 1)
             cluster.proxy.set_reply_delay(500)
             fault.start_ms = now_ms()
             deadline = time.monotonic() + 1.0
