@@ -49,7 +49,7 @@ BACKWARD_STEP_BUG = (
 
 
 #: Faults with a scenario of their own below, which also judges them.
-HANDOVERS = {"leader_sigterm": 5 if PROFILE == "full" else 2, "leader_group_sigterm": 5}
+HANDOVERS = {"leader_sigterm": 5 if PROFILE == "full" else 1, "leader_group_sigterm": 5}
 
 
 def _scenarios() -> list[object]:
