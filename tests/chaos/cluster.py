@@ -27,12 +27,13 @@ from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware.keys import Keys
-from tests.support.instances import History, Instance, Verdict, now_ms, wait_for
+from tests.support.faketime import ClockShim
+from tests.support.instances import History, Instance, Outage, Verdict, now_ms, wait_for
 from tests.support.lifecycle import Lifecycle
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer
 
-__all__ = ["Cluster", "Fault", "Mark", "Report", "PROFILE", "assert_sound"]
+__all__ = ["Cluster", "Fault", "Mark", "Report", "PROFILE", "assert_sound", "pause"]
 
 #: ``short`` (default; CI) or ``full``.
 PROFILE = os.environ.get("CHAOS_PROFILE", "short")
@@ -46,13 +47,17 @@ _PERIOD_MS = 1000
 @dataclass
 class Fault:
     """One injected fault.  ``wipes`` marks a fault that destroys the ledger
-    on purpose: the ticks it costs are a declared outage."""
+    on purpose: the ticks it costs are a declared outage, of every schedule
+    or only of ``schedules`` when given.  ``figures`` are measurements the
+    fault took (release and takeover times, in ms)."""
 
     kind: str
     start_ms: int
     end_ms: int = 0
     wipes: bool = False
     detail: str = ""
+    schedules: tuple[str, ...] = ()
+    figures: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,7 +75,7 @@ class Report:
 
     verdict: Verdict
     faults: list[Fault]
-    outages: list[tuple[int, int]]
+    outages: list[Outage]
     gaps_ms: dict[str, list[int]] = field(default_factory=dict)
     warnings: int = 0
     cron_errors: list[str] = field(default_factory=list)
@@ -103,8 +108,10 @@ class Report:
             "faults_by_kind": self.faults_by_kind(),
             "ticks_expected": self.verdict.expected,
             "duplicates": len(self.verdict.duplicates),
+            "early_fires": len(self.verdict.early),
             "losses_outside_outages": len(self.verdict.losses),
-            "declared_outage_ms": sum(hi - lo for lo, hi in self.outages),
+            "declared_outage_ms": sum(hi - lo for lo, hi, _ in self.outages),
+            "lost_in_declared_outages": self.verdict.excused,
             "worst_takeover_gap_ms": self.worst_gap_ms,
             "gap_ms_by_kind": {k: max(v) for k, v in self.gaps_ms.items() if v},
             "lag_p50_ms": round(self.lag_ms(0.5)),
@@ -115,7 +122,17 @@ class Report:
             "tracebacks": self.tracebacks,
             "jobs_sent": self.jobs_sent,
             "jobs_processed": self.jobs_done,
+            **self.figures(),
         }
+
+    def figures(self) -> dict[str, dict[str, float]]:
+        """Per fault kind, the worst of each figure the faults measured."""
+        out: dict[str, dict[str, float]] = {}
+        for fault in self.faults:
+            for name, value in fault.figures.items():
+                kind = out.setdefault(f"{fault.kind}_worst", {})
+                kind[name] = max(kind.get(name, value), value)
+        return out
 
     def line(self) -> str:
         """One printable line."""
@@ -131,6 +148,11 @@ class Cluster(Lifecycle):
       ttl_ms: The lease length given to the app.
       proxy: Route the scheduler's Redis traffic through a :class:`Proxy`.
       persistence: Run the lease Redis with an append-only file.
+      actors: Per-second cron actors of the app (one schedule each).
+      redis_extra: More ``redis-server`` options for the lease Redis (a
+        ``maxmemory-policy``).
+      shimmed_clock: Run the lease Redis on a :class:`ClockShim` (its wall
+        clock can then be stepped through ``cluster.clock_shim``).
       env: Extra app environment for every instance; ``per_instance`` adds
         environment for instance ``i``.
     """
@@ -143,6 +165,9 @@ class Cluster(Lifecycle):
         proxy: bool = False,
         persistence: bool = False,
         prefix: str = "chaos",
+        actors: int = 2,
+        redis_extra: list[str] | None = None,
+        shimmed_clock: bool = False,
         env: dict[str, str] | None = None,
         per_instance: dict[int, dict[str, str]] | None = None,
     ) -> None:
@@ -151,11 +176,14 @@ class Cluster(Lifecycle):
         self.keys = Keys(prefix)
         self.record_dir = tempfile.mkdtemp(prefix="cron-chaos-")
         self.history = History(self.record_dir)
-        self.redis = RedisServer(persistence=persistence)
+        self.clock_shim = ClockShim() if shimmed_clock else None
+        self.redis = RedisServer(
+            persistence=persistence, extra=redis_extra, env=self.clock_shim.env() if self.clock_shim else None
+        )
         self.broker_redis = RedisServer()
         self.proxy: Proxy | None = None
         self._use_proxy = proxy
-        self._env = dict(env or {})
+        self._env = {"CRON_APP_ACTORS": str(actors), **(env or {})}
         self._per_instance = per_instance or {}
         self.instances: list[Instance] = []
         self.retired: list[Instance] = []
@@ -199,6 +227,8 @@ class Cluster(Lifecycle):
             instance.close()
         if self.proxy is not None:
             self.proxy.stop()
+        if self.clock_shim is not None:
+            self.clock_shim.close()
         if self._sender is not None:
             self._sender.close()
         if self._client is not None:
@@ -291,15 +321,26 @@ class Cluster(Lifecycle):
         enqueues = self.history.enqueues()
         return enqueues[-1].at if enqueues else 0.0
 
-    def wait_fired_after(self, tick_ms: int, timeout: float = 60) -> None:
-        """Wait until a tick later than ``tick_ms`` has been enqueued: the
-        cluster fires again."""
+    def wait_fired_after(self, tick_ms: int, timeout: float = 60, *, schedule: str | None = None) -> None:
+        """Wait until a tick later than ``tick_ms`` has been enqueued (of
+        ``schedule``, or of any): the cluster fires again."""
         wait_for(
-            lambda: any(e.tick_ms > tick_ms for e in self.history.enqueues()),
+            lambda: any(e.tick_ms > tick_ms and schedule in (None, e.schedule) for e in self.history.enqueues()),
             timeout=timeout,
             interval=0.1,
-            what=f"a tick after {tick_ms} to be enqueued",
+            what=f"a tick after {tick_ms} to be enqueued" + (f" for {schedule}" if schedule else ""),
         )
+
+    def schedule_ids(self) -> list[str]:
+        """The schedules the cluster fires, as the history names them."""
+        found: list[str] = wait_for(
+            lambda: sorted({e.schedule for e in self.history.enqueues()}), timeout=30, what="a first enqueue"
+        )
+        return found
+
+    def warnings(self, since: Mark | None = None) -> list[str]:
+        """The cron WARNING lines of every instance, from ``since`` on."""
+        return [line for text in self.logs(since) for line in text.splitlines() if _CRON_WARNING.search(line)]
 
     # -- work flowing through the broker -------------------------------------
 
@@ -339,19 +380,25 @@ class Cluster(Lifecycle):
         self.faults.append(fault)
         return fault
 
-    def outages(self) -> list[tuple[int, int]]:
+    def outages(self) -> list[Outage]:
         """Declared outages: from a period before each ledger wipe to the
         first tick fired after it (the new baseline), but never more than
         two leases and three seconds past the wipe; a slower recovery shows
-        up as a loss."""
+        up as a loss.  A fault that destroyed only some schedules' entries
+        declares an outage for those schedules alone ("" means all)."""
         enqueues = self.history.enqueues()
-        out = []
+        out: list[Outage] = []
         for fault in self.faults:
             if not fault.wipes:
                 continue
             cap = fault.end_ms + 2 * self.ttl_ms + 3000
-            after = [e.tick_ms for e in enqueues if e.at * 1000 > fault.end_ms and e.tick_ms > fault.start_ms]
-            out.append((fault.start_ms - _PERIOD_MS, min(min(after, default=cap) - 1, cap)))
+            for schedule in fault.schedules or ("",):
+                after = [
+                    e.tick_ms
+                    for e in enqueues
+                    if e.at * 1000 > fault.end_ms and e.tick_ms > fault.start_ms and schedule in ("", e.schedule)
+                ]
+                out.append((fault.start_ms - _PERIOD_MS, min(min(after, default=cap) - 1, cap), schedule))
         return out
 
     def gaps(self, faults: list[Fault]) -> dict[str, list[int]]:
@@ -411,11 +458,12 @@ class Cluster(Lifecycle):
 
 
 def assert_sound(report: Report, *, warnings_per_fault: int = 8) -> None:
-    """The guarantees: never a duplicate, no loss outside a declared outage,
-    no traceback or ERROR line, warnings bounded by the state changes."""
+    """The guarantees: never a duplicate, never an early fire, no loss
+    outside a declared outage, no traceback or ERROR line, warnings bounded by the state changes."""
     v = report.verdict
     assert v.expected > 0, "nothing was expected: the run judged no ticks"
     assert not v.duplicates, f"duplicate enqueues: {v.summary()}"
+    assert not v.early, f"ticks enqueued before their instant: {v.summary()}"
     assert not v.losses, f"lost ticks outside declared outages {report.outages}: {v.summary()}"
     assert report.tracebacks == 0, "a traceback in an instance log"
     assert not report.cron_errors, f"ERROR lines in instance logs: {report.cron_errors[:3]}"

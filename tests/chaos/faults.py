@@ -12,16 +12,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import threading
+import time
 from collections.abc import Callable
 
 import redis
 
 from tests.support.instances import now_ms, wait_for
 
-from .cluster import Cluster, Fault, pause
+from .cluster import PROFILE, Cluster, Fault, pause
 
-__all__ = ["FAULTS", "MIXABLE"]
+__all__ = ["FAULTS", "KNOWN_BUGS", "MIXABLE", "NEEDS_OWN_CLUSTER"]
 
 
 def _hold(cluster: Cluster) -> float:
@@ -88,16 +90,56 @@ def leader_kill9(cluster: Cluster) -> Fault:
     return fault
 
 
-def leader_sigterm(cluster: Cluster) -> Fault:
-    """SIGTERM the leader's instance (graceful: the lease is released)."""
+def _handover(cluster: Cluster, kind: str, *, group: bool) -> Fault:
+    """SIGTERM the leader's instance and time the handover, polling the
+    lease every 2 ms: ``release_ms`` from the signal until the lease is
+    gone or held by another process, ``takeover_gap_ms`` from then until a
+    process of another instance leads."""
     instance, pid = cluster.leader_instance()
-    fault = Fault("leader_sigterm", now_ms(), detail=f"pid {pid}")
-    status = instance.terminate()
-    assert status == 0, f"{instance.name} exited with {status} after SIGTERM"
-    wait_for(lambda: cluster.leader_pid() not in (None, pid), timeout=30, interval=0.05, what="a new leader")
+    others = {p for i in cluster.instances if i is not instance for p in i.worker_pids()}
+    fault = Fault(kind, now_ms(), detail=f"pid {pid}")
+    signalled = time.monotonic()
+    if group:
+        # systemd's KillMode=control-group: every process of the group at
+        # once; dramatiq's main process then forwards a second SIGTERM.
+        os.killpg(instance.pid, signal.SIGTERM)
+    else:
+        instance.signal(signal.SIGTERM)  # docker stop: the main process only
+    wait_for(lambda: cluster.leader_pid() != pid, timeout=30, interval=0.002, what="the lease to be released")
+    released = time.monotonic()
+    wait_for(lambda: cluster.leader_pid() in others, timeout=30, interval=0.002, what="another instance to lead")
+    led = time.monotonic()
+    assert instance.proc is not None
+    try:
+        status = instance.proc.wait(20)  # one signal only: a second one would mean "exit now"
+    except subprocess.TimeoutExpired:
+        instance.kill9()
+        raise AssertionError(f"{instance.name} did not stop within 20 s of SIGTERM") from None
+    fault.figures = {
+        "release_ms": round((released - signalled) * 1000, 1),
+        "takeover_gap_ms": round((led - released) * 1000, 1),
+    }
+    fault.detail += f" exit status {status}"
+    # dramatiq exits 0 after a graceful stop; after a group stop its
+    # workers die on the second signal, so its status is dramatiq's affair.
+    assert group or status == 0, f"{instance.name} exited with {status} after SIGTERM"
     cluster.record(fault)
     cluster.replace(instance)
     return fault
+
+
+def leader_sigterm(cluster: Cluster) -> Fault:
+    """SIGTERM the leader's main process only (docker stop, Kubernetes):
+    graceful, the lease is released at once."""
+    return _handover(cluster, "leader_sigterm", group=False)
+
+
+def leader_group_sigterm(cluster: Cluster) -> Fault:
+    """SIGTERM the leader's whole process group (systemd's
+    ``KillMode=control-group``, supervisord's ``stopasgroup``): each worker
+    gets SIGTERM twice, once directly and once forwarded by dramatiq's main
+    process, and dramatiq exits on the second."""
+    return _handover(cluster, "leader_group_sigterm", group=True)
 
 
 def leader_sighup(cluster: Cluster) -> Fault:
@@ -230,6 +272,337 @@ def proxy_reset(cluster: Cluster) -> Fault:
     return cluster.record(fault)
 
 
+# -- eviction pressure -------------------------------------------------------
+
+#: Memory the lease Redis may use above what it used when the pressure began.
+_HEADROOM = 1 << 20
+#: Each burst writes this many times the headroom, so that after the older
+#: filler keys, the scheduler's keys are evicted too.
+_BURSTS_OF = 4
+_VALUE = 64 << 10
+
+
+class _Vanishings(threading.Thread):
+    """Counts how often each watched key goes from present to absent
+    (EXISTS does not touch a key's LRU clock, so watching changes nothing)."""
+
+    def __init__(self, port: int, keys: dict[str, str]) -> None:
+        super().__init__(name="vanishings", daemon=True)
+        self.client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+        self.keys = keys
+        self.counts = dict.fromkeys(keys, 0)
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        present = dict.fromkeys(self.keys, True)
+        while not self.done.wait(0.005):
+            for name, key in self.keys.items():
+                try:
+                    now = bool(self.client.exists(key))
+                except redis.RedisError:
+                    continue
+                if present[name] and not now:
+                    self.counts[name] += 1
+                present[name] = now
+
+    def stop(self) -> dict[str, int]:
+        self.done.set()
+        self.join(5)
+        self.client.close()
+        return self.counts
+
+
+def _fill(port: int, *, seconds: float, every: float) -> int:
+    """Write pressure from a filler client on loopback, in its own database
+    (eviction spans every database): a burst of ``_BURSTS_OF`` headrooms of
+    64 KB values every ``every`` seconds, each with a TTL so that
+    ``volatile-*`` policies may evict them.  Stops by itself after
+    ``seconds``; returns the number of values written."""
+    filler = redis.Redis(host="127.0.0.1", port=port, db=1, socket_timeout=10)
+    value = b"x" * _VALUE
+    deadline = time.monotonic() + seconds
+    written = 0
+    try:
+        while time.monotonic() < deadline:
+            pipe = filler.pipeline(transaction=False)
+            for _ in range(_BURSTS_OF * _HEADROOM // _VALUE):
+                written += 1
+                pipe.set(f"filler:{written}", value, ex=120)
+            pipe.execute(raise_on_error=False)  # an OOM refusal is part of the pressure
+            pause(every)  # the pressure's rhythm, not a wait for a condition
+        filler.flushdb()
+    finally:
+        filler.close()
+    return written
+
+
+def eviction_pressure(cluster: Cluster) -> Fault:
+    """Cap the lease Redis's memory just above its use and write bursts of
+    filler past the cap for six seconds (4.5 in the short profile), so the cluster's
+    ``maxmemory-policy`` evicts the scheduler's keys again and again.
+    Under ``allkeys-*`` the ledger goes too: its losses are a declared
+    outage, from the first burst until the first fire after the pressure.
+    Under ``volatile-*`` only keys with a TTL (the lease, batch records)
+    can go, and nothing may be lost."""
+    policy = str(cluster.client.config_get("maxmemory-policy")["maxmemory-policy"])
+    assert policy.startswith(("allkeys-", "volatile-")), f"the cluster's Redis does not evict ({policy})"
+    wipes = policy.startswith("allkeys-")
+    keys = {"ledger": cluster.keys.ticks, "epoch": cluster.keys.epoch, "lease": cluster.keys.lease}
+    watch = _Vanishings(cluster.redis.port, keys)
+    used = int(cluster.client.info("memory")["used_memory"])
+    fault = Fault("eviction_pressure", now_ms(), wipes=wipes, detail=policy)
+    watch.start()
+    cluster.client.config_set("maxmemory", used + _HEADROOM)
+    try:
+        written = _fill(cluster.redis.port, seconds=6.0 if PROFILE == "full" else 4.5, every=1.5)
+    finally:
+        cluster.client.config_set("maxmemory", 0)
+        counts = watch.stop()
+    cluster.record(fault)
+    cluster.wait_job_processed()
+    # What fired while the pressure lasted (each tick counted once).
+    during = [e for e in cluster.history.enqueues() if fault.start_ms <= e.at * 1000 <= fault.end_ms]
+    fired = {(e.schedule, e.tick_ms) for e in during}
+    seconds = (fault.end_ms - fault.start_ms) / 1000
+    fault.figures = {
+        **{f"{name}_evicted": float(n) for name, n in counts.items()},
+        "filler_values": float(written),
+        "fired_per_schedule_second": round(len(fired) / (seconds * len(cluster.schedule_ids())), 2),
+    }
+    return fault
+
+
+# -- Redis clock steps (the lease Redis runs on a ClockShim) ------------------
+
+
+def _redis_time_ms(cluster: Cluster) -> int:
+    seconds, micros = cluster.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _step_redis_clock(cluster: Cluster, offset_s: int) -> int:
+    """Step the lease Redis's wall clock to real time plus ``offset_s`` and
+    check that ``TIME`` really moved; returns the jump (ms)."""
+    shim = cluster.clock_shim
+    assert shim is not None, "this fault needs Cluster(shimmed_clock=True)"
+    before = _redis_time_ms(cluster)
+    shift = (offset_s - shim.offset_s) * 1000
+    shim.step_to(offset_s)
+    jumped = _redis_time_ms(cluster) - before
+    assert abs(jumped - shift) < 1000, f"the clock shim did not step TIME by {shift} ms (it moved {jumped} ms)"
+    return jumped
+
+
+def redis_clock_forward(cluster: Cluster) -> Fault:
+    """Step the Redis host's clock an hour forward for six seconds, then
+    back (an NTP step, undone).  Every key with a TTL expires at once (the
+    lease: a leadership change is expected); nothing may fire early, and
+    schedules fire normally once the step is undone."""
+    fault = Fault("redis_clock_forward", now_ms(), detail="+3600 s for 6 s")
+    jumped = _step_redis_clock(cluster, 3600)
+    try:
+        cluster.wait_job_processed()
+        pause(6.0)
+    finally:
+        _step_redis_clock(cluster, 0)
+    fault.figures = {"time_jump_ms": float(jumped)}
+    return cluster.record(fault)
+
+
+def redis_clock_back(cluster: Cluster) -> Fault:
+    """Step the Redis host's clock 40 s back with the leader frozen, so its
+    lease now lasts 40 s by Redis's clock, then kill -9 the leader: a
+    follower must take over within about one lease by its own monotonic
+    clock, not when the key expires.  Then the step is undone."""
+    instance, pid = cluster.leader_instance()
+    fault = Fault("redis_clock_back", now_ms(), detail=f"-40 s, then kill -9 of pid {pid}")
+    # Frozen first, so that no renewal lands after the step.
+    os.kill(pid, signal.SIGSTOP)
+    frozen = time.monotonic()
+    jumped = _step_redis_clock(cluster, -40)
+    try:
+        pttl = int(cluster.client.pttl(cluster.keys.lease))
+        assert pttl > 30_000, f"the step did not stretch the lease's expiry (PTTL {pttl} ms)"
+        instance.kill9()
+        wait_for(lambda: cluster.leader_pid() not in (None, pid), timeout=60, interval=0.01, what="a new leader")
+        took = time.monotonic() - frozen
+        cluster.wait_job_processed()
+    finally:
+        _step_redis_clock(cluster, 0)
+    fault.figures = {"time_jump_ms": float(jumped), "lease_pttl_at_kill_ms": float(pttl), "takeover_ms": took * 1000}
+    cluster.record(fault)
+    cluster.replace(instance)
+    return fault
+
+
+# -- poisoned values ----------------------------------------------------------
+
+#: How soon a poisoned schedule must fire again.
+_RESUME_S = 5.0
+
+
+def _poison(
+    cluster: Cluster,
+    name: str,
+    write: Callable[[], object],
+    *,
+    names: str,
+    victim: str = "",
+    destroys: bool = False,
+) -> Fault:
+    """Write a bad value, then check that every schedule (the victim
+    included) fires again within a few seconds and that a WARNING names
+    the key (or the schedule whose ledger entry it was).  A value that
+    overwrote the victim's ledger entry destroyed it: that schedule's
+    ticks from the write to its next fire are a declared outage."""
+    fault = Fault("poisoned_values", now_ms(), wipes=destroys, detail=name, schedules=(victim,) if destroys else ())
+    write()
+    fault.end_ms = now_ms()
+    cluster.faults.append(fault)
+    began = time.monotonic()
+    for schedule in [victim] if victim else cluster.schedule_ids():
+        cluster.wait_fired_after(fault.end_ms, timeout=_RESUME_S, schedule=schedule)
+    fault.figures = {"resume_ms": round((time.monotonic() - began) * 1000)}
+    wait_for(
+        lambda: any(names in line for line in cluster.warnings()),
+        timeout=_RESUME_S,
+        what=f"a WARNING naming {names} ({name})",
+    )
+    return fault
+
+
+def _current_epoch(cluster: Cluster) -> str:
+    epoch: str = wait_for(lambda: cluster.lease().get("epoch"), timeout=30, what="a lease with an epoch")
+    return epoch
+
+
+def poisoned_values(cluster: Cluster) -> Fault:
+    """An operator or a bug writes bad data: a ledger entry an hour in the
+    future, a non-integer epoch counter (read at the next acquisition), a
+    lease and a paused set of the wrong type.  Each is treated as missing
+    with a WARNING naming the key, stops no other schedule, and the
+    poisoned schedule fires again within a few seconds."""
+    k = cluster.keys
+    client = cluster.client
+    second = cluster.schedule_ids()[1]
+    _poison(
+        cluster,
+        "ledger entry an hour ahead",
+        lambda: client.hset(k.ticks, second, f"{now_ms() + 3_600_000}:{_current_epoch(cluster)}:1"),
+        names=second,
+        victim=second,
+        destroys=True,
+    )
+
+    def epoch() -> None:
+        client.set(k.epoch, "not-a-number")
+        client.delete(k.lease)  # the counter is read at the next acquisition
+
+    _poison(cluster, "non-integer epoch", epoch, names=k.epoch)
+
+    def lease() -> None:
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(k.lease)
+        pipe.set(k.lease, "garbage")
+        pipe.execute()
+
+    _poison(cluster, "lease of the wrong type", lease, names=k.lease)
+    try:
+        fault = _poison(cluster, "paused of the wrong type", lambda: client.set(k.paused, "garbage"), names=k.paused)
+    finally:
+        client.delete(k.paused)
+    return fault
+
+
+def poisoned_ledger_entries(cluster: Cluster) -> Fault:
+    """``HSET {p}:ticks <schedule> <ms>`` (an operator "resetting" a
+    schedule without the epoch), then ``"garbage"`` in another schedule's
+    entry: each entry is treated as missing (a new baseline) with a
+    WARNING naming the schedule, and the others keep firing."""
+    first, second = cluster.schedule_ids()[:2]
+    _poison(
+        cluster,
+        "ledger entry without its epoch",
+        lambda: cluster.client.hset(cluster.keys.ticks, first, str(now_ms())),
+        names=first,
+        victim=first,
+        destroys=True,
+    )
+    return _poison(
+        cluster,
+        "ledger entry of garbage",
+        lambda: cluster.client.hset(cluster.keys.ticks, second, "garbage"),
+        names=second,
+        victim=second,
+        destroys=True,
+    )
+
+
+def poisoned_batch_record(cluster: Cluster) -> Fault:
+    """A batch record is read only when a claim's reply was lost.  So:
+    hold every reply back (requests still run at once) from just before a
+    tick, overwrite the claim's result record with garbage the moment Redis
+    writes it (a keyspace notification), and let the leader settle the
+    batch from that garbage.  The record was the only proof of what that
+    batch granted: its ticks are a declared outage.  Nothing else may be
+    lost, and a WARNING must name the key."""
+    assert cluster.proxy is not None, "this fault needs the proxy"
+    client = cluster.client
+    client.config_set("notify-keyspace-events", "K$")
+    listener = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    listener.psubscribe(f"__keyspace@0__:{cluster.keys.tag}:batch:*")
+    poisoned = ""
+    fault = Fault("poisoned_values", now_ms(), wipes=True, detail="batch record of garbage")
+    try:
+        for _ in range(5):  # a renewal may win the race for the first lost reply: try the next tick
+            # Start just before a tick, so the claim is the first reply lost.
+            pause((0.97 - time.time() % 1) % 1)
+            cluster.proxy.set_reply_delay(500)
+            fault.start_ms = now_ms()
+            deadline = time.monotonic() + 1.0
+            while not poisoned and time.monotonic() < deadline:
+                message = listener.get_message(timeout=0.1)
+                if message and message["data"] == "set":
+                    key = str(message["channel"]).split(":", 1)[1]
+                    client.set(key, "garbage")
+                    poisoned = key
+                    fault.end_ms = now_ms()
+            if poisoned:
+                break
+            cluster.proxy.heal()
+            cluster.wait_fired_after(now_ms(), timeout=30)
+        assert poisoned, "no claim ran while replies were held back"
+        # The claim's reply is lost; once replies flow again (a new
+        # connection's handshake waits for one too), the leader settles the
+        # batch from the garbage, and the record turns to "void".
+        pause(0.3)
+        cluster.proxy.heal()
+        wait_for(lambda: client.get(poisoned) == "void", timeout=10, what="the leader to settle the poisoned batch")
+    finally:
+        cluster.proxy.heal()
+        listener.close()
+        client.config_set("notify-keyspace-events", "")
+    cluster.faults.append(fault)
+    cluster.wait_fired_after(now_ms(), timeout=30)
+    # The record was the proof: what the batch granted is in the history
+    # stream as fired, but was never enqueued.
+    enqueued = {(e.schedule, e.tick_ms) for e in cluster.history.enqueues()}
+    entries: list[tuple[str, dict[str, str]]] = client.xrange(  # type: ignore[assignment]
+        cluster.keys.history, min=f"{fault.start_ms - 1000}", max="+"
+    )
+    fired = {(f["schedule"], int(f["tick"])) for _, f in entries if f.get("outcome") == "fired"}
+    fault.figures = {"fired_never_enqueued": float(len(fired - enqueued))}
+    wait_for(
+        lambda: any(f"{cluster.keys.tag}:batch" in line for line in cluster.warnings()),
+        timeout=_RESUME_S,
+        what=(
+            f"a WARNING naming the batch record {poisoned} (the batch's granted ticks recorded fired but "
+            f"never enqueued: {len(fired - enqueued)})"
+        ),
+    )
+    return fault
+
+
 #: Every fault by name.
 FAULTS: dict[str, Callable[[Cluster], Fault]] = {
     f.__name__: f
@@ -241,6 +614,7 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
         leader_sigstop,
         leader_kill9,
         leader_sigterm,
+        leader_group_sigterm,
         leader_sighup,
         redis_debug_sleep,
         redis_client_pause,
@@ -250,9 +624,24 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
         proxy_latency,
         proxy_blackhole,
         proxy_reset,
+        poisoned_values,
+        poisoned_ledger_entries,
+        poisoned_batch_record,
+        eviction_pressure,
+        redis_clock_forward,
+        redis_clock_back,
     )
 }
 
+#: Faults whose scenario reveals a product bug not fixed yet: each is
+#: expected to fail (strictly) and stays out of the mixed sequence and the
+#: soak until it passes.
+KNOWN_BUGS: dict[str, str] = {}
+
+#: Faults that need a cluster of their own: an evicting ``maxmemory-policy``
+#: or a lease Redis on a clock shim.
+NEEDS_OWN_CLUSTER = {"eviction_pressure", "redis_clock_forward", "redis_clock_back"}
+
 #: The faults the mixed sequence draws from (a cluster with a proxy and
 #: persistence supports them all).
-MIXABLE = list(FAULTS)
+MIXABLE = [kind for kind in FAULTS if kind not in NEEDS_OWN_CLUSTER and kind not in KNOWN_BUGS]

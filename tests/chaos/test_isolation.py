@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ def test_two_apps_with_different_prefixes_on_one_redis_do_not_see_each_other(
     ticks exactly once, each has its own leader at the same time, and
     deleting alpha's lease changes nothing for beta."""
     histories = {}
+    started: list[Instance] = []
     for prefix in ("alpha", "beta"):
         record = tmp_path / prefix
         record.mkdir()
@@ -37,8 +39,7 @@ def test_two_apps_with_different_prefixes_on_one_redis_do_not_see_each_other(
             "CRON_APP_TTL": "1500",
             "CRON_APP_PREFIX": prefix,
         }
-        instances(env)
-        instances(env)
+        started += [instances(env), instances(env)]
     client = redis_server.client()
     wait_for(
         lambda: client.exists("{alpha}:lease") and client.exists("{beta}:lease"), timeout=30, what="both apps to lead"
@@ -66,6 +67,13 @@ def test_two_apps_with_different_prefixes_on_one_redis_do_not_see_each_other(
         verdict = history.judge(schedules=schedules, start_ms=start, end_ms=end)
         assert verdict.expected and not verdict.duplicates and not verdict.losses, f"{prefix}: {verdict.summary()}"
     client.close()
+    # Stop all four at once: a graceful dramatiq stop takes a couple of
+    # seconds, and the fixture would stop them one after the other.
+    for instance in started:
+        instance.signal(signal.SIGTERM)
+    for instance in started:
+        assert instance.proc is not None
+        instance.proc.wait(20)
 
 
 def test_credentials_in_the_redis_url_never_reach_the_logs(instances: Callable[..., Instance], record_dir: str) -> None:
@@ -82,8 +90,11 @@ def test_credentials_in_the_redis_url_never_reach_the_logs(instances: Callable[.
         wait_for(lambda: "cannot reach Redis" in bad.log(), timeout=30, what="the bad instance to report")
     # Redis is gone now.
     wait_for(lambda: "cannot reach Redis" in good.log(), timeout=30, what="the good instance to report")
+    for instance in (good, bad):  # stopped together: each graceful stop takes a second or two
+        instance.signal(signal.SIGTERM)
     for instance in (good, bad):
-        instance.terminate()
+        assert instance.proc is not None
+        instance.proc.wait(20)
         log = instance.log()
         assert password not in log and wrong not in log, f"a password leaked into {instance.log_path}"
         assert "Traceback" not in log

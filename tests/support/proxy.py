@@ -34,8 +34,8 @@ class _Pipe:
 
     source: socket.socket
     target: socket.socket
-    #: Whether this direction carries the server's replies.
-    reply: bool = False
+    #: Server to client: the direction ``set_reply_delay`` holds back.
+    replies: bool = False
     queue: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
     ready: threading.Condition = field(default_factory=threading.Condition)
     done: bool = False
@@ -54,9 +54,6 @@ class Proxy:
         self.upstream = ("127.0.0.1", upstream_port)
         self.max_connections = max_connections
         self.delay_ms = 0
-        #: Extra delay of the server's replies only: commands arrive and
-        #: run at once, their answers come late (a lost reply, for a client
-        #: whose timeout is shorter).
         self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing = threading.Event()
@@ -90,6 +87,12 @@ class Proxy:
         """Deliver every chunk ``delay_ms`` after it was read (0: none)."""
         self.delay_ms = delay_ms
 
+    def set_reply_delay(self, delay_ms: int) -> None:
+        """Deliver replies (server to client) ``delay_ms`` late, requests on
+        time: every command runs at once, but a caller with a shorter
+        timeout never reads its reply (0: none)."""
+        self.reply_delay_ms = delay_ms
+
     def blackhole(self) -> None:
         """Stop forwarding anything, in both directions, on every connection."""
         self._flowing.clear()
@@ -97,9 +100,6 @@ class Proxy:
     def heal(self) -> None:
         """Undo blackhole, delay and reset-on-connect."""
         self.delay_ms = 0
-        #: Extra delay of the server's replies only: commands arrive and
-        #: run at once, their answers come late (a lost reply, for a client
-        #: whose timeout is shorter).
         self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing.set()
@@ -171,7 +171,7 @@ class Proxy:
         upstream.settimeout(None)
         with self._lock:
             self._conns.append((client, upstream))
-        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client, reply=True)):
+        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client, replies=True)):
             threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
             threading.Thread(target=self._write, args=(pipe,), daemon=True).start()
 
@@ -182,7 +182,7 @@ class Proxy:
                 if not data:
                     break
                 with pipe.ready:
-                    delay = self.delay_ms + (self.reply_delay_ms if pipe.reply else 0)
+                    delay = self.delay_ms + (self.reply_delay_ms if pipe.replies else 0)
                     pipe.queue.append((time.monotonic() + delay / 1000, data))
                     pipe.ready.notify()
         except OSError:

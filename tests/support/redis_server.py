@@ -70,14 +70,24 @@ class RedisServer(Lifecycle):
       port: Listening port; a free one when None.  Kept across restarts.
       persistence: Keep an append-only file across restarts.
       extra: More ``--option value`` arguments.
+      env: More environment for the server process (a clock shim's
+        ``LD_PRELOAD``, see tests/support/faketime.py).
     """
 
-    def __init__(self, *, port: int | None = None, persistence: bool = False, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        persistence: bool = False,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.binary = redis_server_binary()
         self.version = server_version(self.binary)
         self.port = port or free_port()
         self.persistence = persistence
         self.extra = extra or []
+        self.env = dict(env or {})
         self.dir = tempfile.mkdtemp(prefix="cron-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(self.dir, "redis.log")
@@ -113,7 +123,9 @@ class RedisServer(Lifecycle):
         if self.persistence:
             args += ["--appendfsync", "always"]
         args += self.extra
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **self.env}
+        )
         deadline = time.monotonic() + timeout
         probe = self.client()
         while True:
