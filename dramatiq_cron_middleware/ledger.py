@@ -39,6 +39,8 @@ FUTURE_TOLERANCE_MS = 1_000
 #: Schedules read per sync call: bounds the script's run time.
 SYNC_CHUNK = 5_000
 
+_OK = SyncCode.OK
+
 
 class NotLeader(Exception):
     """Redis refused a fenced operation: the lease holds another token."""
@@ -176,12 +178,13 @@ class Ledger:
             corrupt |= Corrupt(int(result[2]))
             lost = lost or int(result[3]) == 1
             pairs = result[4:]
-            for index, sid in enumerate(e.schedule_id for e in chunk):
+            for index, entry in enumerate(chunk):
                 value = parse_ledger_value(pairs[2 * index])
                 if value is None:  # the script writes only values of the grammar
-                    raise BadRequest(f"sync returned an unparsable entry for {sid!r}")
-                last[sid] = value
-                codes[sid] = SyncCode(int(pairs[2 * index + 1]))
+                    raise BadRequest(f"sync returned an unparsable entry for {entry.schedule_id!r}")
+                last[entry.schedule_id] = value
+                code = pairs[2 * index + 1]
+                codes[entry.schedule_id] = _OK if code == 0 else SyncCode(int(code))
         return SyncReply(last=last, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost)
 
     def register(self, schedules: Sequence[SyncEntry]) -> int:

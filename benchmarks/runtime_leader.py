@@ -1,0 +1,128 @@
+"""The leader with 100,000 runtime schedules: takeover time, fire lag and
+memory.
+
+Run: ``.venv/bin/python -m benchmarks.runtime_leader [--count 100000] [--seconds 30]``
+
+Starts a redis-server on a free loopback port, stores ``--count`` runtime
+schedules with ``add_many`` (interval schedules of 100 minutes, offsets
+spread so that 1 % of them fall due every minute, about 17 a second), then
+starts a leader in this process on a RedisBroker on the same Redis and
+measures:
+
+- takeover: from starting a leader to its tick queue being in sync with
+  the ledger (acquire, ``load_all``, ``changes_since``, the chunked sync),
+  the first time after the bulk add (every ledger entry is created) and
+  again as in steady state (the entries exist);
+- fire lag: the broker's ``after_enqueue`` minus the tick, over
+  ``--seconds`` of steady leading (p50, p99, max);
+- the process's RSS before the leader started and while it leads.
+
+Prints one JSON object; nothing is asserted (figures go to docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+
+from benchmarks.measure import load_average, percentiles, rss_mib
+from dramatiq_cron_middleware import CronMiddleware, Schedule
+from tests.support.instances import wait_for
+from tests.support.redis_server import RedisServer
+
+PERIOD_MS = 6_000_000  # 100 minutes: 1 % of the schedules per minute
+
+
+class _Lags(dramatiq.Middleware):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values: list[float] = []
+        self.since = float("inf")
+
+    def after_enqueue(self, broker: Any, message: Any, delay: Any) -> None:
+        tick = message.options.get("cron_tick")
+        if not tick:
+            return
+        now = time.time()
+        at = dt.datetime.fromisoformat(tick).timestamp()
+        if at >= self.since:
+            with self.lock:
+                self.values.append((now - at) * 1000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    out: dict[str, Any] = {"count": args.count, "load_before": load_average()}
+    with RedisServer() as server:
+        broker = RedisBroker(url=server.url)
+        middleware = CronMiddleware(lock_ttl=15000)
+        broker.add_middleware(middleware)
+        lags = _Lags()
+        broker.add_middleware(lags)
+        dramatiq.actor(lambda tenant: None, actor_name="tenant_report", broker=broker)
+        # Offsets: schedule n falls due at minute n % 100 of the period, at
+        # second (n // 100) % 60 of that minute.
+        items = [
+            (
+                "tenant_report",
+                Schedule(every=PERIOD_MS, offset=(n % 100) * 60_000 + ((n // 100) % 60) * 1000, kwargs={"tenant": n}),
+                f"tenant-{n}",
+            )
+            for n in range(args.count)
+        ]
+        started = time.perf_counter()
+        middleware.runtime.add_many(items)
+        out["bulk_add_per_s"] = round(args.count / (time.perf_counter() - started))
+        del items
+        gc.collect()
+        out["rss_before_leader_mib"] = round(rss_mib(os.getpid()), 1)
+        started = time.perf_counter()
+        middleware.start(broker)
+        leader = middleware.leader
+        assert leader is not None
+        wait_for(
+            lambda: leader.leading and leader.queue.in_sync and len(leader.queue.schedules) >= args.count,
+            timeout=120,
+            interval=0.01,
+            what="the leader to load and sync every schedule",
+        )
+        out["first_takeover_s"] = round(time.perf_counter() - started, 2)
+        # A takeover as it happens in steady state: another leader (here a
+        # new leader thread) finds the ledger entries and shapes in place.
+        middleware.stop()
+        started = time.perf_counter()
+        middleware.start(broker)
+        leader = middleware.leader
+        assert leader is not None
+        wait_for(
+            lambda: leader.leading and leader.queue.in_sync and len(leader.queue.schedules) >= args.count,
+            timeout=120,
+            interval=0.01,
+            what="the second leader to load and sync every schedule",
+        )
+        out["takeover_s"] = round(time.perf_counter() - started, 2)
+        lags.since = time.time() + 1.0
+        time.sleep(args.seconds + 1.5)
+        out["rss_leading_mib"] = round(rss_mib(os.getpid()), 1)
+        middleware.stop()
+        broker.close()
+        with lags.lock:
+            out["fire_lag_ms"] = percentiles(lags.values)
+    out["load_after"] = load_average()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
