@@ -151,11 +151,16 @@ class ServerClock:
         """The time to fire by: the earlier of the timeline and the server's
         time, so no tick is asked for before its instant on either.  Before
         the first observation, the local wall clock stands in."""
+        return int(self.precise_ms())
+
+    def precise_ms(self) -> float:
+        """:meth:`now_ms` without rounding down to the millisecond (to wake
+        up at a tick, not up to a millisecond after it)."""
         with self._lock:
             offset, server = self._offset, self._server
         if offset is None or server is None:
-            return int(self._wall() * 1000)
-        return int(self.monotonic() * 1000 + min(offset, server))
+            return self._wall() * 1000
+        return self.monotonic() * 1000 + min(offset, server)
 
     def trusted_ms(self) -> int:
         """The latest time anything could have been decided at: the later of

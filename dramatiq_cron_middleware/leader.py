@@ -51,6 +51,10 @@ BATCH_LIMIT = 1000
 #: (one GET): a change takes effect within this long plus a round trip.
 RUNTIME_POLL = 0.5
 
+#: How long before a tick the leader wakes, to wait out the rest in short
+#: naps: thread wake-ups come up to a millisecond late.
+WAKE_EARLY = 0.002
+
 _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 _KEY_NAMES = {
@@ -411,18 +415,23 @@ class LeaderThread(threading.Thread):
     # -- leading --------------------------------------------------------------
 
     def _lead(self) -> None:
-        self._renew_if_due()
         if not self._within_deadline():
             return
         token, epoch = self.lease.token, self.epoch
         if token is None or epoch is None:  # released by hand_over() on another thread
             return
-        if self.runtime is not None:
-            self._follow_runtime_changes(token, epoch)
+        if self.runtime is not None and self._runtime_version is None:
+            self._follow_runtime_changes(token, epoch)  # all of them, before the sync
         if not self.queue.in_sync:
             self._sync(token, epoch)
+        # Ticks first: a turn wakes at a tick, and the renewal and the
+        # version read (due at turns too) would only delay it.  The firing
+        # deadline, checked above and between batches, keeps this safe.
         if self.monotonic() >= self._fire_not_before:
             self._fire_due(token, epoch)
+        self._renew_if_due()
+        if self.runtime is not None:
+            self._follow_runtime_changes(token, epoch)
         self.owed.pay()
         self._sleep()
 
@@ -724,11 +733,13 @@ class LeaderThread(threading.Thread):
         self.queue.invalidate()
 
     def _sleep(self) -> None:
+        # Nothing is due: build the next ticks' messages now, off the fire path.
+        self.queue.build_ahead(self.clock.now_ms())
         now_mono = self.monotonic()
         wake = min(self._renew_at, self._deadline)
         due = self.queue.next_due_ms()
         if due is not None:
-            wake = min(wake, now_mono + max(due - self.clock.now_ms(), 0) / 1000)
+            wake = min(wake, now_mono + max(due - self.clock.precise_ms(), 0.0) / 1000)
         if self._fire_not_before > now_mono:
             # Nothing fires before then (post-failover wait): sleep until it.
             wake = min(self._renew_at, self._deadline, max(wake, self._fire_not_before))
@@ -737,7 +748,20 @@ class LeaderThread(threading.Thread):
             wake = min(wake, retry)
         if self.runtime is not None:
             wake = min(wake, self._runtime_checked + RUNTIME_POLL)
-        self.stopping.wait(max(wake - now_mono, 0.0))
+        pause = max(wake - now_mono, 0.0)
+        if (
+            due is not None
+            and pause > WAKE_EARLY
+            and abs(wake - (now_mono + (due - self.clock.precise_ms()) / 1000)) < 1e-3
+        ):
+            # A thread wakes up to a millisecond after its timeout: wake a
+            # little early for a tick and wait out the rest in short naps.
+            if self.stopping.wait(pause - WAKE_EARLY):
+                return
+            while not self.stopping.is_set() and self.clock.precise_ms() < due:
+                time.sleep(0.0001)
+            return
+        self.stopping.wait(pause)
 
     # -- faults and reports ---------------------------------------------------
 

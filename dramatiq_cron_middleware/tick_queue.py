@@ -80,6 +80,9 @@ class TickQueue:
         self._heap: list[tuple[int, str]] = []
         self._backlog: list[tuple[int, str]] = []
         self._ahead: dict[str, tuple[int, Message[Any], Payload | None]] = {}
+        # Schedules put back since the last build_ahead(): their next
+        # messages are built when the leader has nothing due.
+        self._to_build: list[str] = []
 
     # -- the ledger's view ----------------------------------------------------
 
@@ -234,15 +237,25 @@ class TickQueue:
                 self._reschedule(self.schedules[sid], now)
 
     def _reschedule(self, schedule: BoundSchedule, now: int) -> None:
-        """Put a schedule back at its next undecided tick; if that lies in
-        the future, build its message ahead of time (off the fire path)."""
+        """Put a schedule back at its next undecided tick; its message is
+        built ahead later (:meth:`build_ahead`), off the fire path, so a burst
+        of batches is claimed back to back."""
         sid = schedule.id
-        head = schedule.next_after(self._last[sid])
-        self._push(sid, head)
-        # Build ahead only what falls due soon: with 100,000 runtime
-        # schedules spread over a day, messages for all of them would cost
-        # far more memory than the schedules themselves.
-        if now < head <= now + AHEAD_MS and sid not in self._ahead:
+        self._push(sid, schedule.next_after(self._last[sid]))
+        self._to_build.append(sid)
+
+    def build_ahead(self, now: int) -> None:
+        """Build (and encode) the messages of the ticks that fall due soon,
+        for the schedules put back since the last call.  Only what falls due
+        within :data:`AHEAD_MS`: with 100,000 runtime schedules spread over a
+        day, messages for all of them would cost far more memory than the
+        schedules themselves."""
+        pending, self._to_build = self._to_build, []
+        for sid in pending:
+            schedule = self.schedules.get(sid)
+            head = self._head.get(sid)
+            if schedule is None or head is None or not now < head <= now + AHEAD_MS or sid in self._ahead:
+                continue
             # Stamped with its tick: the message is as old as its tick.
             message = message_for(schedule, head, prefix=self.prefix, timestamp_ms=head)
             payload = self._encode(schedule, message, head) if self._encode is not None else None

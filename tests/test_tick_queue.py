@@ -81,7 +81,8 @@ def test_an_on_time_tick_uses_the_message_built_ahead() -> None:
     s = every_second("job")
     queue = TickQueue({s.id: s}, prefix="p", wall=lambda: 123.0)
     queue.load({s.id: NOW - 1000})
-    grant_all(queue, NOW, 10)  # fires NOW, builds NOW + 1000 ahead
+    grant_all(queue, NOW, 10)  # fires NOW
+    queue.build_ahead(NOW)  # what the leader does before it sleeps
     batch = queue.take(NOW + 1000, 10)
     assert [p.claim.tick_ms for p in batch] == [NOW + 1000]
     assert batch[0].message is not None

@@ -156,10 +156,29 @@ for _, ev in ipairs(events) do
 end
 -- The granted messages, in dramatiq's layout: recorded as fired if and
 -- only if in the queue.
-for _, e in ipairs(pushes) do
-  redis.call('HSET', KEYS[e[12]], e[13], e[14])
-  redis.call('RPUSH', KEYS[e[11]], e[13])
+-- One HSET and one RPUSH per queue, in chunks of 500: a burst of a
+-- thousand messages costs a few calls, not two thousand.
+local bodies, ids, hashes, queues = {}, {}, {}, {}
+local function flush(q)
+  if #ids[q] > 0 then
+    redis.call('HSET', KEYS[hashes[q]], unpack(bodies[q]))
+    redis.call('RPUSH', KEYS[q], unpack(ids[q]))
+    bodies[q], ids[q] = {}, {}
+  end
 end
+for _, e in ipairs(pushes) do
+  local q = e[11]
+  if not ids[q] then
+    ids[q], bodies[q], hashes[q] = {}, {}, e[12]
+    queues[#queues + 1] = q
+  end
+  local b, i = bodies[q], ids[q]
+  b[#b + 1] = e[13]
+  b[#b + 1] = e[14]
+  i[#i + 1] = e[13]
+  if #i >= 500 then flush(q) end
+end
+for _, q in ipairs(queues) do flush(q) end
 -- Keep the per-entry results, so a caller whose reply was lost to a
 -- timeout can learn whether this batch ran and what it granted.
 local out = {1, now, flags}
