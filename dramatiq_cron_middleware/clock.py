@@ -96,6 +96,8 @@ class ServerClock:
         self._server: float | None = None
         # While a step is ignored: the server's offset we ignore.
         self._ignored: float | None = None
+        #: How many server readings were observed (each one a reply).
+        self.observations = 0
 
     @property
     def synced(self) -> bool:
@@ -115,6 +117,7 @@ class ServerClock:
         high = server_ms - sent * 1000
         event: ClockStep | None = None
         with self._lock:
+            self.observations += 1
             current = self._offset
             self._server = low
             if current is None:

@@ -256,8 +256,10 @@ class LeaderThread(threading.Thread):
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
+                replies = self.clock.observations
                 self._turn()
-                self._healthy()
+                if self.clock.observations != replies:  # Redis answered this turn
+                    self._healthy()
             except NotLeader:
                 self._step_down("Redis holds another leader's token")
             except redis.ReadOnlyError as exc:
