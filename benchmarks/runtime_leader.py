@@ -59,6 +59,22 @@ class _Lags(dramatiq.Middleware):
                 self.values.append((now - at) * 1000)
 
 
+def take_over(middleware: CronMiddleware, broker: RedisBroker, count: int) -> float:
+    """Start a leader; seconds until its tick queue holds every schedule in
+    sync with the ledger."""
+    started = time.perf_counter()
+    middleware.start(broker)
+    leader = middleware.leader
+    assert leader is not None
+    wait_for(
+        lambda: leader.leading and leader.queue.in_sync and len(leader.queue.schedules) >= count,
+        timeout=120,
+        interval=0.01,
+        what="the leader to load and sync every schedule",
+    )
+    return round(time.perf_counter() - started, 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=100_000)
@@ -88,31 +104,11 @@ def main() -> None:
         del items
         gc.collect()
         out["rss_before_leader_mib"] = round(rss_mib(os.getpid()), 1)
-        started = time.perf_counter()
-        middleware.start(broker)
-        leader = middleware.leader
-        assert leader is not None
-        wait_for(
-            lambda: leader.leading and leader.queue.in_sync and len(leader.queue.schedules) >= args.count,
-            timeout=120,
-            interval=0.01,
-            what="the leader to load and sync every schedule",
-        )
-        out["first_takeover_s"] = round(time.perf_counter() - started, 2)
+        out["first_takeover_s"] = take_over(middleware, broker, args.count)
         # A takeover as it happens in steady state: another leader (here a
         # new leader thread) finds the ledger entries and shapes in place.
         middleware.stop()
-        started = time.perf_counter()
-        middleware.start(broker)
-        leader = middleware.leader
-        assert leader is not None
-        wait_for(
-            lambda: leader.leading and leader.queue.in_sync and len(leader.queue.schedules) >= args.count,
-            timeout=120,
-            interval=0.01,
-            what="the second leader to load and sync every schedule",
-        )
-        out["takeover_s"] = round(time.perf_counter() - started, 2)
+        out["takeover_s"] = take_over(middleware, broker, args.count)
         lags.since = time.time() + 1.0
         time.sleep(args.seconds + 1.5)
         out["rss_leading_mib"] = round(rss_mib(os.getpid()), 1)

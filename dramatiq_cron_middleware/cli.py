@@ -31,7 +31,7 @@ import dramatiq
 import redis
 
 from .connection import describe, redact, scheduler_clients
-from .control import Control, HistoryEntry, TriggerRefused
+from .control import Control, HistoryEntry, TriggerRefused, human_span
 from .errors import CronConfigurationError, CronError, CronScheduleError
 from .middleware import CronMiddleware
 from .protocol import Outcome
@@ -175,24 +175,6 @@ def _when(ms: int, zone: dt.tzinfo = _UTC) -> str:
     return text.replace("+00:00", "Z")
 
 
-def _span(ms: float) -> str:
-    """A duration for humans: 850ms, 12.3s, 4m05s, 2h03m, 3d04h."""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{ms:.0f}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, seconds = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
@@ -313,7 +295,7 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     }
     lines = [f"Redis:      {app.where} reachable ({ping_ms:.1f} ms round trip)"]
     if leader is None:
-        lines.append(f"Leader:     none (no process holds the lease; lease length {_span(ttl)})")
+        lines.append(f"Leader:     none (no process holds the lease; lease length {human_span(ttl)})")
     else:
         data["leader"] = {
             "host": leader.host,
@@ -326,9 +308,9 @@ def _status(app: _App, args: argparse.Namespace) -> int:
         }
         lines += [
             f"Leader:     {leader.host} pid {leader.pid}, epoch {leader.epoch}",
-            f"Since:      {_when(leader.since_ms)} ({_span(now - leader.since_ms)} ago)",
-            f"Lease:      renewed {_span(now - leader.renewed_ms)} ago, "
-            f"{_span(leader.remaining_ms)} of {_span(leader.ttl_ms)} left",
+            f"Since:      {_when(leader.since_ms)} ({human_span(now - leader.since_ms)} ago)",
+            f"Lease:      renewed {human_span(now - leader.renewed_ms)} ago, "
+            f"{human_span(leader.remaining_ms)} of {human_span(leader.ttl_ms)} left",
         ]
     rows = [
         [
@@ -337,12 +319,12 @@ def _status(app: _App, args: argparse.Namespace) -> int:
             c["candidate"],
             c["fingerprint"] or "-",
             c["version"] or "-",
-            _span(now - c_ms) + " ago",
+            human_span(now - c_ms) + " ago",
             "yes" if c["leader"] else "",
         ]
         for c, c_ms in zip(data["candidates"], (c.seen_ms for c in candidates), strict=True)
     ]
-    lines.append(f"Candidates: {len(candidates)} seen in the last {_span(3 * ttl)}")
+    lines.append(f"Candidates: {len(candidates)} seen in the last {human_span(3 * ttl)}")
     if rows:
         lines.append(_table(["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"], rows))
     sets = {c.fingerprint for c in candidates if c.fingerprint}
@@ -402,7 +384,7 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
         "tick": _iso(e.tick_ms, app.zone_of(e.schedule_id)),
         "tick_ms": e.tick_ms,
         "delay_ms": delay_ms,
-        "delay": None if delay_ms is None else "+" + _span(delay_ms),
+        "delay": None if delay_ms is None else "+" + human_span(delay_ms),
         "epoch": e.epoch,
         "detail": e.detail,
         "message_id": e.message_id or None,

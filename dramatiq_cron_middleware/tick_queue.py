@@ -24,7 +24,7 @@ from dramatiq import Message
 
 from .enqueue import Payload
 from .ledger import Claim
-from .planner import ON_TIME_MS, Decision, message_for, message_id_for, plan
+from .planner import ON_TIME_MS, Decision, message_for, plan
 from .protocol import ClaimResult
 from .schedule import BoundSchedule
 
@@ -268,7 +268,3 @@ class TickQueue:
     def _drop_stale(self, heap: list[tuple[int, str]]) -> None:
         while heap and self._head.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
-
-    def message_id(self, schedule: BoundSchedule, tick: int) -> str:
-        """The deterministic message id of a tick."""
-        return message_id_for(schedule.id, tick, prefix=self.prefix)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..control import human_span
+
 __all__ = ["iso", "span", "when"]
 
 _UTC = dt.timezone.utc
@@ -22,18 +24,6 @@ def iso(ms: int, zone: dt.tzinfo = _UTC) -> str:
 
 
 def span(ms: float) -> str:
-    """A duration for people: 850ms, 12.3s, 4m05s, 2h03m, 3d04h."""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{ms:.0f}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
+    """A duration for people: 850ms, 12.3s, 4m05s, 2h03m, 3d04h (as the CLI
+    prints it)."""
+    return human_span(ms)

@@ -346,8 +346,8 @@ def overview(
         warnings.append(f"Candidates run different versions: {', '.join(sorted(map(str, versions)))}.")
     if policy is not None and policy.startswith("allkeys-"):
         warnings.append(
-            f"maxmemory-policy is {policy}: Redis can evict the ledger, and evicted ticks may fire again. "
-            "Use noeviction (or a volatile-* policy)."
+            f"maxmemory-policy is {policy}: Redis can evict the ledger and the epoch counter (schedules then "
+            "restart from now and ticks can be lost). Use noeviction."
         )
     return Overview(
         where=where,
