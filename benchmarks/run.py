@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ours, peers
+from benchmarks import bursts, ours, peers
 from benchmarks.measure import load_average
 from tests.support.redis_server import RedisServer
 
@@ -82,6 +82,18 @@ def main() -> int:
                 shape=shape,
                 broker=brk,
                 seconds=window if n > 1 else 2 * window,
+            )
+        # The same bursts with the leader in this process and the lease on
+        # the broker's Redis (the default deployment: the claim script
+        # enqueues), as benchmarks/bursts.py measures them.
+        for case in bursts.CASES:
+            _step(
+                f"ours_burst_{case}_in_claim",
+                results,
+                bursts.run_case,
+                **bursts.CASES[case],
+                same_redis=True,
+                seconds=window,
             )
         _step("ours_takeover_sigterm", results, ours.takeover, stage=stage, how="sigterm", ttl=2000, reps=reps)
         _step("ours_takeover_kill9", results, ours.takeover, stage=stage, how="kill9", ttl=2000, reps=reps)
@@ -182,6 +194,14 @@ def render(r: dict[str, Any]) -> str:
         ("ours_lag_1000_every-second_redis", "ours: fire lag, 1,000 due at once, RedisBroker"),
         ("ours_lag_1000_every-second_stub", "ours: fire lag, 1,000 due at once, StubBroker"),
         ("ours_lag_10000_spread_redis", "ours: fire lag, 10,000 declared, ~0.8%/s due, RedisBroker"),
+    ):
+        if key in r:
+            lines.append(f"| {label} | {_lag(r[key])} |")
+    for key, label in (
+        ("ours_burst_1_in_claim", "ours: fire lag, 1 schedule, lease on the broker's Redis (in-claim)"),
+        ("ours_burst_1000_in_claim", "ours: fire lag, 1,000 due at once, in-claim"),
+        ("ours_burst_10000_in_claim", "ours: fire lag, 10,000 due at once, in-claim"),
+        ("ours_burst_10000-spread_in_claim", "ours: fire lag, 10,000 declared, ~0.8%/s due, in-claim"),
     ):
         if key in r:
             lines.append(f"| {label} | {_lag(r[key])} |")
