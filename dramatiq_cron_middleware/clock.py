@@ -62,6 +62,27 @@ class ClockStep:
     kind: StepKind
     delta_ms: int
 
+    def describe(self) -> str:
+        """The one line an operator reads about this step."""
+        seconds = f"{self.delta_ms / 1000:+.1f} s"
+        return {
+            StepKind.FORWARD_IGNORED: (
+                f"The Redis server's clock jumped {seconds} against this process's monotonic clock and away "
+                "from its wall clock; ignoring the jump (nothing fires early) until Redis is back in line."
+            ),
+            StepKind.FORWARD_FOLLOWED: (
+                f"The Redis server's clock jumped {seconds}, towards this host's wall clock; following it."
+            ),
+            StepKind.BACKWARD: (
+                f"The Redis server's clock jumped {seconds} (backwards, away from this host's wall clock): "
+                "ticks already decided are not repeated, and the next ones fire once Redis's clock reaches them."
+            ),
+            StepKind.BACKWARD_FOLLOWED: (
+                f"The Redis server's clock jumped {seconds}, back towards this host's wall clock; following it."
+            ),
+            StepKind.BACK_IN_LINE: "The Redis server's clock is back in line with this process's clock.",
+        }[self.kind]
+
 
 class ServerClock:
     """Redis server time estimated locally, in epoch milliseconds.

@@ -26,7 +26,8 @@ from typing import Any
 
 import redis
 
-from .clock import ClockStep, ServerClock, StepKind
+from .candidates import ScheduleSets
+from .clock import ClockStep, ServerClock
 from .connection import redact
 from .enqueue import Boundary, BrokerBoundary, Payload
 from .lease import Acquired, Held, Lease
@@ -189,8 +190,7 @@ class LeaderThread(threading.Thread):
         self._stale: tuple[str, str, float] | None = None
         self._losses = _Flapping()
         self._expect_ledger = False
-        self._registered = False
-        self._mixed: frozenset[str] | None = None
+        self.schedule_sets = ScheduleSets(self._declared, lease=lease, ledger=ledger, logger=logger)
         clock.on_step = self._clock_stepped
 
     # -- life cycle -----------------------------------------------------------
@@ -281,8 +281,8 @@ class LeaderThread(threading.Thread):
         if self._boot_check is not None:
             self._boot_check()
             self._boot_check = None
-        if not self._registered:
-            self._register()
+        if not self.schedule_sets.registered:
+            self.schedule_sets.register()
         if self._unsettled is not None:
             self._settle()
         if self.leading:
@@ -446,72 +446,7 @@ class LeaderThread(threading.Thread):
         self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
         self._deadline = now + self.timing.fire_deadline
         self._renew_at = now + self.timing.renew_interval
-        self._check_candidates()
-
-    # -- candidates ---------------------------------------------------------------
-
-    def _register(self) -> None:
-        """Once, at the first turn that reaches Redis: make this process's
-        schedules known to the ledger (so another code version that leads
-        meanwhile does not make them lose their catch-up) and publish the
-        schedule set under its fingerprint."""
-        self.ledger.register([SyncEntry.of(s) for s in self._declared.values()])
-        self.lease.publish_schedule_set({s.id: s.shape for s in self._declared.values()})
-        self._registered = True
-
-    def _check_candidates(self) -> None:
-        """With each renewal: one WARNING when live candidates declare
-        different schedule sets (a rolling deploy, or two apps sharing the
-        prefix), naming the schedules that differ, and one when they agree
-        again."""
-        since = self.clock.now_ms() - 2 * self.timing.lease_ms
-        live = self.lease.live_candidates(since_ms=since)
-        fingerprints = {fp for _, fp, _ in live if fp}
-        if len(fingerprints) <= 1:
-            if self._mixed is not None:
-                self._mixed = None
-                self.logger.warning("Cron candidates declare the same schedule set again.")
-            self.lease.prune_schedule_sets(fingerprints)
-            return
-        key = frozenset(fingerprints)
-        if key == self._mixed:
-            return
-        self._mixed = key
-        own = {s.id: s.shape for s in self._declared.values()}
-        sets = self.lease.schedule_sets(sorted(fingerprints - {self.lease.fingerprint}))
-        versions = {version for _, fp, version in live if fp}
-        parts = []
-        for fingerprint, theirs in sorted(sets.items()):
-            count = sum(1 for _, fp, _ in live if fp == fingerprint)
-            their_versions = sorted({v or "no version" for _, fp, v in live if fp == fingerprint})
-            if theirs is None:
-                parts.append(f"{count} process(es) ({', '.join(their_versions)}) with set {fingerprint} (unpublished)")
-                continue
-            only_here = sorted(set(own) - set(theirs))
-            only_there = sorted(set(theirs) - set(own))
-            changed = sorted(sid for sid in set(own) & set(theirs) if own[sid] != theirs[sid])
-            parts.append(
-                f"{count} process(es) ({', '.join(their_versions)}) with set {fingerprint}: "
-                f"only here {names_of(only_here) or '-'}, only there {names_of(only_there) or '-'}, "
-                f"changed {names_of(changed) or '-'}"
-            )
-        if len(versions) > 1:
-            likely = (
-                "the app versions differ: a rolling deploy looks under way; this clears when every process runs "
-                "the same code"
-            )
-        else:
-            likely = (
-                "the versions do not tell them apart: two apps may share the prefix "
-                f"{self.lease.keys.prefix!r}; give each app its own CronMiddleware(prefix=...)"
-            )
-        self.logger.warning(
-            "Cron candidates declare different schedule sets (this process: set %s, version %s): %s. It looks like %s.",
-            self.lease.fingerprint,
-            self.lease.version or "none",
-            "; ".join(parts),
-            likely,
-        )
+        self.schedule_sets.check(since_ms=self.clock.now_ms() - 2 * self.timing.lease_ms)
 
     def _within_deadline(self) -> bool:
         if self.monotonic() < self._deadline:
@@ -825,29 +760,7 @@ class LeaderThread(threading.Thread):
         self.logger.warning("Cron scheduler: " + message + ".", *args)
 
     def _clock_stepped(self, step: ClockStep) -> None:
-        seconds = step.delta_ms / 1000
-        if step.kind == StepKind.FORWARD_IGNORED:
-            self.logger.warning(
-                "The Redis server's clock jumped %+.1f s against this process's monotonic clock and away from "
-                "its wall clock; ignoring the jump (nothing fires early) until Redis is back in line.",
-                seconds,
-            )
-        elif step.kind == StepKind.FORWARD_FOLLOWED:
-            self.logger.warning(
-                "The Redis server's clock jumped %+.1f s, towards this host's wall clock; following it.", seconds
-            )
-        elif step.kind == StepKind.BACKWARD:
-            self.logger.warning(
-                "The Redis server's clock jumped %+.1f s (backwards, away from this host's wall clock): ticks "
-                "already decided are not repeated, and the next ones fire once Redis's clock reaches them.",
-                seconds,
-            )
-        elif step.kind == StepKind.BACKWARD_FOLLOWED:
-            self.logger.warning(
-                "The Redis server's clock jumped %+.1f s, back towards this host's wall clock; following it.", seconds
-            )
-        else:
-            self.logger.warning("The Redis server's clock is back in line with this process's clock.")
+        self.logger.warning("%s", step.describe())
 
 
 class _Flapping:

@@ -82,7 +82,7 @@ def test_a_second_app_on_the_prefix_catches_up_from_when_it_started(redis_server
     with in_process_app(redis_server.url, {"alpha": "* * * * * *"}) as a:
         wait_for(lambda: a.leader.leading, timeout=10, what="A to lead")
         with in_process_app(redis_server.url, {"beta": "* * * * * *"}) as b:
-            wait_for(lambda: b.leader._registered, timeout=10, what="B to register its schedules")
+            wait_for(lambda: b.leader.schedule_sets.registered, timeout=10, what="B to register its schedules")
             wait_for(lambda: len(a.sent("alpha")) >= 4, timeout=10, what="A to fire while B waits")
             assert b.sent("beta") == []
             assert a.warnings("two apps may share the prefix"), a.warnings()

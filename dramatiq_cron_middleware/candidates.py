@@ -1,0 +1,104 @@
+"""The candidates' schedule sets: what each process declares, and the one
+WARNING when they differ.
+
+Every candidate registers its schedules in the ledger before it ever leads
+(so a schedule the code that leads now does not know still catches up from
+the moment its first process started) and publishes its set under a
+fingerprint.  The leader compares the live candidates' fingerprints with
+each renewal: different sets mean a rolling deploy (the app versions
+differ) or two apps sharing a prefix (they do not), and it says which,
+naming the schedules that differ, once per state change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from .lease import Lease
+from .ledger import Ledger, SyncEntry
+from .owed import names_of
+from .schedule import BoundSchedule
+
+__all__ = ["ScheduleSets"]
+
+
+class ScheduleSets:
+    """This process's declared schedule set, and the mixed-set report.
+
+    Parameters:
+      declared: This process's declared schedules by id.
+      lease, ledger: Where the set is published and registered.
+      logger: Where the report goes.
+    """
+
+    def __init__(
+        self, declared: Mapping[str, BoundSchedule], *, lease: Lease, ledger: Ledger, logger: logging.Logger
+    ) -> None:
+        self.declared = declared
+        self.lease = lease
+        self.ledger = ledger
+        self.logger = logger
+        self.registered = False
+        self._mixed: frozenset[str] | None = None
+
+    def register(self) -> None:
+        """Make this process's schedules known to the ledger and publish the
+        set under its fingerprint (once, at the first contact with Redis)."""
+        self.ledger.register([SyncEntry.of(s) for s in self.declared.values()])
+        self.lease.publish_schedule_set({s.id: s.shape for s in self.declared.values()})
+        self.registered = True
+
+    def check(self, *, since_ms: int) -> None:
+        """Compare the fingerprints of the candidates seen since ``since_ms``
+        (server time): one WARNING when they start to differ, naming the
+        schedules, and one when they agree again."""
+        live = self.lease.live_candidates(since_ms=since_ms)
+        fingerprints = {fp for _, fp, _ in live if fp}
+        if len(fingerprints) <= 1:
+            if self._mixed is not None:
+                self._mixed = None
+                self.logger.warning("Cron candidates declare the same schedule set again.")
+            self.lease.prune_schedule_sets(fingerprints)
+            return
+        key = frozenset(fingerprints)
+        if key == self._mixed:
+            return
+        self._mixed = key
+        own = {s.id: s.shape for s in self.declared.values()}
+        sets = self.lease.schedule_sets(sorted(fingerprints - {self.lease.fingerprint}))
+        versions = {version for _, fp, version in live if fp}
+        parts = [_difference(fp, theirs, own, live) for fp, theirs in sorted(sets.items())]
+        if len(versions) > 1:
+            likely = (
+                "the app versions differ: a rolling deploy looks under way; this clears when every process runs "
+                "the same code"
+            )
+        else:
+            likely = (
+                "the versions do not tell them apart: two apps may share the prefix "
+                f"{self.lease.keys.prefix!r}; give each app its own CronMiddleware(prefix=...)"
+            )
+        self.logger.warning(
+            "Cron candidates declare different schedule sets (this process: set %s, version %s): %s. It looks like %s.",
+            self.lease.fingerprint,
+            self.lease.version or "none",
+            "; ".join(parts),
+            likely,
+        )
+
+
+def _difference(
+    fingerprint: str, theirs: dict[str, str] | None, own: dict[str, str], live: list[tuple[str, str, str]]
+) -> str:
+    count = sum(1 for _, fp, _ in live if fp == fingerprint)
+    versions = ", ".join(sorted({v or "no version" for _, fp, v in live if fp == fingerprint}))
+    if theirs is None:
+        return f"{count} process(es) ({versions}) with set {fingerprint} (unpublished)"
+    only_here = sorted(set(own) - set(theirs))
+    only_there = sorted(set(theirs) - set(own))
+    changed = sorted(sid for sid in set(own) & set(theirs) if own[sid] != theirs[sid])
+    return (
+        f"{count} process(es) ({versions}) with set {fingerprint}: only here {names_of(only_here) or '-'}, "
+        f"only there {names_of(only_there) or '-'}, changed {names_of(changed) or '-'}"
+    )
