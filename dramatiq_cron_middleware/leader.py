@@ -675,8 +675,9 @@ class LeaderThread(threading.Thread):
         now_mono = self.monotonic()
         wake = min(self._renew_at, self._deadline)
         due = self.queue.next_due_ms()
-        if due is not None:
-            wake = min(wake, now_mono + max(due - self.clock.precise_ms(), 0.0) / 1000)
+        tick_at = None if due is None else now_mono + max(due - self.clock.precise_ms(), 0.0) / 1000
+        if tick_at is not None:
+            wake = min(wake, tick_at)
         if self._fire_not_before > now_mono:
             # Nothing fires before then (post-failover wait): sleep until it.
             wake = min(self._renew_at, self._deadline, max(wake, self._fire_not_before))
@@ -686,11 +687,7 @@ class LeaderThread(threading.Thread):
         if self.runtime is not None:
             wake = min(wake, self._runtime_checked + RUNTIME_POLL)
         pause = max(wake - now_mono, 0.0)
-        if (
-            due is not None
-            and pause > WAKE_EARLY
-            and abs(wake - (now_mono + (due - self.clock.precise_ms()) / 1000)) < 1e-3
-        ):
+        if due is not None and wake == tick_at and pause > WAKE_EARLY:
             # A thread wakes up to a millisecond after its timeout: wake a
             # little early for a tick and wait out the rest in short naps.
             if self.stopping.wait(pause - WAKE_EARLY):
