@@ -32,6 +32,7 @@ from .connection import redact
 from .enqueue import Boundary, BrokerBoundary, Payload
 from .lease import Acquired, Held, Lease
 from .ledger import BadRequest, Ledger, NotLeader, SyncEntry
+from .memory import collector_paused
 from .owed import Owed, OwedQueue, names_of
 from .planner import jitter_ms
 from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
@@ -275,6 +276,11 @@ class LeaderThread(threading.Thread):
         self._release()
         # Last chance for granted ticks whose enqueue failed.
         self.owed.pay_quietly()
+        if self.runtime is not None:
+            # This thread object may live on in a reference cycle until the
+            # collector runs (paused while another leader loads): let go of
+            # the runtime schedules now.
+            self.queue.replace_all(self._declared)
 
     def _turn(self) -> None:
         """One pass of the state machine."""
@@ -422,10 +428,12 @@ class LeaderThread(threading.Thread):
         token, epoch = self.lease.token, self.epoch
         if token is None or epoch is None:  # released by hand_over() on another thread
             return
-        if self.runtime is not None and self._runtime_version is None:
-            self._follow_runtime_changes(token, epoch)  # all of them, before the sync
-        if not self.queue.in_sync:
-            self._sync(token, epoch)
+        reload = self.runtime is not None and self._runtime_version is None
+        if reload or not self.queue.in_sync:
+            with collector_paused():  # a takeover of 100,000 schedules allocates a million objects
+                if reload:
+                    self._follow_runtime_changes(token, epoch)  # all of them, before the sync
+                self._sync(token, epoch)
         # Ticks first: a turn wakes at a tick, and the renewal and the
         # version read (due at turns too) would only delay it.  The firing
         # deadline, checked above and between batches, keeps this safe.
@@ -461,7 +469,7 @@ class LeaderThread(threading.Thread):
         reply = self.ledger.sync(
             token,
             epoch,
-            [SyncEntry.of(s) for s in self.queue.schedules.values()],
+            [SyncEntry(s.id, s.legacy_id, s.shape) for s in self.queue.schedules.values()],
             now_ms=self.clock.now_ms() if self.clock.ignoring_step else None,
             expect_ledger=self._expect_ledger,
         )
@@ -493,7 +501,7 @@ class LeaderThread(threading.Thread):
                     sid,
                     self.lease.keys.ticks,
                 )
-        self.queue.load({sid: value.tick_ms for sid, value in reply.last.items()})
+        self.queue.load(reply.ticks)
 
     # -- runtime schedules ----------------------------------------------------
 
@@ -505,6 +513,7 @@ class LeaderThread(threading.Thread):
         assert runtime is not None
         known = self._runtime_version
         if known is None:
+            self.queue.replace_all(self._declared)  # let the old set go before reading the new one
             version, loaded = runtime.load_all()
             version, changed = runtime.changes_since(version)
             current = {**loaded, **changed}
@@ -544,7 +553,7 @@ class LeaderThread(threading.Thread):
         if added and self.queue.in_sync:
             reply = self.ledger.sync(token, epoch, [SyncEntry.of(s) for s in added], expect_ledger=False)
             for schedule in added:
-                self.queue.put(schedule, last=reply.last[schedule.id].tick_ms)
+                self.queue.put(schedule, last=reply.ticks[schedule.id])
         else:
             for schedule in added:
                 self.queue.put(schedule)  # known after the next full sync
@@ -711,6 +720,11 @@ class LeaderThread(threading.Thread):
         self.epoch = None
         self.lease.forget()
         self.queue.invalidate()
+        if self.runtime is not None:
+            # A follower holds no runtime schedules: they are read again on
+            # the next acquisition.
+            self.queue.replace_all(self._declared)
+            self._runtime_version = None
 
     def _healthy(self) -> None:
         if self._fault is not None:

@@ -84,6 +84,10 @@ class SyncCode(enum.IntEnum):
     RESHAPED = 4
 
 
+# The sync script answers one digit per schedule.
+assert all(0 <= code < 10 for code in SyncCode)
+
+
 class Corrupt(enum.IntFlag):
     """Keys a script found holding the wrong type or an unparsable value;
     each was treated as missing (and replaced where the script writes it)."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import functools
-import gc
 import json
 import operator
 import re
@@ -44,7 +43,17 @@ from dramatiq.logging import get_logger
 from .connection import describe, redact
 from .errors import CronConfigurationError, CronScheduleError, CronUnavailableError
 from .keys import Keys
-from .schedule import DEFAULT_TIME_LIMIT, NEVER, BoundSchedule, CatchUp, Schedule, bind_schedule
+from .memory import collector_paused
+from .schedule import (
+    DEFAULT_TIME_LIMIT,
+    NEVER,
+    BoundSchedule,
+    CatchUp,
+    Schedule,
+    bind_schedule,
+    check_bounds,
+    interval_label,
+)
 
 __all__ = [
     "FORMAT",
@@ -98,7 +107,7 @@ end
 # Create or replace definitions.  Each gets its own revision (the new
 # value of the version counter), written together with its definition,
 # its revision and its change entry; ``created`` survives a replacement.
-#   KEYS: see _CHECK_KEYS
+#   KEYS: see _CHECK_KEYS; KEYS[6] the ledger hash, KEYS[7] the shapes hash
 #   ARGV[1] - the largest definition accepted, in bytes
 #   ARGV[2k], ARGV[2k+1] - a schedule id, and its definition JSON without
 #     the closing brace (the script appends rev, created and updated)
@@ -115,6 +124,11 @@ for i = 2, #ARGV, 2 do
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function usable(key)
+  local found = redis.call('TYPE', key).ok
+  return found == 'none' or found == 'hash'
+end
+local ledger_ok = usable(KEYS[6]) and usable(KEYS[7])
 local out = {now}
 for i = 2, #ARGV, 2 do
   local id, body = ARGV[i], ARGV[i + 1]
@@ -124,6 +138,14 @@ for i = 2, #ARGV, 2 do
     created = string.match(old, ',"created":(%d+),"updated":%d+}$') or created
   end
   local rev = redis.call('INCR', KEYS[3])
+  if not old and ledger_ok then
+    -- A new schedule starts at its creation: its ledger entry and shape
+    -- are written now, so a takeover only reads them.  (An entry left by
+    -- an earlier schedule of this id stays, and its shape differs: the
+    -- leader restarts it from now.)
+    redis.call('HSETNX', KEYS[6], id, string.format('%d', now) .. ':0:baseline')
+    redis.call('HSETNX', KEYS[7], id, 'r' .. rev)
+  end
   redis.call('HSET', KEYS[1], id,
              body .. ',"rev":' .. rev .. ',"created":' .. created .. ',"updated":' .. string.format('%d', now) .. '}')
   redis.call('HSET', KEYS[2], id, rev)
@@ -304,7 +326,7 @@ class RuntimeSchedules:
     @property
     def _write_keys(self) -> list[str]:
         k = self.keys
-        return [k.runtime, k.runtime_revs, k.runtime_version, k.runtime_changes, k.runtime_ids]
+        return [k.runtime, k.runtime_revs, k.runtime_version, k.runtime_changes, k.runtime_ids, k.ticks, k.shapes]
 
     # -- writing -------------------------------------------------------------
 
@@ -580,20 +602,21 @@ class RuntimeSchedules:
           CronUnavailableError: Redis did not answer.
         """
         out: dict[str, BoundSchedule] = {}
-        with self._store("load the runtime schedules"), _collector_paused():
+        with self._store("load the runtime schedules"), collector_paused():
             version = int(self.client.get(self.keys.runtime_version) or 0)
-            for schedule_id, text in self._scan():
-                bound = self._bound(schedule_id, text)
-                if bound is not None:
-                    out[schedule_id] = bound
+            for page in self._scan():
+                for schedule_id, text in page.items():
+                    bound = self._bound(schedule_id, text)
+                    if bound is not None:
+                        out[schedule_id] = bound
         return version, out
 
-    def _scan(self) -> Iterator[tuple[str, str]]:
+    def _scan(self) -> Iterator[dict[str, str]]:
         cursor = 0
         while True:
             reply: Any = self.client.hscan(self.keys.runtime, cursor, count=_PAGE)
             cursor, chunk = int(reply[0]), reply[1]
-            yield from chunk.items()
+            yield chunk
             if cursor == 0:
                 return
 
@@ -658,6 +681,7 @@ class RuntimeSchedules:
             bound = _bind_definition(data)
             if bound.id != schedule_id:
                 raise ValueError(f"it describes {bound.id!r}")
+            object.__setattr__(bound, "_id", schedule_id)  # the one copy of the id: the hash's field
         except Exception as exc:  # whatever a corrupt definition makes binding raise: never stop the others
             self.logger.warning(
                 "Skipping runtime schedule %r in %s: its definition cannot be read (%s).",
@@ -686,22 +710,6 @@ class RuntimeSchedules:
             ) from None
         except redis.ResponseError as exc:
             raise CronConfigurationError(f"cannot {what}: Redis refused ({redact(str(exc))})") from None
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a takeover loads 100,000
-    definitions: they allocate some 600,000 objects, none of them cyclic
-    garbage, and each growth of the heap would make the collector walk it
-    all again (about a sixth of the load).  Reference counting still frees
-    everything; the collector runs again as soon as the load ends."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int) -> RuntimeSchedule:
@@ -738,13 +746,6 @@ def _definition(bound: BoundSchedule) -> dict[str, Any]:
 
 def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     """A definition (format 1) bound by the same rules as ``cron=``."""
-    # JSON decoding makes a new string for every value; 100,000 schedules
-    # share a few actors, queues, zones and policies, so share the strings
-    # (a fifth of the leader's memory for them otherwise).
-    for key in _SHARED_STRINGS:
-        value = data.get(key)
-        if isinstance(value, str):
-            data[key] = sys.intern(value)
     name, args, kwargs, options = data["name"], data["args"], data["kwargs"], data["options"]
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise CronScheduleError(f"actor {data['actor']!r}: bad runtime schedule name {name!r}")
@@ -752,33 +753,50 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
         raise CronScheduleError(f"args must be a list, got {args!r}")
     revision = int(data.get("rev", 0))
     shared = _shared_fields(data)
+    offset, start, end = data["offset"], data["start"], data["end"]
     if not (
-        isinstance(kwargs, dict) and isinstance(options, dict) and all(map(_PLAIN.__contains__, map(type, shared)))
+        type(kwargs) is dict
+        and type(options) is dict
+        and _PLAIN.issuperset(map(type, shared))
+        and type(offset) is int
+        and type(start) in _BOUND_TYPES
+        and type(end) in _BOUND_TYPES
+        and (offset == 0 or data["every"] is not None)
     ):
         # Anything unusual takes the whole rule book, and its error.
         return _bind_fully(data, revision)
-    # Many schedules differ only in their name and arguments: everything
-    # else is validated once per distinct combination (bind_schedule, the
-    # rules of cron=), and each schedule is that template with its own name,
-    # arguments and revision (a name matching NAME_PATTERN, a JSON list and
-    # a JSON object need no further check).  Binding each in full is half of
-    # a takeover's load of 100,000.
-    template = _template(shared, json.dumps(options, sort_keys=True) if options else "")
-    bound = object.__new__(BoundSchedule)
-    vars(bound).update(vars(template))
-    vars(bound).pop("_tick_key", None)  # cached per schedule: it may depend on the name
-    for field, value in (
-        ("name", name),
-        ("args", tuple(args)),
-        ("kwargs", kwargs),
-        ("options", dict(template.options)),
-        ("revision", revision),
-    ):
-        object.__setattr__(bound, field, value)  # a private copy, frozen once returned
-    return bound
+    # Many schedules differ only in their name, arguments, offset and
+    # bounds: everything else is validated once per distinct combination
+    # (bind_schedule, the rules of cron=), and each schedule is that
+    # template with its own name, arguments, revision, offset and bounds
+    # (checked here by the same rules; a name matching NAME_PATTERN, a JSON
+    # list and a JSON object need no further check).  Binding each in full
+    # was half of a takeover's load of 100,000.
+    template, values = _template(shared, json.dumps(options, sort_keys=True) if options else "")
+    values = values.copy()
+    values[_AT_NAME] = name
+    values[_AT_ARGS] = tuple(args)
+    values[_AT_KWARGS] = kwargs
+    values[_AT_OPTIONS] = dict(template.options)  # a private copy
+    values[_AT_REVISION] = revision
+    if offset:
+        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        values[_AT_EXPRESSION] = interval_label(where, template.every, offset)
+        values[_AT_OFFSET] = offset
+    if start is not None or end is not None:
+        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        values[_AT_START], values[_AT_END] = check_bounds(where, start, end)
+    return BoundSchedule(*values)
 
 
 def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
+    # JSON decoding makes a new string for every value; schedules share a
+    # few actors, queues, zones and policies, so share the strings.  (A
+    # schedule bound from a template shares the template's.)
+    for key in _SHARED_STRINGS:
+        value = data.get(key)
+        if isinstance(value, str):
+            data[key] = sys.intern(value)
     actor_name = data["actor"]
     if not isinstance(actor_name, str):
         raise CronScheduleError(f"actor must be a string, got {actor_name!r}")
@@ -814,13 +832,12 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
 
 
 # The fields a template is keyed by: all but the name, arguments, options
-# (keyed by their JSON) and the revision.
+# (keyed by their JSON), offset, bounds and the revision.
 _TEMPLATE_FIELDS = (
     "actor",
     "queue",
     "expression",
     "every",
-    "offset",
     "timezone",
     "catch_up",
     "catch_up_window",
@@ -828,21 +845,36 @@ _TEMPLATE_FIELDS = (
     "max_age",
     "overlap",
     "overlap_ttl",
-    "start",
-    "end",
 )
 _shared_fields = operator.itemgetter(*_TEMPLATE_FIELDS)
 # Only values of these exact types take the template path: ``True == 1`` and
 # ``1.0 == 1`` would otherwise share a template validated for the int.
 _PLAIN = frozenset((str, int, type(None)))
+_BOUND_TYPES = (int, type(None))
+# BoundSchedule's __init__ arguments, in order, and where the ones a
+# schedule does not share with its template sit.
+_INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init)
+_AT_NAME, _AT_ARGS, _AT_KWARGS, _AT_OPTIONS, _AT_REVISION, _AT_EXPRESSION, _AT_OFFSET, _AT_START, _AT_END = map(
+    _INIT_FIELDS.index, ("name", "args", "kwargs", "options", "revision", "expression", "offset", "start", "end")
+)
 
 
 @functools.lru_cache(maxsize=4096)
-def _template(shared: tuple[Any, ...], options: str) -> BoundSchedule:
-    """A schedule validated in full with a placeholder name and no arguments."""
+def _template(shared: tuple[Any, ...], options: str) -> tuple[BoundSchedule, list[Any]]:
+    """A schedule validated in full with a placeholder name, no arguments,
+    no offset and no bounds, and its __init__ arguments."""
     data = dict(zip(_TEMPLATE_FIELDS, shared, strict=True))
-    data.update(name="template", args=[], kwargs={}, options=json.loads(options) if options else {})
-    return _bind_fully(data, 0)
+    data.update(
+        name="template",
+        args=[],
+        kwargs={},
+        options=json.loads(options) if options else {},
+        offset=0,
+        start=None,
+        end=None,
+    )
+    template = _bind_fully(data, 0)
+    return template, [getattr(template, field) for field in _INIT_FIELDS]
 
 
 # (The expression needs none: the normalised expression comes from a cache.)

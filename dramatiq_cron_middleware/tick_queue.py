@@ -121,9 +121,16 @@ class TickQueue:
         self._push(schedule.id, schedule.next_after(last))
 
     def replace_all(self, schedules: Mapping[str, BoundSchedule]) -> None:
-        """Take a new set of schedules; out of sync until the next sync."""
+        """Take a new set of schedules; out of sync until the next sync
+        (which reads every last tick again: the old ones are dropped now, so
+        that two sets of 100,000 never live side by side)."""
         self.schedules = dict(schedules)
         self._ahead = {sid: m for sid, m in self._ahead.items() if sid in self.schedules}
+        self._last = {}
+        self._head = {}
+        self._heap = []
+        self._backlog = []
+        self._to_build = []
         self.in_sync = False
 
     def discard(self, schedule_id: str) -> None:

@@ -181,6 +181,15 @@ CORRUPT: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("a bad zone", lambda raw: json.dumps({**raw, "timezone": "Mars/Base"})),
     ("args not a list", lambda raw: json.dumps({**raw, "args": "abc"})),
     ("another actor", lambda raw: json.dumps({**raw, "actor": "cleanup"})),
+    ("an offset on a cron expression", lambda raw: json.dumps({**raw, "offset": 5})),
+    ("a bool offset", lambda raw: json.dumps({**raw, "expression": None, "every": 60_000, "offset": True})),
+    (
+        "an offset of a whole period",
+        lambda raw: json.dumps({**raw, "expression": None, "every": 60_000, "offset": 60_000}),
+    ),
+    ("start after end", lambda raw: json.dumps({**raw, "start": 2_000_000, "end": 1_000_000})),
+    ("a float bound", lambda raw: json.dumps({**raw, "start": 1.5})),
+    ("a bound before 1970", lambda raw: json.dumps({**raw, "end": -1})),
 ]
 
 
@@ -426,8 +435,18 @@ VARIED = [
 def test_loading_binds_each_definition_exactly_as_the_full_rule_book_would(app: App) -> None:
     """The load shares validation between schedules that differ only in
     name and arguments; every field, compared or not, must come out as
-    binding each definition alone gives."""
-    app.store.add_many([("report", schedule, f"v{n}-{k}") for n, schedule in enumerate(VARIED) for k in range(3)])
+    binding each definition alone gives (offsets and bounds vary between
+    schedules of one template too)."""
+
+    def varied(schedule: Schedule, k: int) -> Schedule:
+        start = None if k == 0 else 1_000_000 + k
+        end = None if k < 2 else 2_000_000_000_000 + k
+        if schedule.every is not None:
+            return dataclasses.replace(schedule, offset=1_000 * k, start=start, end=end)
+        return dataclasses.replace(schedule, start=start, end=end)
+
+    items = [("report", varied(schedule, k), f"v{n}-{k}") for n, schedule in enumerate(VARIED) for k in range(3)]
+    app.store.add_many(items)
     _, loaded = app.store.load_all()
     assert len(loaded) == 3 * len(VARIED)
     for schedule_id, text in app.redis.hgetall(RUNTIME).items():
@@ -435,8 +454,11 @@ def test_loading_binds_each_definition_exactly_as_the_full_rule_book_would(app: 
         alone = _bind_fully(data, data["rev"])
         fast = loaded[schedule_id]
         for field in dataclasses.fields(BoundSchedule):
-            assert getattr(fast, field.name) == getattr(alone, field.name), (schedule_id, field.name)
+            if field.init:  # the others are caches, filled on first use
+                assert getattr(fast, field.name) == getattr(alone, field.name), (schedule_id, field.name)
         assert fast.id == alone.id == schedule_id
+        assert fast.shape == alone.shape
+        assert fast.expression == alone.expression  # an interval's label names its offset
         assert fast.next_after(1_800_000_000_000) == alone.next_after(1_800_000_000_000)
     # H fields hash the schedule's own identity, not the shared template's.
     h = [loaded[f"report:v1-{k}"] for k in range(3)]
@@ -448,3 +470,32 @@ def test_a_process_that_did_not_build_the_middleware_finds_it_on_the_broker(app:
     assert CronMiddleware.of(app.broker) is app.cron
     with pytest.raises(CronConfigurationError, match="has no CronMiddleware"):
         CronMiddleware.of(StubBroker())
+
+
+def test_a_new_schedule_starts_in_the_ledger_at_its_creation(app: App) -> None:
+    """``add`` writes a new schedule's baseline and shape with its
+    definition, so a takeover finds every entry and only reads it; a
+    replacement leaves both alone (the leader restarts it from now when it
+    sees the new revision's shape)."""
+    ticks, shapes = f"{P}:ticks", f"{P}:shapes"
+    before = int(app.redis.time()[0]) * 1000
+    stored = app.cron.add("report", "0 9 * * *", name="x")
+    tick, epoch, kind = app.redis.hget(ticks, stored.id).split(":")  # type: ignore[union-attr]
+    assert (epoch, kind) == ("0", "baseline") and before <= int(tick) <= stored.created_ms
+    assert app.redis.hget(shapes, stored.id) == f"r{stored.schedule.revision}" == stored.schedule.shape
+    # A replacement: the entry and the old shape stay.
+    entry = app.redis.hget(ticks, stored.id)
+    app.redis.hset(ticks, stored.id, "1700000000000:7:1")  # as if fired since
+    replaced = app.cron.add("report", "0 10 * * *", name="x")
+    assert app.redis.hget(ticks, stored.id) == "1700000000000:7:1" != entry
+    assert app.redis.hget(shapes, stored.id) == stored.schedule.shape != replaced.schedule.shape
+    # Removed and added again: the old entry stays, the shape tells the leader.
+    assert app.cron.remove("report", "x")
+    again = app.cron.add("report", "0 11 * * *", name="x")
+    assert app.redis.hget(ticks, stored.id) == "1700000000000:7:1"
+    assert app.redis.hget(shapes, stored.id) != again.schedule.shape
+    # A ledger key of the wrong type is the leader's to repair: add still works.
+    app.redis.delete(ticks)
+    app.redis.set(ticks, "garbage")
+    assert app.cron.add("report", "0 12 * * *", name="y").schedule.revision > again.schedule.revision
+    assert app.redis.get(ticks) == "garbage"

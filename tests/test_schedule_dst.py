@@ -147,3 +147,31 @@ def test_instants_inside_the_repeated_hour_find_the_right_pass() -> None:
     fixed = bind("30 1 * * *", "America/New_York")
     assert local(fixed.next_after(second_pass), "America/New_York") == "2025-11-03T01:30:00-05:00"
     assert local(fixed.last_before(second_pass), "America/New_York") == "2025-11-02T01:30:00-04:00"
+
+
+@pytest.mark.parametrize(
+    ("zone", "expression"),
+    [
+        ("Europe/Berlin", "30 2 * * *"),
+        ("Europe/Berlin", "*/20 * * * *"),
+        ("America/New_York", "15 1 * * *"),
+        ("Australia/Lord_Howe", "0,30 * * * *"),
+        ("UTC", "0 9 * * mon"),
+    ],
+)
+def test_the_shared_next_tick_memo_answers_as_a_fresh_walk_from_any_instant(zone: str, expression: str) -> None:
+    """Schedules of one expression and zone share the last walk's window;
+    instants asked in any order, inside and outside it, across DST
+    transitions, get what a walk of their own gives."""
+    import random
+
+    rng = random.Random(f"{zone}{expression}")
+    schedule = schedules_for_actor("job", "default", expression, timezone=zone, catch_up="each", catch_up_window=0)[0]
+    spring = int(dt.datetime(2025, 3, 29, tzinfo=ZoneInfo(zone)).timestamp() * 1000)
+    fall = int(dt.datetime(2025, 10, 25, tzinfo=ZoneInfo(zone)).timestamp() * 1000)
+    instants = [base + rng.randrange(0, 3 * 86_400_000) for base in (spring, fall) for _ in range(150)]
+    ticks = list(schedule.ticks_between(spring, spring + 86_400_000))[:5]
+    instants += [tick + delta for tick in ticks for delta in (-1, 0, 1)]
+    rng.shuffle(instants)
+    for instant in instants:
+        assert schedule.next_after(instant) == schedule._next_after(instant), instant

@@ -25,8 +25,16 @@
 --           been decided (its own timeline, this server's and its host's
 --           clocks); an entry is in the future only after both it and the
 --           server's time
--- ARGV[8...] - triples: schedule id, its legacy id ('' for none), its shape
--- Returns {1, now, flags, lost, value1, code1, value2, code2, ...} or {0, now}.
+-- ARGV[8] - the schedule ids, each followed by a newline (one string: the
+--           script reads 5,000 at a time, and a triple of arguments each
+--           cost the caller more than the script's whole lookup)
+-- ARGV[9] - their legacy ids in the same order, each followed by a
+--           newline ('' for none), or '' when none has one
+-- ARGV[10] - their shapes in the same order, each followed by a newline,
+--           or '' when none has one
+-- Returns {1, now, flags, lost, values, codes} or {0, now}: values is the
+-- entries (as written back) joined by newlines, codes one digit per
+-- schedule (the SyncCode).
 local now = server_now()
 if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
 local flags = 0
@@ -37,16 +45,29 @@ if not history_ok then flags = flags + C_HISTORY end
 local shapes_ok = usable(KEYS[4], 'hash')
 local paused_ok = usable(KEYS[5], 'set')
 if not paused_ok then flags = flags + C_PAUSED end
-if (#ARGV - 7) % 3 ~= 0 then return {-2, now, 'schedules come in triples'} end
+local function lines(text)
+  local out = {}
+  for item in string.gmatch(text or '', '([^\n]*)\n') do out[#out + 1] = item end
+  return out
+end
+local ids, legacies, shapes_in = lines(ARGV[8]), lines(ARGV[9]), lines(ARGV[10])
+local n = #ids
+if (ARGV[9] ~= '' and #legacies ~= n) or (ARGV[10] ~= '' and #shapes_in ~= n) then
+  return {-2, now, 'ids, legacy ids and shapes differ in number'}
+end
 local base = math.min(tonumber(ARGV[3]) or now, now)
 local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[6])
 local existed = ticks_ok and redis.call('EXISTS', KEYS[2]) == 1
-local out = {1, now, flags, 0}
+-- One HMGET per chunk: a call per schedule costs more than the rest.
+local current, known_shapes = {}, {}
+if n > 0 and ticks_ok then current = redis.call('HMGET', KEYS[2], unpack(ids)) end
+if n > 0 and shapes_ok and ARGV[10] ~= '' then known_shapes = redis.call('HMGET', KEYS[4], unpack(ids)) end
+local out_values, out_codes = {}, {}
 local values, shapes, migrated, rebased, reshaped = {}, {}, {}, {}, {}
-for i = 8, #ARGV, 3 do
-  local sid, legacy, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local v = nil
-  if ticks_ok then v = redis.call('HGET', KEYS[2], sid) end
+for i = 1, n do
+  local sid, legacy, shape = ids[i], legacies[i] or '', shapes_in[i] or ''
+  local v = current[i]
+  if not v then v = nil end
   local code = S_OK
   if not v and legacy ~= '' and ticks_ok then
     v = redis.call('HGET', KEYS[2], legacy)
@@ -59,8 +80,8 @@ for i = 8, #ARGV, 3 do
     if not tick then code = S_CORRUPT elseif tick > future then code = S_FUTURE end
   end
   if shape ~= '' then
-    local known = nil
-    if shapes_ok then known = redis.call('HGET', KEYS[4], sid) end
+    local known = known_shapes[i]
+    if not known then known = nil end
     if known ~= shape then
       shapes[#shapes + 1] = sid
       shapes[#shapes + 1] = shape
@@ -74,8 +95,8 @@ for i = 8, #ARGV, 3 do
     if code == S_CORRUPT or code == S_FUTURE then rebased[#rebased + 1] = sid end
     if code == S_RESHAPED then reshaped[#reshaped + 1] = sid end
   end
-  out[#out + 1] = v
-  out[#out + 1] = code
+  out_values[i] = v
+  out_codes[i] = code
 end
 -- Writes start here.
 if not ticks_ok then redis.call('DEL', KEYS[2]) end
@@ -83,8 +104,9 @@ if not history_ok then redis.call('DEL', KEYS[3]) end
 if not shapes_ok then redis.call('DEL', KEYS[4]) end
 if not paused_ok then redis.call('DEL', KEYS[5]) end
 local maxlen = tonumber(ARGV[5])
-if ARGV[4] == '1' and not existed and #ARGV >= 8 then
-  out[4] = 1
+local lost = 0
+if ARGV[4] == '1' and not existed and n > 0 then
+  lost = 1
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', '*', 'tick', base,
              'outcome', O_LEDGER_LOST, 'at', now, 'epoch', ARGV[2],
              'detail', 'the ledger was gone; schedules restart from now', 'message_id', '')
@@ -111,4 +133,4 @@ end
 for j = 1, #shapes, 1000 do
   redis.call('HSET', KEYS[4], unpack(shapes, j, math.min(j + 999, #shapes)))
 end
-return out
+return {1, now, flags, lost, table.concat(out_values, '\n'), table.concat(out_codes)}
