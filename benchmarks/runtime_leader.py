@@ -8,16 +8,16 @@ schedules with ``add_many`` (``--kind interval``: every 100 minutes, offsets
 spread so that 1 % of them fall due every minute, about 17 a second;
 ``--kind cron``: a daily job per tenant at a minute of the day, in one of
 eight time zones: 11,520 distinct expressions and zones), then
-starts a leader in this process on a RedisBroker on the same Redis and
-measures:
+starts leaders, each in a new process (as a worker process that takes
+over: a follower holds no runtime schedules), on a RedisBroker on the same
+Redis, and measures:
 
 - takeover: from starting a leader to its tick queue being in sync with
   the ledger (acquire, ``load_all``, ``changes_since``, the chunked sync),
-  the first time after the bulk add, and ``--takeovers`` times more as in
-  steady state (another leader finds its ledger entries; median and max);
+  ``--takeovers`` times (median, max);
 - fire lag: the broker's ``after_enqueue`` minus the tick, over
-  ``--seconds`` of steady leading (p50, p99, max);
-- the process's RSS before the leader started and while it leads.
+  ``--seconds`` of leading by the last of them (p50, p99, max);
+- that process's RSS before its leader started and while it leads.
 
 Prints one JSON object; nothing is asserted (figures go to docs/benchmarks.md).
 """
@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gc
 import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -92,6 +93,9 @@ def take_over(middleware: CronMiddleware, broker: RedisBroker, count: int) -> fl
     middleware.start(broker)
     leader = middleware.leader
     assert leader is not None
+    wait_for(lambda: leader.leading, timeout=120, interval=0.001, what="the leader to acquire the lease")
+    global ACQUIRED_S
+    ACQUIRED_S = round(time.perf_counter() - started, 3)
     wait_for(
         lambda: leader.leading and leader.queue.in_sync and len(leader.queue.schedules) >= count,
         timeout=120,
@@ -101,56 +105,78 @@ def take_over(middleware: CronMiddleware, broker: RedisBroker, count: int) -> fl
     return round(time.perf_counter() - started, 2)
 
 
+#: Seconds from the last take_over()'s start to its leader holding the lease.
+ACQUIRED_S = 0.0
+
+
+def leader_process(url: str, count: int, seconds: float) -> None:
+    """One leader in a process of its own, as a worker that takes over:
+    prints its takeover time, its RSS before and while leading, and the
+    fire lags over ``seconds`` of leading."""
+    broker = RedisBroker(url=url)
+    middleware = CronMiddleware(lock_ttl=15000)
+    broker.add_middleware(middleware)
+    lags = _Lags()
+    broker.add_middleware(lags)
+    dramatiq.actor(lambda tenant: None, actor_name="tenant_report", broker=broker)
+    out: dict[str, Any] = {"rss_before_mib": round(rss_mib(os.getpid()), 1)}
+    out["takeover_s"] = take_over(middleware, broker, count)
+    out["acquired_s"] = ACQUIRED_S
+    lags.since = time.time() + 1.0
+    time.sleep(seconds + 1.5 if seconds else 0)
+    out["rss_leading_mib"] = round(rss_mib(os.getpid()), 1)
+    middleware.stop()
+    broker.close()
+    with lags.lock:
+        out["lags"] = lags.values
+    print(json.dumps(out))
+
+
+def _in_new_process(url: str, count: int, seconds: float) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.runtime_leader", "--leader", url, "--count", str(count)]
+    done = subprocess.run([*command, "--seconds", str(seconds)], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--takeovers", type=int, default=5, help="steady-state takeovers measured")
+    parser.add_argument("--takeovers", type=int, default=5, help="takeovers measured, each by a new process")
     parser.add_argument(
         "--kind",
         choices=("interval", "cron"),
         default="interval",
         help="interval: every 100 minutes, offsets spread (1 %% due per minute); cron: a daily job per tenant "
-        "at a minute of the day in one of eight time zones",
+        "at a minute of the day in one of eight time zones (use --seconds 65 to see a minute's ticks)",
     )
+    parser.add_argument("--leader", help=argparse.SUPPRESS)  # a leader process of a run
     args = parser.parse_args()
+    if args.leader:
+        leader_process(args.leader, args.count, args.seconds)
+        return
     out: dict[str, Any] = {"count": args.count, "kind": args.kind, "load_before": load_average()}
     with RedisServer() as server:
         broker = RedisBroker(url=server.url)
         middleware = CronMiddleware(lock_ttl=15000)
         broker.add_middleware(middleware)
-        lags = _Lags()
-        broker.add_middleware(lags)
         dramatiq.actor(lambda tenant: None, actor_name="tenant_report", broker=broker)
-        # Offsets: schedule n falls due at minute n % 100 of the period, at
-        # second (n // 100) % 60 of that minute.
         items = [("tenant_report", schedule_of(args.kind, n), f"tenant-{n}") for n in range(args.count)]
         started = time.perf_counter()
         middleware.runtime.add_many(items)
         out["bulk_add_per_s"] = round(args.count / (time.perf_counter() - started))
         del items
-        gc.collect()
-        out["rss_before_leader_mib"] = round(rss_mib(os.getpid()), 1)
-        out["first_takeover_s"] = take_over(middleware, broker, args.count)
-        # A takeover as it happens in steady state: another leader (here a
-        # new leader thread) finds the ledger entries and shapes in place.
-        takeovers = []
-        for _ in range(args.takeovers):
-            middleware.stop()
-            gc.collect()
-            takeovers.append(take_over(middleware, broker, args.count))
-        out["takeover_s"] = {
-            "median": statistics.median(takeovers),
-            "max": max(takeovers),
-            "all": takeovers,
-        }
-        lags.since = time.time() + 1.0
-        time.sleep(args.seconds + 1.5)
-        out["rss_leading_mib"] = round(rss_mib(os.getpid()), 1)
-        middleware.stop()
+        # Each takeover by a new process (a follower holds no runtime
+        # schedules); the last one leads for --seconds.
+        runs = [_in_new_process(server.url, args.count, 0) for _ in range(max(args.takeovers - 1, 0))]
+        runs.append(_in_new_process(server.url, args.count, args.seconds))
+        takeovers = [run["takeover_s"] for run in runs]
+        out["takeover_s"] = {"median": statistics.median(takeovers), "max": max(takeovers), "all": takeovers}
+        out["lease_acquired_s"] = statistics.median(run["acquired_s"] for run in runs)
+        out["rss_before_leading_mib"] = runs[-1]["rss_before_mib"]
+        out["rss_leading_mib"] = runs[-1]["rss_leading_mib"]
+        out["fire_lag_ms"] = percentiles(runs[-1]["lags"])
         broker.close()
-        with lags.lock:
-            out["fire_lag_ms"] = percentiles(lags.values)
     out["load_after"] = load_average()
     print(json.dumps(out))
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import datetime as dt
 import functools
 import json
 import operator
@@ -44,6 +45,7 @@ from .connection import describe, redact
 from .errors import CronConfigurationError, CronScheduleError, CronUnavailableError
 from .keys import Keys
 from .memory import collector_paused
+from .schedule import _UTC as UTC_ZONE
 from .schedule import (
     DEFAULT_TIME_LIMIT,
     NEVER,
@@ -53,6 +55,7 @@ from .schedule import (
     bind_schedule,
     check_bounds,
     interval_label,
+    parse_timezone,
 )
 
 __all__ = [
@@ -762,18 +765,26 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
         and type(start) in _BOUND_TYPES
         and type(end) in _BOUND_TYPES
         and (offset == 0 or data["every"] is not None)
+        and type(data["timezone"]) is str
     ):
         # Anything unusual takes the whole rule book, and its error.
         return _bind_fully(data, revision)
-    # Many schedules differ only in their name, arguments, offset and
+    try:
+        zone_name, zone = _zone(data["timezone"])
+    except CronScheduleError:
+        return _bind_fully(data, revision)  # the error, naming the actor
+    # Many schedules differ only in their name, arguments, zone, offset and
     # bounds: everything else is validated once per distinct combination
-    # (bind_schedule, the rules of cron=), and each schedule is that
-    # template with its own name, arguments, revision, offset and bounds
-    # (checked here by the same rules; a name matching NAME_PATTERN, a JSON
-    # list and a JSON object need no further check).  Binding each in full
-    # was half of a takeover's load of 100,000.
+    # (bind_schedule, the rules of cron=; a parse of a cron expression
+    # costs ~100 us), and each schedule is that template with its own name,
+    # arguments, revision, zone, offset and bounds (checked here by the
+    # same rules; a name matching NAME_PATTERN, a JSON list and a JSON
+    # object need no further check).  Binding each in full was half of a
+    # takeover's load of 100,000.
     template, values = _template(shared, json.dumps(options, sort_keys=True) if options else "")
     values = values.copy()
+    values[_AT_TIMEZONE] = zone_name
+    values[_AT_ZONE] = zone
     values[_AT_NAME] = name
     values[_AT_ARGS] = tuple(args)
     values[_AT_KWARGS] = kwargs
@@ -832,13 +843,12 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
 
 
 # The fields a template is keyed by: all but the name, arguments, options
-# (keyed by their JSON), offset, bounds and the revision.
+# (keyed by their JSON), zone, offset, bounds and the revision.
 _TEMPLATE_FIELDS = (
     "actor",
     "queue",
     "expression",
     "every",
-    "timezone",
     "catch_up",
     "catch_up_window",
     "jitter",
@@ -854,27 +864,48 @@ _BOUND_TYPES = (int, type(None))
 # BoundSchedule's __init__ arguments, in order, and where the ones a
 # schedule does not share with its template sit.
 _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init)
-_AT_NAME, _AT_ARGS, _AT_KWARGS, _AT_OPTIONS, _AT_REVISION, _AT_EXPRESSION, _AT_OFFSET, _AT_START, _AT_END = map(
-    _INIT_FIELDS.index, ("name", "args", "kwargs", "options", "revision", "expression", "offset", "start", "end")
+(
+    _AT_NAME,
+    _AT_ARGS,
+    _AT_KWARGS,
+    _AT_OPTIONS,
+    _AT_REVISION,
+    _AT_TIMEZONE,
+    _AT_ZONE,
+    _AT_EXPRESSION,
+    _AT_OFFSET,
+    _AT_START,
+    _AT_END,
+) = map(
+    _INIT_FIELDS.index,
+    ("name", "args", "kwargs", "options", "revision", "timezone", "zone", "expression", "offset", "start", "end"),
 )
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16_384)
 def _template(shared: tuple[Any, ...], options: str) -> tuple[BoundSchedule, list[Any]]:
     """A schedule validated in full with a placeholder name, no arguments,
-    no offset and no bounds, and its __init__ arguments."""
+    no offset, no bounds and in UTC, and its __init__ arguments."""
     data = dict(zip(_TEMPLATE_FIELDS, shared, strict=True))
     data.update(
         name="template",
         args=[],
         kwargs={},
         options=json.loads(options) if options else {},
+        timezone="UTC",
         offset=0,
         start=None,
         end=None,
     )
     template = _bind_fully(data, 0)
     return template, [getattr(template, field) for field in _INIT_FIELDS]
+
+
+@functools.lru_cache(maxsize=1024)
+def _zone(name: str) -> tuple[str, dt.tzinfo]:
+    """A stored zone name, checked as ``cron=`` checks it, and its zone."""
+    zone = parse_timezone(name, what="runtime schedule")
+    return (sys.intern(name) if zone is not UTC_ZONE else "UTC"), zone
 
 
 # (The expression needs none: the normalised expression comes from a cache.)

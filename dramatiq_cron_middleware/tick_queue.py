@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -92,7 +93,9 @@ class TickQueue:
         self._head = {}
         self._heap = []
         self._backlog = []
-        for sid, tick in self._last.items():
+        # Oldest entry first: schedules sharing an expression and zone then
+        # share one walk to their next tick (see BoundSchedule.next_after).
+        for sid, tick in sorted(self._last.items(), key=operator.itemgetter(1)):
             self._push(sid, self.schedules[sid].next_after(tick))
         heapq.heapify(self._heap)
         self.in_sync = True

@@ -179,6 +179,7 @@ CORRUPT: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("a missing field", lambda raw: json.dumps({k: v for k, v in raw.items() if k != "queue"})),
     ("a bad expression", lambda raw: json.dumps({**raw, "expression": "61 * * * *"})),
     ("a bad zone", lambda raw: json.dumps({**raw, "timezone": "Mars/Base"})),
+    ("a zone that is not a name", lambda raw: json.dumps({**raw, "timezone": ["UTC"]})),
     ("args not a list", lambda raw: json.dumps({**raw, "args": "abc"})),
     ("another actor", lambda raw: json.dumps({**raw, "actor": "cleanup"})),
     ("an offset on a cron expression", lambda raw: json.dumps({**raw, "offset": 5})),
@@ -435,15 +436,16 @@ VARIED = [
 def test_loading_binds_each_definition_exactly_as_the_full_rule_book_would(app: App) -> None:
     """The load shares validation between schedules that differ only in
     name and arguments; every field, compared or not, must come out as
-    binding each definition alone gives (offsets and bounds vary between
-    schedules of one template too)."""
+    binding each definition alone gives (zones, offsets and bounds vary
+    between schedules of one template too)."""
 
     def varied(schedule: Schedule, k: int) -> Schedule:
         start = None if k == 0 else 1_000_000 + k
         end = None if k < 2 else 2_000_000_000_000 + k
+        zone = (schedule.timezone, "Asia/Kolkata", "utc")[k]
         if schedule.every is not None:
-            return dataclasses.replace(schedule, offset=1_000 * k, start=start, end=end)
-        return dataclasses.replace(schedule, start=start, end=end)
+            return dataclasses.replace(schedule, offset=1_000 * k, start=start, end=end, timezone=zone)
+        return dataclasses.replace(schedule, start=start, end=end, timezone=zone)
 
     items = [("report", varied(schedule, k), f"v{n}-{k}") for n, schedule in enumerate(VARIED) for k in range(3)]
     app.store.add_many(items)
