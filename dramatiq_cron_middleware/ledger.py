@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import redis
+from redis.cluster import RedisCluster
 
 from .clock import ServerClock
 from .enqueue import Payload
@@ -353,8 +354,8 @@ class Ledger:
         while this process reads the previous reply.  Only the last reply
         is observed by the clock: its server time was read nearest to the
         instant the pipeline's replies were all in."""
-        if len(calls) == 1:
-            return [self._run(script, keys, calls[0])]
+        if len(calls) == 1 or isinstance(self._client, RedisCluster):  # Cluster pipelines refuse scripts
+            return [self._run(script, keys, args) for args in calls]
         sent = self.clock.monotonic()
         pipe = self._client.pipeline(transaction=False)
         for args in calls:
