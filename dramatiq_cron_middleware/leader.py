@@ -466,12 +466,14 @@ class LeaderThread(threading.Thread):
         # Baselines are the server's now, unless its clock jumped ahead and
         # we ignore that: then our own estimate, so nothing is set in the
         # future.
+        self.queue.begin_load()
         reply = self.ledger.sync(
             token,
             epoch,
             [SyncEntry(s.id, s.legacy_id, s.shape) for s in self.queue.schedules.values()],
             now_ms=self.clock.now_ms() if self.clock.ignoring_step else None,
             expect_ledger=self._expect_ledger,
+            on_chunk=self.queue.load_part,  # next ticks computed while Redis reads the next chunks
         )
         self._report_corrupt(reply.corrupt)
         if reply.ledger_lost and self._losses.first():
@@ -501,7 +503,7 @@ class LeaderThread(threading.Thread):
                     sid,
                     self.lease.keys.ticks,
                 )
-        self.queue.load(reply.ticks)
+        self.queue.end_load()
 
     # -- runtime schedules ----------------------------------------------------
 

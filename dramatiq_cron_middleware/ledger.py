@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import redis
@@ -23,6 +23,7 @@ from redis.cluster import RedisCluster
 from .clock import ServerClock
 from .enqueue import Payload
 from .keys import Keys
+from .prefetch import read_ahead
 from .protocol import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value
 from .schedule import BoundSchedule
 
@@ -179,10 +180,13 @@ class Ledger:
         *,
         now_ms: int | None = None,
         expect_ledger: bool = False,
+        on_chunk: Callable[[Iterable[tuple[str, int]]], None] | None = None,
     ) -> SyncReply:
         """Read (and where missing or unusable, baseline at ``now_ms`` or
         the server's now, whichever is earlier) every schedule's last tick,
-        in chunks of :data:`SYNC_CHUNK`.
+        in chunks of :data:`SYNC_CHUNK`; ``on_chunk`` gets each chunk's
+        ``(schedule id, tick)`` pairs as they arrive (the leader builds its
+        tick queue meanwhile).
 
         Raises:
           NotLeader: if the lease no longer holds ``token``.
@@ -198,26 +202,34 @@ class Ledger:
         entries = [SyncEntry(e) if isinstance(e, str) else e for e in schedules]
         keys = [self.keys.lease, self.keys.ticks, self.keys.history, self.keys.shapes, self.keys.paused]
         chunks = [entries[i : i + SYNC_CHUNK] for i in range(0, max(len(entries), 1), SYNC_CHUNK)]
-        for first in range(0, len(chunks), SYNC_WINDOW):
-            window = chunks[first : first + SYNC_WINDOW]
-            trusted_ms = self.clock.trusted_ms()
-            columns = [[e.schedule_id for e in chunk] for chunk in window]
-            calls = [
-                [
-                    token,
-                    epoch,
-                    now_ms,
-                    1 if expect_ledger and first + n == 0 else 0,
-                    self.history_length,
-                    FUTURE_TOLERANCE_MS,
-                    trusted_ms,
-                    _column(ids),
-                    _column([e.legacy_id for e in chunk]),
-                    _column([e.shape for e in chunk]),
+
+        def windows() -> Iterator[list[tuple[list[SyncEntry], list[str], list[Any]]]]:
+            for first in range(0, len(chunks), SYNC_WINDOW):
+                window = chunks[first : first + SYNC_WINDOW]
+                trusted_ms = self.clock.trusted_ms()
+                columns = [[e.schedule_id for e in chunk] for chunk in window]
+                calls = [
+                    [
+                        token,
+                        epoch,
+                        now_ms,
+                        1 if expect_ledger and first + n == 0 else 0,
+                        self.history_length,
+                        FUTURE_TOLERANCE_MS,
+                        trusted_ms,
+                        _column(ids),
+                        _column([e.legacy_id for e in chunk]),
+                        _column([e.shape for e in chunk]),
+                    ]
+                    for n, (chunk, ids) in enumerate(zip(window, columns, strict=True))
                 ]
-                for n, (chunk, ids) in enumerate(zip(window, columns, strict=True))
-            ]
-            for chunk, ids, result in zip(window, columns, self._run_many(self._sync, keys, calls), strict=True):
+                yield list(zip(window, columns, self._run_many(self._sync, keys, calls), strict=True))
+
+        # More than one window (over 20,000 schedules): the next window's
+        # scripts run while this thread reads the current replies.
+        replies = read_ahead(windows()) if len(chunks) > SYNC_WINDOW else windows()
+        for window_replies in replies:
+            for chunk, ids, result in window_replies:
                 server_ms = int(result[1])
                 corrupt |= Corrupt(int(result[2]))
                 lost = lost or int(result[3]) == 1
@@ -226,14 +238,17 @@ class Ledger:
                 if len(chunk_values) != len(chunk) or len(chunk_codes) != len(chunk):
                     raise BadRequest(f"sync answered {len(chunk_values)} entries for {len(chunk)} schedules")
                 try:
-                    ticks.update(zip(ids, map(_tick_of, chunk_values), strict=True))
+                    chunk_ticks = list(map(_tick_of, chunk_values))
                 except ValueError:  # the script writes only values of the grammar
                     raise BadRequest("sync returned an unparsable entry") from None
+                ticks.update(zip(ids, chunk_ticks, strict=True))
                 values.update(zip(ids, chunk_values, strict=True))
                 if chunk_codes.count("0") != len(chunk_codes):  # usually every entry was simply read
                     for index, code in enumerate(chunk_codes):
                         if code != "0":
                             codes[ids[index]] = SyncCode(int(code))
+                if on_chunk is not None:
+                    on_chunk(zip(ids, chunk_ticks, strict=True))
         return SyncReply(
             ticks=ticks, values=values, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost
         )

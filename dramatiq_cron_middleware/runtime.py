@@ -45,6 +45,7 @@ from .connection import describe, redact
 from .errors import CronConfigurationError, CronScheduleError, CronUnavailableError
 from .keys import Keys
 from .memory import collector_paused
+from .prefetch import read_ahead
 from .schedule import _UTC as UTC_ZONE
 from .schedule import (
     DEFAULT_TIME_LIMIT,
@@ -607,7 +608,7 @@ class RuntimeSchedules:
         out: dict[str, BoundSchedule] = {}
         with self._store("load the runtime schedules"), collector_paused():
             version = int(self.client.get(self.keys.runtime_version) or 0)
-            for page in self._scan():
+            for page in read_ahead(self._scan()):
                 for schedule_id, text in page.items():
                     bound = self._bound(schedule_id, text)
                     if bound is not None:

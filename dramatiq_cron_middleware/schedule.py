@@ -305,11 +305,25 @@ class BoundSchedule:
         :data:`NEVER` when no tick follows (the schedule's ``end`` has
         passed).  Before ``start`` it is the first tick at or after
         ``start``."""
+        tick = self._next(instant_ms, walk=True)
+        assert tick is not None
+        return tick
+
+    def next_after_if_known(self, instant_ms: int) -> int | None:
+        """:meth:`next_after`, or None when answering would take a walk of
+        the cron expression (nothing shared with other schedules answers
+        it yet): a caller with many schedules asks those last, oldest
+        instant first, so that one walk answers all that share it."""
+        return self._next(instant_ms, walk=False)
+
+    def _next(self, instant_ms: int, *, walk: bool) -> int | None:
         if instant_ms >= NEVER:
             return NEVER
         if self.start is not None and instant_ms < self.start:
             instant_ms = self.start - 1
-        tick = self._interval_after(instant_ms) if self.every is not None else self._cron_after(instant_ms)
+        tick = self._interval_after(instant_ms) if self.every is not None else self._cron_after(instant_ms, walk=walk)
+        if tick is None:
+            return None
         if tick >= NEVER or (self.end is not None and tick >= self.end):
             return NEVER
         return tick
@@ -323,7 +337,7 @@ class BoundSchedule:
         # ceil((instant - offset) / every) - 1, in integers.
         return (-((self.offset - instant_ms) // self.every) - 1) * self.every + self.offset
 
-    def _cron_after(self, instant_ms: int) -> int:
+    def _cron_after(self, instant_ms: int, *, walk: bool = True) -> int | None:
         # Schedules that share an expression and zone share their ticks, and
         # a leader asks for thousands of them after a sync or a fire, from
         # instants close together (ledger entries written in the same
@@ -335,6 +349,8 @@ class BoundSchedule:
         window = _NEXT_TICKS.get(key)
         if window is not None and window[0] <= instant_ms < window[1]:
             return window[1]
+        if not walk:
+            return None
         tick = self._next_after(instant_ms)
         if len(_NEXT_TICKS) >= _NEXT_TICKS_LIMIT:
             _NEXT_TICKS.clear()  # schedules come and go: never grow without bound

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -84,20 +83,50 @@ class TickQueue:
         # Schedules put back since the last build_ahead(): their next
         # messages are built when the leader has nothing due.
         self._to_build: list[str] = []
+        # A load's schedules whose next tick needs a walk (end_load).
+        self._unwalked: list[tuple[int, str]] = []
 
     # -- the ledger's view ----------------------------------------------------
 
     def load(self, last: Mapping[str, int]) -> None:
         """Take the ledger's last decided ticks (a sync) as the truth."""
-        self._last = {sid: last[sid] for sid in self.schedules if sid in last}
+        self.begin_load()
+        self.load_part(last.items())
+        self.end_load()
+
+    def begin_load(self) -> None:
+        """Start taking a sync's ticks in parts (out of sync until
+        :meth:`end_load`)."""
+        self.in_sync = False
+        self._last = {}
         self._head = {}
         self._heap = []
         self._backlog = []
+        self._unwalked = []
+
+    def load_part(self, last: Iterable[tuple[str, int]]) -> None:
+        """Take some of a sync's ``(schedule id, last tick)`` pairs.  Next
+        ticks that need a walk of a cron expression wait for
+        :meth:`end_load`."""
+        schedules = self.schedules
+        for sid, tick in last:
+            schedule = schedules.get(sid)
+            if schedule is not None:
+                self._last[sid] = tick
+                head = schedule.next_after_if_known(tick)
+                if head is None:
+                    self._unwalked.append((tick, sid))
+                else:
+                    self._push(sid, head)
+
+    def end_load(self) -> None:
+        """Every schedule's tick is in: the queue is in sync."""
         # Oldest entry first: schedules sharing an expression and zone then
         # share one walk to their next tick (see BoundSchedule.next_after).
-        for sid, tick in sorted(self._last.items(), key=operator.itemgetter(1)):
+        unwalked, self._unwalked = self._unwalked, []
+        unwalked.sort()
+        for tick, sid in unwalked:
             self._push(sid, self.schedules[sid].next_after(tick))
-        heapq.heapify(self._heap)
         self.in_sync = True
 
     def invalidate(self) -> None:

@@ -501,3 +501,15 @@ def test_a_new_schedule_starts_in_the_ledger_at_its_creation(app: App) -> None:
     app.redis.set(ticks, "garbage")
     assert app.cron.add("report", "0 12 * * *", name="y").schedule.revision > again.schedule.revision
     assert app.redis.get(ticks) == "garbage"
+
+
+def test_a_scan_that_fails_in_the_read_ahead_thread_raises_one_clear_error(app: App) -> None:
+    """The definitions are scanned by a thread of their own (Redis reads
+    the next page while the leader binds the current one); a failure there
+    reaches the caller as the store's one clear error, and no thread stays."""
+    app.store.add_many([("report", "0 * * * *", f"n{n}") for n in range(2500)])
+    app.redis.delete(RUNTIME)
+    app.redis.set(RUNTIME, "not a hash")
+    with pytest.raises(CronConfigurationError, match="cannot load the runtime schedules: Redis refused"):
+        app.store.load_all()
+    assert not [t for t in threading.enumerate() if t.name == "dramatiq-cron-read-ahead"]
