@@ -37,6 +37,7 @@ from .owed import Owed, OwedQueue, names_of
 from .planner import jitter_ms
 from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
 from .runtime import RuntimeSchedules
+from .runtime_feed import RUNTIME_POLL, RuntimeFeed
 from .schedule import BoundSchedule
 from .server import DataLoss, ServerIdentity, classify_loss
 from .tick_queue import Planned, TickQueue
@@ -49,9 +50,6 @@ __all__ = ["BATCH_LIMIT", "RUNTIME_POLL", "LeaderObserver", "LeaderThread"]
 #: deadline are honoured between batches.
 BATCH_LIMIT = 1000
 
-#: While leading, how often the runtime schedules' version counter is read
-#: (one GET): a change takes effect within this long plus a round trip.
-RUNTIME_POLL = 0.5
 
 #: How long before a tick the leader wakes, to wait out the rest in short
 #: naps: thread wake-ups come up to a millisecond late.
@@ -170,9 +168,19 @@ class LeaderThread(threading.Thread):
         )
         self.runtime = runtime
         self._declared = {s.id: s for s in schedules}
-        self._declared_actor = declared_actors or (lambda name: True)
-        self._runtime_version: int | None = None
-        self._runtime_checked = 0.0
+        self.feed = (
+            RuntimeFeed(
+                runtime,
+                queue=self.queue,
+                ledger=ledger,
+                declared=self._declared,
+                declared_actor=declared_actors or (lambda name: True),
+                clock=clock,
+                logger=logger,
+            )
+            if runtime is not None
+            else None
+        )
         self._identify = identify_server
         self._boot_check = boot_check
         self.stopping = threading.Event()
@@ -276,11 +284,11 @@ class LeaderThread(threading.Thread):
         self._release()
         # Last chance for granted ticks whose enqueue failed.
         self.owed.pay_quietly()
-        if self.runtime is not None:
+        if self.feed is not None:
             # This thread object may live on in a reference cycle until the
             # collector runs (paused while another leader loads): let go of
             # the runtime schedules now.
-            self.queue.replace_all(self._declared)
+            self.feed.forget()
 
     def _turn(self) -> None:
         """One pass of the state machine."""
@@ -383,7 +391,8 @@ class LeaderThread(threading.Thread):
         self._deadline = sent + self.timing.fire_deadline
         self._renew_at = sent + self.timing.renew_interval
         self.queue.invalidate()
-        self._runtime_version = None  # read every runtime schedule again
+        if self.feed is not None:
+            self.feed.forget()  # read every runtime schedule again
         delay = self._failover_suspected
         if acquired.epoch_was_missing and self._seen_epoch:
             loss = classify_loss(self._server, self._who_is_serving())
@@ -428,11 +437,11 @@ class LeaderThread(threading.Thread):
         token, epoch = self.lease.token, self.epoch
         if token is None or epoch is None:  # released by hand_over() on another thread
             return
-        reload = self.runtime is not None and self._runtime_version is None
+        reload = self.feed is not None and self.feed.stale
         if reload or not self.queue.in_sync:
             with collector_paused():  # a takeover of 100,000 schedules allocates a million objects
-                if reload:
-                    self._follow_runtime_changes(token, epoch)  # all of them, before the sync
+                if self.feed is not None and reload:
+                    self.feed.reload()  # all of them, before the sync
                 self._sync(token, epoch)
         # Ticks first: a turn wakes at a tick, and the renewal and the
         # version read (due at turns too) would only delay it.  The firing
@@ -440,8 +449,8 @@ class LeaderThread(threading.Thread):
         if self.monotonic() >= self._fire_not_before:
             self._fire_due(token, epoch)
         self._renew_if_due()
-        if self.runtime is not None:
-            self._follow_runtime_changes(token, epoch)
+        if self.feed is not None:
+            self.feed.follow(token, epoch)
         self.owed.pay()
         self._sleep()
 
@@ -504,74 +513,6 @@ class LeaderThread(threading.Thread):
                     self.lease.keys.ticks,
                 )
         self.queue.end_load()
-
-    # -- runtime schedules ----------------------------------------------------
-
-    def _follow_runtime_changes(self, token: str, epoch: int) -> None:
-        """Learn of runtime schedules added, replaced or removed: all of them
-        after an acquisition, then what changed since the version we know
-        (one GET every RUNTIME_POLL seconds when nothing did)."""
-        runtime = self.runtime
-        assert runtime is not None
-        known = self._runtime_version
-        if known is None:
-            self.queue.replace_all(self._declared)  # let the old set go before reading the new one
-            version, loaded = runtime.load_all()
-            version, changed = runtime.changes_since(version)
-            current = {**loaded, **changed}
-            schedules = {**self._declared, **{sid: s for sid, s in current.items() if s is not None}}
-            self.queue.replace_all(schedules)  # out of sync: the next step syncs
-            self._runtime_version = version
-            self._runtime_checked = self.monotonic()
-            self._report_undeclared([s for s in current.values() if s is not None])
-            return
-        now = self.monotonic()
-        if now - self._runtime_checked < RUNTIME_POLL:
-            return
-        self._runtime_checked = now
-        if runtime.version() == known:
-            return
-        version, changes = runtime.changes_since(known)
-        if version < known:  # the store was wiped: read it all again
-            self._runtime_version = None
-            self._follow_runtime_changes(token, epoch)
-            return
-        self._runtime_version = version
-        added: list[BoundSchedule] = []
-        now_ms = self.clock.now_ms()
-        for sid, schedule in changes.items():
-            if sid in self._declared:
-                continue  # runtime ids never collide with declared ones
-            if schedule is None:
-                self.queue.discard(sid)
-                continue
-            last = self.queue.last(sid)
-            if last is None:
-                added.append(schedule)
-            else:
-                # A replaced definition starts from now: no burst of the
-                # new expression's ticks since the old one last fired.
-                self.queue.put(schedule, last=max(last, now_ms))
-        if added and self.queue.in_sync:
-            reply = self.ledger.sync(token, epoch, [SyncEntry.of(s) for s in added], expect_ledger=False)
-            for schedule in added:
-                self.queue.put(schedule, last=reply.ticks[schedule.id])
-        else:
-            for schedule in added:
-                self.queue.put(schedule)  # known after the next full sync
-        self._report_undeclared([s for s in changes.values() if s is not None])
-
-    def _report_undeclared(self, schedules: Sequence[BoundSchedule]) -> None:
-        for schedule in schedules:
-            if not self._declared_actor(schedule.actor_name):
-                self._report_once(
-                    f"undeclared:{schedule.id}",
-                    "runtime schedule %s belongs to actor %r, which this app does not declare; it keeps firing "
-                    "to queue %r (a rolling deploy may bring the actor back; remove it if not)",
-                    schedule.id,
-                    schedule.actor_name,
-                    schedule.queue_name,
-                )
 
     def _fire_due(self, token: str, epoch: int) -> None:
         """Claim and enqueue what is due, batch by batch, renewing and
@@ -695,8 +636,8 @@ class LeaderThread(threading.Thread):
         retry = self.owed.next_try()
         if retry is not None:
             wake = min(wake, retry)
-        if self.runtime is not None:
-            wake = min(wake, self._runtime_checked + RUNTIME_POLL)
+        if self.feed is not None:
+            wake = min(wake, self.feed.next_check)
         pause = max(wake - now_mono, 0.0)
         if due is not None and wake == tick_at and pause > WAKE_EARLY:
             # A thread wakes up to a millisecond after its timeout: wake a
@@ -722,11 +663,8 @@ class LeaderThread(threading.Thread):
         self.epoch = None
         self.lease.forget()
         self.queue.invalidate()
-        if self.runtime is not None:
-            # A follower holds no runtime schedules: they are read again on
-            # the next acquisition.
-            self.queue.replace_all(self._declared)
-            self._runtime_version = None
+        if self.feed is not None:
+            self.feed.forget()  # a follower holds no runtime schedules
 
     def _healthy(self) -> None:
         if self._fault is not None:

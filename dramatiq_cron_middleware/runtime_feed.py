@@ -1,0 +1,153 @@
+"""The runtime feed: how the leader learns of runtime schedules.
+
+On a takeover it reads every definition (``load_all``, then the changes
+written during the scan); while it leads, one ``GET`` of the version
+counter every :data:`RUNTIME_POLL` seconds, and the changed definitions
+only when the counter moved.  It applies what it learns to the tick queue:
+an added schedule is synced alone (fenced) and joins the queue, a replaced
+one starts from now, a removed one leaves.  A follower holds no runtime
+schedules.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from .clock import ServerClock
+from .ledger import Ledger, SyncEntry
+from .runtime import RuntimeSchedules
+from .schedule import BoundSchedule
+from .tick_queue import TickQueue
+
+__all__ = ["RUNTIME_POLL", "RuntimeFeed"]
+
+#: While leading, how often the runtime schedules' version counter is read
+#: (one GET): a change takes effect within this long plus a round trip.
+RUNTIME_POLL = 0.5
+
+
+class RuntimeFeed:
+    """The leader's view of the runtime schedule store.
+
+    Parameters:
+      store: The runtime schedule store.
+      queue: The leader's tick queue.
+      ledger: The fenced ledger (an added schedule is synced alone).
+      declared: The declared schedules by id (kept when the runtime set is
+        dropped; runtime ids never collide with them).
+      declared_actor: Whether this process's code declares an actor (a
+        runtime schedule of another actor fires too, with one WARNING).
+      clock: The leader's clock.
+      logger: Where the WARNINGs go.
+    """
+
+    def __init__(
+        self,
+        store: RuntimeSchedules,
+        *,
+        queue: TickQueue,
+        ledger: Ledger,
+        declared: Mapping[str, BoundSchedule],
+        declared_actor: Callable[[str], bool],
+        clock: ServerClock,
+        logger: logging.Logger,
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.ledger = ledger
+        self.declared = dict(declared)
+        self.declared_actor = declared_actor
+        self.clock = clock
+        self.logger = logger
+        #: The store's version the queue is up to date with; None: read all.
+        self.version: int | None = None
+        self.checked = 0.0
+        self._reported: set[str] = set()
+
+    @property
+    def stale(self) -> bool:
+        """Whether every definition must be read again (a takeover, a wipe)."""
+        return self.version is None
+
+    @property
+    def next_check(self) -> float:
+        """When (monotonic seconds) the version counter is read next."""
+        return self.checked + RUNTIME_POLL
+
+    def forget(self) -> None:
+        """Drop the runtime schedules from the queue (leadership lost or
+        about to be taken anew): they are read again in full."""
+        self.queue.replace_all(self.declared)
+        self.version = None
+
+    def reload(self) -> None:
+        """Read every definition into the queue (out of sync: the leader
+        syncs next).  The old set goes first, so that two sets of 100,000
+        never live side by side."""
+        self.forget()
+        version, loaded = self.store.load_all()
+        version, changed = self.store.changes_since(version)
+        current = [s for s in {**loaded, **changed}.values() if s is not None]
+        self.queue.replace_all({**self.declared, **{s.id: s for s in current}})
+        self.version = version
+        self.checked = self.clock.monotonic()
+        self._report_undeclared(current)
+
+    def follow(self, token: str, epoch: int) -> None:
+        """While leading: apply what changed since the known version (one
+        ``GET`` every :data:`RUNTIME_POLL` seconds when nothing did)."""
+        known = self.version
+        if known is None:
+            self.reload()
+            return
+        now = self.clock.monotonic()
+        if now - self.checked < RUNTIME_POLL:
+            return
+        self.checked = now
+        if self.store.version() == known:
+            return
+        version, changes = self.store.changes_since(known)
+        if version < known:  # the store was wiped: read it all again
+            self.reload()
+            return
+        self.version = version
+        self._apply(token, epoch, changes)
+
+    def _apply(self, token: str, epoch: int, changes: Mapping[str, BoundSchedule | None]) -> None:
+        added: list[BoundSchedule] = []
+        now_ms = self.clock.now_ms()
+        for sid, schedule in changes.items():
+            if sid in self.declared:
+                continue  # runtime ids never collide with declared ones
+            if schedule is None:
+                self.queue.discard(sid)
+                continue
+            last = self.queue.last(sid)
+            if last is None:
+                added.append(schedule)
+            else:
+                # A replaced definition starts from now: no burst of the
+                # new expression's ticks since the old one last fired.
+                self.queue.put(schedule, last=max(last, now_ms))
+        if added and self.queue.in_sync:
+            reply = self.ledger.sync(token, epoch, [SyncEntry.of(s) for s in added], expect_ledger=False)
+            for schedule in added:
+                self.queue.put(schedule, last=reply.ticks[schedule.id])
+        else:
+            for schedule in added:
+                self.queue.put(schedule)  # known after the next full sync
+        self._report_undeclared([s for s in changes.values() if s is not None])
+
+    def _report_undeclared(self, schedules: Sequence[BoundSchedule]) -> None:
+        for schedule in schedules:
+            if schedule.id in self._reported or self.declared_actor(schedule.actor_name):
+                continue
+            self._reported.add(schedule.id)
+            self.logger.warning(
+                "Cron scheduler: runtime schedule %s belongs to actor %r, which this app does not declare; it "
+                "keeps firing to queue %r (a rolling deploy may bring the actor back; remove it if not).",
+                schedule.id,
+                schedule.actor_name,
+                schedule.queue_name,
+            )

@@ -1,0 +1,101 @@
+"""The runtime feed against a real redis-server, on an injected monotonic
+clock: a takeover reads everything, then one version read per poll
+interval, only what changed is applied (an added schedule synced alone,
+fenced, from the baseline ``add`` wrote), a wipe reads everything again,
+and a follower holds nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from dramatiq_cron_middleware.clock import ServerClock
+from dramatiq_cron_middleware.connection import scheduler_clients
+from dramatiq_cron_middleware.lease import Acquired, Lease
+from dramatiq_cron_middleware.ledger import Ledger
+from dramatiq_cron_middleware.runtime_feed import RUNTIME_POLL, RuntimeFeed
+from dramatiq_cron_middleware.tick_queue import TickQueue
+from tests.support.redis_server import RedisServer
+from tests.test_runtime_store import make_app
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(redis_server.url)
+    store = app.store
+    keys = store.keys
+    declared = {s.id: s for s in app.cron.all_schedules()}
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
+    monotonic = Monotonic()
+    clock = ServerClock(monotonic=monotonic)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=clock, host="h", pid=1)
+    acquired = lease.acquire()
+    assert isinstance(acquired, Acquired) and lease.token
+    ledger = Ledger(client=client, keys=keys, clock=clock)
+    queue = TickQueue(declared, prefix=keys.prefix)
+    feed = RuntimeFeed(
+        store,
+        queue=queue,
+        ledger=ledger,
+        declared=declared,
+        declared_actor=lambda name: name != "gone",
+        clock=clock,
+        logger=logging.getLogger("test.feed"),
+    )
+    first = app.cron.add("report", "0 9 * * *", name="first")
+    assert feed.stale
+
+    # A takeover: everything, then a sync (as the leader does).
+    feed.reload()
+    assert not feed.stale and set(queue.schedules) == {*declared, first.id}
+    queue.load(ledger.sync(lease.token, acquired.epoch, [s for s in queue.schedules]).ticks)
+
+    # An addition: nothing before the poll interval, then it joins, in sync,
+    # from the baseline add wrote.
+    second = app.cron.add("report", "30 9 * * *", name="second")
+    baseline = int(app.redis.hget(keys.ticks, second.id).split(":")[0])  # type: ignore[union-attr]
+    monotonic.now += RUNTIME_POLL / 2
+    feed.follow(lease.token, acquired.epoch)
+    assert second.id not in queue.schedules
+    monotonic.now += RUNTIME_POLL / 2
+    feed.follow(lease.token, acquired.epoch)
+    assert queue.schedules[second.id] == second.schedule and queue.in_sync
+    assert queue.last(second.id) == baseline
+    assert feed.next_check == monotonic.now + RUNTIME_POLL
+
+    # A removal leaves the queue.
+    assert app.cron.remove("report", "first")
+    monotonic.now += RUNTIME_POLL
+    feed.follow(lease.token, acquired.epoch)
+    assert first.id not in queue.schedules and second.id in queue.schedules
+
+    # A wipe (the counter goes back): everything is read again, out of sync.
+    app.redis.delete(keys.runtime, keys.runtime_revs, keys.runtime_version, keys.runtime_changes, keys.runtime_ids)
+    third = app.cron.add("report", "0 18 * * *", name="third")
+    monotonic.now += RUNTIME_POLL
+    feed.follow(lease.token, acquired.epoch)
+    assert set(queue.schedules) == {*declared, third.id} and not queue.in_sync
+
+    # A runtime schedule of an actor this code does not declare: one WARNING.
+    stored = json.loads(app.redis.hget(keys.runtime, third.id))  # type: ignore[arg-type]
+    app.redis.hset(keys.runtime, "gone:x", json.dumps({**stored, "actor": "gone", "name": "x"}))
+    with caplog.at_level(logging.WARNING, logger="test.feed"):
+        feed.reload()
+        feed.reload()
+    assert "gone:x" in queue.schedules
+    assert len([r for r in caplog.records if "does not declare" in r.getMessage()]) == 1
+
+    # Leadership lost: a follower holds no runtime schedules.
+    feed.forget()
+    assert feed.stale and set(queue.schedules) == set(declared)
