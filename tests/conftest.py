@@ -11,6 +11,7 @@ from hypothesis import settings
 
 from tests.support.instances import History, Instance
 from tests.support.redis_server import RedisServer
+from tests.support.redis_topologies import ClusterGroup
 
 # CI replays the same examples every run (a red build must be reproducible);
 # locally hypothesis explores new ones, and anything it finds is kept in its
@@ -25,6 +26,16 @@ def redis_server() -> Iterator[RedisServer]:
     """A fresh redis-server on a free loopback port, persistence off."""
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture
+def cluster() -> Iterator[ClusterGroup]:
+    """Three cluster masters joined by ``redis-cli --cluster create``."""
+    group = ClusterGroup()
+    try:
+        yield group.start()
+    finally:
+        group.close()
 
 
 @pytest.fixture

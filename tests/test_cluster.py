@@ -5,25 +5,13 @@ between instances without a duplicate."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import ClusterGroup
 
 SCHEDULE = "tick_0"
 LEASE = "{dramatiq-cron}:lease"
-
-
-@pytest.fixture
-def cluster() -> Iterator[ClusterGroup]:
-    """Three cluster masters joined by ``redis-cli --cluster create``."""
-    group = ClusterGroup()
-    try:
-        yield group.start()
-    finally:
-        group.close()
 
 
 def _lease_pid(cluster: ClusterGroup) -> int | None:

@@ -7,24 +7,11 @@ node owning that slot, and the pipelined bulk add routes there too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import dramatiq
-import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from tests.support.redis_topologies import ClusterGroup
-
-
-@pytest.fixture
-def cluster() -> Iterator[ClusterGroup]:
-    """Three cluster masters joined by ``redis-cli --cluster create``."""
-    group = ClusterGroup()
-    try:
-        yield group.start()
-    finally:
-        group.close()
 
 
 def test_runtime_schedules_are_stored_listed_and_removed_on_a_three_master_cluster(cluster: ClusterGroup) -> None:

@@ -8,7 +8,6 @@ holds."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -109,15 +108,6 @@ def check_a_mixed_sync(url: str, count: int) -> None:
 def test_a_sync_of_many_pipelined_chunks_answers_each_schedule_its_own_entry(redis_server: RedisServer) -> None:
     # More than one window of chunks, and a last chunk that is not full.
     check_a_mixed_sync(redis_server.url, SYNC_CHUNK * SYNC_WINDOW + SYNC_CHUNK + 7)
-
-
-@pytest.fixture
-def cluster() -> Iterator[ClusterGroup]:
-    group = ClusterGroup()
-    try:
-        yield group.start()
-    finally:
-        group.close()
 
 
 def test_a_sync_of_many_chunks_on_a_cluster_runs_them_one_by_one(cluster: ClusterGroup) -> None:
