@@ -36,6 +36,7 @@ from .memory import collector_paused
 from .owed import Owed, OwedQueue, names_of
 from .planner import jitter_ms
 from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
+from .reports import OnceReports
 from .runtime import RuntimeSchedules
 from .runtime_feed import RUNTIME_POLL, RuntimeFeed
 from .schedule import BoundSchedule
@@ -166,8 +167,8 @@ class LeaderThread(threading.Thread):
             monotonic=clock.monotonic,
             enqueued=self._report_enqueued,
         )
-        self.runtime = runtime
         self._declared = {s.id: s for s in schedules}
+        self._report_once = OnceReports(logger)
         self.feed = (
             RuntimeFeed(
                 runtime,
@@ -176,7 +177,7 @@ class LeaderThread(threading.Thread):
                 declared=self._declared,
                 declared_actor=declared_actors or (lambda name: True),
                 clock=clock,
-                logger=logger,
+                report_once=self._report_once,
             )
             if runtime is not None
             else None
@@ -194,7 +195,6 @@ class LeaderThread(threading.Thread):
         self._unsettled: _Unsettled | None = None
         self._release_lock = threading.Lock()
         self._released = False
-        self._reported: set[str] = set()
         self._fault: str | None = None
         self._stale: tuple[str, str, float] | None = None
         self._losses = _Flapping()
@@ -479,7 +479,7 @@ class LeaderThread(threading.Thread):
         reply = self.ledger.sync(
             token,
             epoch,
-            [SyncEntry(s.id, s.legacy_id, s.shape) for s in self.queue.schedules.values()],
+            [SyncEntry.of(s) for s in self.queue.schedules.values()],
             now_ms=self.clock.now_ms() if self.clock.ignoring_step else None,
             expect_ledger=self._expect_ledger,
             on_chunk=self.queue.load_part,  # next ticks computed while Redis reads the next chunks
@@ -703,12 +703,6 @@ class LeaderThread(threading.Thread):
             if corrupt & flag:
                 key = getattr(self.lease.keys, name) if name != "batch" else f"{self.lease.keys.tag}:batch:*"
                 self._report_once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)
-
-    def _report_once(self, what: str, message: str, *args: object) -> None:
-        if what in self._reported:
-            return
-        self._reported.add(what)
-        self.logger.warning("Cron scheduler: " + message + ".", *args)
 
     def _clock_stepped(self, step: ClockStep) -> None:
         self.logger.warning("%s", step.describe())

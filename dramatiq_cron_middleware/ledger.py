@@ -119,10 +119,6 @@ class SyncReply:
         parsed = {sid: parse_ledger_value(value) for sid, value in self.values.items()}
         return {sid: value for sid, value in parsed.items() if value is not None}
 
-    def code(self, schedule_id: str) -> SyncCode:
-        """What the script found for one schedule."""
-        return self.codes.get(schedule_id, SyncCode.OK)
-
 
 def _column(items: Sequence[str]) -> str:
     """Strings as one script argument, each followed by a newline ('' when
@@ -134,6 +130,16 @@ def _column(items: Sequence[str]) -> str:
     if text.count("\n") != len(items):
         raise BadRequest(f"a schedule identity holds a newline: {[i for i in items if chr(10) in i][:1]!r}")
     return text
+
+
+def _granted(result: Any) -> list[Any]:
+    """A fenced script's reply, or the refusal it stands for."""
+    status = int(result[0])
+    if status == -2:
+        raise BadRequest(str(result[2]))
+    if status != 1:
+        raise NotLeader()
+    return list(result)
 
 
 def _tick_of(value: str) -> int:
@@ -377,21 +383,10 @@ class Ledger:
             script(keys=keys, args=args, client=pipe)
         results = pipe.execute()
         self.clock.observe(int(results[-1][1]), sent, self.clock.monotonic())
-        for result in results:
-            status = int(result[0])
-            if status == -2:
-                raise BadRequest(str(result[2]))
-            if status != 1:
-                raise NotLeader()
-        return [list(result) for result in results]
+        return [_granted(result) for result in results]
 
     def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> list[Any]:
         sent = self.clock.monotonic()
         result = script(keys=keys, args=args)
-        status = int(result[0])
         self.clock.observe(int(result[1]), sent, self.clock.monotonic())
-        if status == -2:
-            raise BadRequest(str(result[2]))
-        if status != 1:
-            raise NotLeader()
-        return list(result)
+        return _granted(result)

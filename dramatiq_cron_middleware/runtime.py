@@ -797,12 +797,11 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     values[_AT_KWARGS] = kwargs
     values[_AT_OPTIONS] = dict(template.options)  # a private copy
     values[_AT_REVISION] = revision
-    if offset:
+    if offset or start is not None or end is not None:
         where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
-        values[_AT_EXPRESSION] = interval_label(where, template.every, offset)
-        values[_AT_OFFSET] = offset
-    if start is not None or end is not None:
-        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        if offset:
+            values[_AT_EXPRESSION] = interval_label(where, template.every, offset)
+            values[_AT_OFFSET] = offset
         values[_AT_START], values[_AT_END] = check_bounds(where, start, end)
     return BoundSchedule(*values)
 

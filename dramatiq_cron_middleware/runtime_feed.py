@@ -11,11 +11,11 @@ schedules.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from .clock import ServerClock
 from .ledger import Ledger, SyncEntry
+from .reports import OnceReports
 from .runtime import RuntimeSchedules
 from .schedule import BoundSchedule
 from .tick_queue import TickQueue
@@ -39,7 +39,7 @@ class RuntimeFeed:
       declared_actor: Whether this process's code declares an actor (a
         runtime schedule of another actor fires too, with one WARNING).
       clock: The leader's clock.
-      logger: Where the WARNINGs go.
+      report_once: The leader's reports (one WARNING per finding).
     """
 
     def __init__(
@@ -51,7 +51,7 @@ class RuntimeFeed:
         declared: Mapping[str, BoundSchedule],
         declared_actor: Callable[[str], bool],
         clock: ServerClock,
-        logger: logging.Logger,
+        report_once: OnceReports,
     ) -> None:
         self.store = store
         self.queue = queue
@@ -59,11 +59,10 @@ class RuntimeFeed:
         self.declared = dict(declared)
         self.declared_actor = declared_actor
         self.clock = clock
-        self.logger = logger
+        self.report_once = report_once
         #: The store's version the queue is up to date with; None: read all.
         self.version: int | None = None
         self.checked = 0.0
-        self._reported: set[str] = set()
 
     @property
     def stale(self) -> bool:
@@ -141,13 +140,12 @@ class RuntimeFeed:
 
     def _report_undeclared(self, schedules: Sequence[BoundSchedule]) -> None:
         for schedule in schedules:
-            if schedule.id in self._reported or self.declared_actor(schedule.actor_name):
-                continue
-            self._reported.add(schedule.id)
-            self.logger.warning(
-                "Cron scheduler: runtime schedule %s belongs to actor %r, which this app does not declare; it "
-                "keeps firing to queue %r (a rolling deploy may bring the actor back; remove it if not).",
-                schedule.id,
-                schedule.actor_name,
-                schedule.queue_name,
-            )
+            if not self.declared_actor(schedule.actor_name):
+                self.report_once(
+                    f"undeclared:{schedule.id}",
+                    "runtime schedule %s belongs to actor %r, which this app does not declare; it keeps firing "
+                    "to queue %r (a rolling deploy may bring the actor back; remove it if not)",
+                    schedule.id,
+                    schedule.actor_name,
+                    schedule.queue_name,
+                )

@@ -371,6 +371,8 @@ class BoundSchedule:
                 self._hash_id if hashed else "",
             )
             if not hashed:  # one tuple for the thousands of schedules sharing it
+                if len(_NEXT_TICKS_KEYS) >= _NEXT_TICKS_LIMIT:
+                    _NEXT_TICKS_KEYS.clear()  # as _NEXT_TICKS: never grow without bound
                 cached = _NEXT_TICKS_KEYS.setdefault(cached, cached)
             object.__setattr__(self, "_key", cached)
         return cached
@@ -515,7 +517,8 @@ class BoundSchedule:
 # written is true, so the worst is a walk done twice.
 _NEXT_TICKS: dict[tuple[object, ...], tuple[int, int]] = {}
 _NEXT_TICKS_LIMIT = 200_000
-# Tick keys without a schedule identity in them, shared (a few thousand).
+# Tick keys without a schedule identity in them, shared (a few thousand;
+# bounded like _NEXT_TICKS).
 _NEXT_TICKS_KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 

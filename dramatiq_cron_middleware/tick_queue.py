@@ -97,12 +97,7 @@ class TickQueue:
     def begin_load(self) -> None:
         """Start taking a sync's ticks in parts (out of sync until
         :meth:`end_load`)."""
-        self.in_sync = False
-        self._last = {}
-        self._head = {}
-        self._heap = []
-        self._backlog = []
-        self._unwalked = []
+        self._forget_ticks()
 
     def load_part(self, last: Iterable[tuple[str, int]]) -> None:
         """Take some of a sync's ``(schedule id, last tick)`` pairs.  Next
@@ -158,12 +153,17 @@ class TickQueue:
         that two sets of 100,000 never live side by side)."""
         self.schedules = dict(schedules)
         self._ahead = {sid: m for sid, m in self._ahead.items() if sid in self.schedules}
+        self._to_build = []
+        self._forget_ticks()
+
+    def _forget_ticks(self) -> None:
+        """Out of sync, with no last or next tick known: a sync fills them."""
+        self.in_sync = False
         self._last = {}
         self._head = {}
         self._heap = []
         self._backlog = []
-        self._to_build = []
-        self.in_sync = False
+        self._unwalked = []
 
     def discard(self, schedule_id: str) -> None:
         """Forget a schedule (its heap entry is dropped lazily)."""

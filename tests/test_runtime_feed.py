@@ -15,6 +15,7 @@ from dramatiq_cron_middleware.clock import ServerClock
 from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.lease import Acquired, Lease
 from dramatiq_cron_middleware.ledger import Ledger
+from dramatiq_cron_middleware.reports import OnceReports
 from dramatiq_cron_middleware.runtime_feed import RUNTIME_POLL, RuntimeFeed
 from dramatiq_cron_middleware.tick_queue import TickQueue
 from tests.support.redis_server import RedisServer
@@ -51,7 +52,7 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
         declared=declared,
         declared_actor=lambda name: name != "gone",
         clock=clock,
-        logger=logging.getLogger("test.feed"),
+        report_once=OnceReports(logging.getLogger("test.feed")),
     )
     first = app.cron.add("report", "0 9 * * *", name="first")
     assert feed.stale
