@@ -28,7 +28,15 @@ from .lease import Lease
 from .ledger import Ledger
 from .overlap import RunningMarks
 from .runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
-from .schedule import DEFAULT_TIME_LIMIT, BoundSchedule, CatchUp, Schedule, parse_timezone, schedules_for_actor
+from .schedule import (
+    DEFAULT_TIME_LIMIT,
+    BoundSchedule,
+    CatchUp,
+    Schedule,
+    actor_signature,
+    parse_timezone,
+    schedules_for_actor,
+)
 from .server import check_eviction_policy, identify
 from .timing import Timing
 
@@ -183,6 +191,7 @@ class CronMiddleware(Middleware):
             catch_up=self.catch_up,
             catch_up_window=self.catch_up_window,
             time_limit=_time_limit(broker, actor),
+            signature=actor_signature(actor.fn),
         )
 
     # -- overlap="skip": the worker side --------------------------------------
@@ -545,7 +554,7 @@ class CronMiddleware(Middleware):
         """The middleware added to ``broker`` (by default dramatiq's global
         broker), for code that did not build it, such as a Django view::
 
-            CronMiddleware.of().add(send_report, "0 9 * * mon", name="tenant-42")
+            CronMiddleware.of().add(send_report, Schedule("0 9 * * mon", kwargs={"tenant_id": 42}), name="tenant-42")
 
         Raises:
           CronConfigurationError: the broker has no CronMiddleware.
@@ -558,7 +567,8 @@ class CronMiddleware(Middleware):
 
     @staticmethod
     def _runtime_actor(broker: Broker, actor: object) -> ActorInfo:
-        """A declared actor's name, queue and time limit, for a runtime schedule."""
+        """A declared actor's name, queue, time limit and signature, for a
+        runtime schedule."""
         name = actor.actor_name if isinstance(actor, dramatiq.Actor) else actor
         if not isinstance(name, str):
             raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
@@ -569,7 +579,10 @@ class CronMiddleware(Middleware):
                 f"runtime schedule: actor {name!r} is not declared on the broker (import the module that declares it)"
             ) from None
         return ActorInfo(
-            actor_name=declared.actor_name, queue_name=declared.queue_name, time_limit=_time_limit(broker, declared)
+            actor_name=declared.actor_name,
+            queue_name=declared.queue_name,
+            time_limit=_time_limit(broker, declared),
+            signature=actor_signature(declared.fn),
         )
 
 

@@ -30,6 +30,7 @@ import builtins
 import dataclasses
 import datetime as dt
 import functools
+import inspect
 import json
 import operator
 import re
@@ -227,6 +228,9 @@ class ActorInfo:
     queue_name: str
     #: The actor's time limit in ms, for the default overlap guard expiry.
     time_limit: int = DEFAULT_TIME_LIMIT
+    #: The actor function's signature, which args/kwargs must fit; None
+    #: when it cannot be read (then they are not checked).
+    signature: inspect.Signature | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -665,6 +669,7 @@ class RuntimeSchedules:
             catch_up_window=self.catch_up_window,
             time_limit=info.time_limit,
             source="runtime",
+            signature=info.signature,
         )
         definition = _definition(bound)
         body = json.dumps(definition, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -34,6 +34,7 @@ import dataclasses
 import datetime as dt
 import functools
 import hashlib
+import inspect
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -55,6 +56,7 @@ __all__ = [
     "Overlap",
     "Schedule",
     "Source",
+    "actor_signature",
     "bind_schedule",
     "parse_timezone",
     "schedules_for_actor",
@@ -563,11 +565,14 @@ def schedules_for_actor(
     catch_up: CatchUp,
     catch_up_window: int,
     time_limit: int = DEFAULT_TIME_LIMIT,
+    signature: inspect.Signature | None = None,
 ) -> list[BoundSchedule]:
     """Validate an actor's ``cron`` option and bind it to the actor.
 
     ``time_limit`` is the actor's time limit in milliseconds, from which the
-    default overlap guard expiry is derived.
+    default overlap guard expiry is derived; ``signature`` is the actor
+    function's (see :func:`actor_signature`), which every schedule's
+    ``args``/``kwargs`` must fit.
 
     Raises:
       CronScheduleError: naming the actor and the offending value.
@@ -597,23 +602,82 @@ def schedules_for_actor(
             catch_up=catch_up,
             catch_up_window=catch_up_window,
             time_limit=time_limit,
+            signature=signature,
         )
         for item in items
     ]
+    unnamed = [(item, schedule) for item, schedule in zip(items, bound, strict=True) if not schedule.named]
+    if len(unnamed) > 1:
+        # Names, not expressions, identify schedules (docs/design.md,
+        # "Schedule identity"): say which ones lack a name, and how to give it.
+        given = ", ".join(repr(_as_given(item, schedule)) for item, schedule in unnamed)
+        fixed = ", ".join(_named_hint(schedule) for _, schedule in unnamed)
+        raise CronScheduleError(
+            f"actor {actor_name!r}: {len(unnamed)} schedules without name= ({given}); an actor's schedules are "
+            f"identified by their names, not their expressions, so all but one need name=, for example "
+            f"cron=[{fixed}]"
+        )
     seen: dict[str, BoundSchedule] = {}
     for schedule in bound:
         if schedule.id in seen:
-            if not schedule.named:
-                raise CronScheduleError(
-                    f"actor {actor_name!r}: {len([s for s in bound if not s.named])} schedules without name=; "
-                    f"an actor's schedules are told apart by name= (all but one need one), "
-                    f"for example Schedule({schedule.expression!r}, name='nightly')"
-                )
             raise CronScheduleError(
                 f"actor {actor_name!r}: two schedules share the identity {schedule.id!r}; give them distinct name="
             )
         seen[schedule.id] = schedule
     return bound
+
+
+def _as_given(item: object, schedule: BoundSchedule) -> str:
+    """A schedule's expression as the user wrote it (an interval's label)."""
+    if isinstance(item, str):
+        return item
+    expression = item.expression if isinstance(item, Schedule) else None
+    return expression if expression is not None else schedule.expression
+
+
+def _named_hint(schedule: BoundSchedule) -> str:
+    """How to write ``schedule`` with a name, for an error message."""
+    if schedule.every is not None:
+        offset = f", offset={schedule.offset}" if schedule.offset else ""
+        return f'Schedule(every={schedule.every}{offset}, name="...")'
+    return f'Schedule({json.dumps(schedule.expression)}, name="...")'
+
+
+def actor_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """The signature a schedule's ``args``/``kwargs`` are bound to: the
+    actor function's, or None when it cannot be read (some builtins and C
+    callables), in which case arguments are not checked."""
+    try:
+        return _cached_signature(fn)
+    except TypeError:  # an unhashable callable: read it each time
+        return _read_signature(fn)
+
+
+def _read_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+# add_many binds thousands of schedules of a few actors.
+_cached_signature = functools.lru_cache(maxsize=1024)(_read_signature)
+
+
+def _check_arguments(schedule: BoundSchedule, signature: inspect.Signature) -> None:
+    """Refuse ``args``/``kwargs`` the actor could not be called with: they
+    would raise TypeError in the worker on every tick."""
+    try:
+        signature.bind(*schedule.args, **schedule.kwargs)
+    except TypeError as exc:
+        plain = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        raise CronScheduleError(
+            f"actor {schedule.actor_name!r}, schedule {schedule.id!r}: args={list(schedule.args)!r}, "
+            f"kwargs={schedule.kwargs!r} do not fit {schedule.actor_name}{plain}: {exc}"
+        ) from None
 
 
 def bind_schedule(
@@ -627,6 +691,7 @@ def bind_schedule(
     time_limit: int = DEFAULT_TIME_LIMIT,
     source: Source = "code",
     revision: int = 0,
+    signature: inspect.Signature | None = None,
 ) -> BoundSchedule:
     """Validate one schedule (an expression string or a :class:`Schedule`)
     and bind it to an actor: the one rule book for declared and runtime
@@ -643,6 +708,10 @@ def bind_schedule(
         the default overlap guard expiry is derived.
       source(str): ``"code"`` or ``"runtime"`` (see :class:`BoundSchedule`).
       revision(int): A runtime schedule's revision; 0 for declared ones.
+      signature(inspect.Signature): The actor function's signature, which
+        ``args``/``kwargs`` must fit (see :func:`actor_signature`).
+        Defaults to None, meaning not checked (an actor this process does
+        not declare, or a stored definition read back).
 
     Raises:
       CronScheduleError: naming the actor and the offending value.
@@ -708,7 +777,7 @@ def bind_schedule(
         overlap_ttl = int(time_limit) + queueing + item.jitter
     interval = item.every is not None
     fixed_time, day_or = (False, True) if interval else _shape(expression, has_seconds)
-    return BoundSchedule(
+    bound = BoundSchedule(
         actor_name=actor_name,
         queue_name=queue_name,
         expression=expression,
@@ -735,6 +804,9 @@ def bind_schedule(
         source=source,
         revision=revision,
     )
+    if signature is not None:
+        _check_arguments(bound, signature)
+    return bound
 
 
 @functools.lru_cache(maxsize=4096)

@@ -18,7 +18,7 @@ def test_runtime_schedules_are_stored_listed_and_removed_on_a_three_master_clust
     broker = StubBroker()
     cron = CronMiddleware(redis=cluster.url())
     broker.add_middleware(cron)
-    dramatiq.actor(lambda tenant: None, actor_name="report", broker=broker)
+    dramatiq.actor(lambda tenant=None: None, actor_name="report", broker=broker)
 
     stored = cron.add("report", Schedule("0 9 * * *", kwargs={"tenant": 1}), name="t1")
     assert stored.revision == 1

@@ -295,7 +295,7 @@ BAD = [
     ("two names", ("report", Schedule("0 * * * *", name="other"), "x"), "'other'"),
     ("schedule not a schedule", ("report", 5, "x"), "5"),
     ("every too short", ("report", Schedule(every=10), "x"), "10"),
-    ("too big", ("report", Schedule("0 * * * *", kwargs={"blob": "x" * MAX_DEFINITION_BYTES}), "x"), "65536"),
+    ("too big", ("report", Schedule("0 * * * *", kwargs={"tenant": "x" * MAX_DEFINITION_BYTES}), "x"), "65536"),
 ]
 
 
@@ -426,7 +426,7 @@ def test_count_by_actor_counts_each_actors_range_of_ids(app: App) -> None:
 
 VARIED = [
     Schedule("0 9 * * mon", timezone="Europe/Berlin", kwargs={"tenant": 1}),
-    Schedule("H H * * *", args=(1, [2, 3]), catch_up="latest", catch_up_window=60_000),
+    Schedule("H H * * *", args=([2, 3],), catch_up="latest", catch_up_window=60_000),
     Schedule(every=90_000, offset=1_000, start=1_000_000, end=NEVER - 1),
     Schedule("*/10 * * * * *", overlap="skip", overlap_ttl=5_000, jitter=2_000, max_age=30_000),
     Schedule("30 2 * * *", timezone="America/New_York", options={"max_retries": 0, "nested": {"a": [1]}}),

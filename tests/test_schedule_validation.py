@@ -209,3 +209,22 @@ def test_overlap_ttl_defaults_to_time_limit_plus_queueing_allowance() -> None:
     (explicit,) = declare(Schedule("* * * * * *", overlap="skip", overlap_ttl=3_000)).all_schedules()
     assert explicit.overlap_ttl == 3_000
     assert "overlap_ttl" not in explicit.options
+
+
+def test_unnamed_schedules_are_refused_with_the_fix_spelled_out() -> None:
+    """Given the README's old example, several plain expressions, the error
+    names the actor and every unnamed expression, and shows how to name
+    them (names, not expressions, identify schedules)."""
+    with pytest.raises(CronScheduleError) as info:
+        declare(["*/15 * * * *", "0 12 * * 1", Schedule(every=90_000)], name="sync")
+    message = str(info.value)
+    assert message.startswith("actor 'sync': 3 schedules without name="), message
+    for shown in ('Schedule("*/15 * * * *", name="...")', 'Schedule("0 12 * * 1", name="...")'):
+        assert shown in message, message
+    assert 'Schedule(every=90000, name="...")' in message, message
+    assert "all but one" in message, message
+
+
+def test_one_unnamed_schedule_beside_named_ones_is_accepted() -> None:
+    schedules = declare(["*/15 * * * *", Schedule("0 12 * * 1", name="monday-noon")], name="sync").all_schedules()
+    assert [s.id for s in schedules] == ["sync", "sync/monday-noon"]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from dramatiq_cron_middleware.connection import scheduler_clients
-from tests.support.components import require_binary
+from tests.support.components import require_binary, require_redis_feature
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import TlsRedis
 
@@ -21,6 +21,7 @@ PASSWORD = "s3cret-Pa55word-never-logged"
 def tls_redis() -> Iterator[TlsRedis]:
     """A TLS-only redis-server whose only user is ``cron``/PASSWORD."""
     require_binary("openssl", install="apt-get install openssl")
+    require_redis_feature("tls-port", feature="TLS")
     server = TlsRedis(username="cron", password=PASSWORD).start()
     yield server
     server.close()

