@@ -56,7 +56,8 @@ class CronMiddleware(Middleware):
         (only its connection parameters are used; the scheduler makes its
         own connections with short timeouts).  Defaults to None, meaning
         the URL in ``DRAMATIQ_CRON_REDIS_URL``, else the broker's client if
-        the broker is a ``RedisBroker``, else an error when the worker boots.
+        the broker is a ``RedisBroker``, else an error when the worker boots
+        (on a ``StubBroker`` the scheduler stays off instead: an app's tests).
       lock_ttl(int): The lease length in milliseconds.  The leader renews
         every third of it and stops firing two thirds into it without a
         successful renewal; after a crash a follower takes over within
