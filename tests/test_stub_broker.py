@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import dramatiq
 import pytest
@@ -19,6 +23,7 @@ from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.connection import ENV_URL
 from dramatiq_cron_middleware.errors import CronConfigurationError
 from dramatiq_cron_middleware.testing import CronSimulator
+from tests.support.instances import ROOT, stop_group, wait_for
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2030, 1, 1, 0, 0, tzinfo=UTC)
@@ -133,3 +138,52 @@ def test_a_malformed_redis_url_still_fails_at_boot() -> None:
     finally:
         worker.stop()
         broker.close()
+
+
+def test_a_dramatiq_process_on_a_stub_broker_without_redis_runs_its_actors(tmp_path: Path) -> None:
+    """The same under a real ``dramatiq`` process: it boots, runs an actor,
+    logs the scheduler-off line once per worker process, and stops on
+    SIGTERM with status 0."""
+    ran = tmp_path / "ran"
+    (tmp_path / "stubapp.py").write_text(
+        "import pathlib\n"
+        "import dramatiq\n"
+        "from dramatiq.brokers.stub import StubBroker\n"
+        "from dramatiq_cron_middleware import CronMiddleware\n"
+        "broker = StubBroker()\n"
+        "broker.add_middleware(CronMiddleware())\n"
+        "dramatiq.set_broker(broker)\n"
+        "@dramatiq.actor(cron='*/5 * * * *')\n"
+        "def cleanup():\n    pass\n"
+        "@dramatiq.actor\n"
+        f"def mark():\n    pathlib.Path({str(ran)!r}).write_text('yes')\n"
+        "mark.send()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != ENV_URL}
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                os.path.join(os.path.dirname(sys.executable), "dramatiq"),
+                "stubapp",
+                "--processes",
+                "1",
+                "--threads",
+                "1",
+            ],
+            cwd=tmp_path,
+            env={**env, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(ran.exists, timeout=30, what="the actor to run")
+        wait_for(lambda: "Cron scheduler off" in log.read_text(), timeout=10, what="the scheduler-off line")
+        proc.send_signal(15)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        stop_group(proc, grace=5)
+    text = log.read_text()
+    assert text.count("Cron scheduler off") == 1, text
+    assert "Traceback" not in text and "CRITICAL" not in text, text
