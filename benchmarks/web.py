@@ -146,7 +146,7 @@ def main() -> int:
         broker, middleware = _app(server.url, code=10_000)
         ids = [s.id for s in middleware.all_schedules()]
         _state(server, ids)
-        app = CronDashboard(broker)
+        app = CronDashboard(broker, unauthenticated=True)
         busy, rare = quote(ids[0]), quote(ids[4321])
         rows = _measure(
             app,
@@ -178,7 +178,7 @@ def main() -> int:
         page = runtime.list(limit=10_000)
         runtime_ids = [r.id for r in page.items]
         _state(server, ids + runtime_ids)
-        app = CronDashboard(broker)
+        app = CronDashboard(broker, unauthenticated=True)
         middle = quote("r:job_000005:r050005")
         rows = _measure(
             app,

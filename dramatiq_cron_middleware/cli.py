@@ -31,7 +31,17 @@ import dramatiq
 import redis
 
 from .connection import describe, redact, scheduler_clients
-from .control import Control, HistoryEntry, TriggerRefused, human_span
+from .control import (
+    AmbiguousTarget,
+    Control,
+    HistoryEntry,
+    Target,
+    TriggerRefused,
+    UnknownTarget,
+    human_span,
+    paused_by,
+    resolve_target,
+)
 from .errors import CronConfigurationError, CronError, CronScheduleError
 from .middleware import CronMiddleware
 from .protocol import Outcome
@@ -85,16 +95,26 @@ class _App:
                 return found[0].zone
         return _UTC
 
-    def resolve(self, target: str) -> list[BoundSchedule]:
-        """The schedules an actor name or schedule id stands for, declared
-        ones first, else runtime ones."""
-        found = [s for s in self.schedules if target in (s.actor_name, s.id)]
-        if not found:
-            found = self._runtime_by_id(target) if ":" in target else self.runtime_of_actor(target)
-        if not found:
+    def target(self, args: argparse.Namespace, *, whole_actor: str = "") -> Target:
+        """The one schedule (or, with ``--actor``, the actor) the command
+        names; ``whole_actor`` is the sentence offering ``--actor`` where the
+        command can act on a whole actor."""
+        paused = self.control.paused() if args.command == "resume" else ()
+        try:
+            return resolve_target(
+                declared=self.schedules,
+                runtime=self.runtime,
+                name=args.target,
+                schedule_id=args.schedule,
+                actor=getattr(args, "whole_actor", None),
+                paused=paused,
+            )
+        except UnknownTarget as exc:
             known = sorted({s.actor_name for s in self.schedules})
-            raise _Failure(f"unknown cron actor or schedule {target!r} (cron actors: {', '.join(known) or 'none'})")
-        return found
+            raise _Failure(f"{exc} (cron actors: {', '.join(known) or 'none'})") from None
+        except AmbiguousTarget as exc:
+            choose = f"{exc}: choose one with --schedule ID"
+            raise _Failure(choose + (f", or {whole_actor} with --actor {exc.actor}" if whole_actor else "")) from None
 
     @property
     def runtime(self) -> RuntimeSchedules:
@@ -115,14 +135,6 @@ class _App:
         except CronScheduleError:
             return []
         return [] if record is None else [record.schedule]
-
-    def runtime_of_actor(self, actor: str) -> list[BoundSchedule]:
-        """The actor's runtime schedules (the first 1000)."""
-        try:
-            page = self.runtime.list(actor=actor, limit=1000)
-        except CronScheduleError:
-            return []
-        return [r.schedule for r in page.items]
 
 
 # -- loading --------------------------------------------------------------
@@ -226,7 +238,7 @@ def _list(app: _App, args: argparse.Namespace) -> int:
                 "last_tick": _iso(decision.tick_ms, s.zone) if decision else None,
                 "last_outcome": decision.outcome if decision else None,
                 "last_epoch": decision.epoch if decision else None,
-                "paused": s.actor_name in paused or s.id in paused,
+                "paused": paused_by(s, paused) is not None,
             }
         )
     named = any(s.name != s.expression for s in schedules)
@@ -254,7 +266,7 @@ def _list(app: _App, args: argparse.Namespace) -> int:
                 ", ".join(_when(t, s.zone) for t in upcoming_ms) or "none (ended)",
                 _when(decision.tick_ms, s.zone) if decision else "-",
                 decision.outcome if decision else "-",
-                "yes" if s.actor_name in paused or s.id in paused else "no",
+                "yes" if paused_by(s, paused) is not None else "no",
             ]
         )
     text = _table(headers, rows) if rows else "No cron schedules."
@@ -349,9 +361,16 @@ def _status(app: _App, args: argparse.Namespace) -> int:
 def _history(app: _App, args: argparse.Namespace) -> int:
     match = None
     if args.actor:
-        match = {args.actor} | {s.id for s in app.resolve(args.actor)}
-        if ":" not in args.actor:  # an actor: its runtime schedules too
-            match |= {s.id for s in app.runtime_of_actor(args.actor)}
+        # History is read, not acted on: an actor name shows all of its
+        # schedules (entries match by actor), a schedule id that one only.
+        try:
+            resolve_target(declared=app.schedules, runtime=app.runtime, actor=args.actor)
+        except UnknownTarget:
+            try:
+                resolve_target(declared=app.schedules, runtime=app.runtime, schedule_id=args.actor)
+            except UnknownTarget:
+                raise _Failure(f"unknown cron actor or schedule {args.actor!r}") from None
+        match = {args.actor}
     entries = list(reversed(app.control.history(limit=args.limit, match=match)))
     records = [_history_record(app, e) for e in entries]
     rows = [
@@ -392,7 +411,9 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
 
 
 def _trigger(app: _App, args: argparse.Namespace) -> int:
-    schedule = app.resolve(args.actor)[0]
+    target = app.target(args)
+    schedule = target.schedule
+    assert schedule is not None  # trigger has no --actor
     try:
         done = app.control.trigger(app.broker, schedule, prefix=app.middleware.prefix)
     except TriggerRefused as exc:
@@ -414,24 +435,36 @@ def _trigger(app: _App, args: argparse.Namespace) -> int:
 
 
 def _pause(app: _App, args: argparse.Namespace) -> int:
-    app.resolve(args.actor)
+    verb = "pause" if args.command == "pause" else "resume"
+    target = app.target(args, whole_actor=f"{verb} all of them")
     if args.command == "pause":
-        changed = app.control.pause(args.actor)
+        changed = app.control.pause(target)
         text = (
-            f"Paused {args.actor}: whichever process leads records its ticks as paused and enqueues nothing."
+            f"Paused {target}: whichever process leads records its ticks as paused and enqueues nothing."
             if changed
-            else f"{args.actor} was already paused."
+            else f"{target} was already paused."
         )
     else:
-        changed = app.control.resume(args.actor)
-        text = f"Resumed {args.actor}: its next tick fires." if changed else f"{args.actor} was not paused."
-    _emit(args, {"target": args.actor, "changed": changed, "paused": sorted(app.control.paused())}, text)
+        changed = app.control.resume(target)
+        text = f"Resumed {target}: its next tick fires." if changed else f"{target} was not paused."
+        blocker = None if changed or target.schedule is None else paused_by(target.schedule, app.control.paused())
+        if blocker is not None and blocker.schedule_id is None:
+            text += f" Its actor is paused as a whole: resume it with --actor {target.actor_name}."
+    data = {
+        "target": target.member,
+        "actor": target.actor_name,
+        "schedule": target.schedule_id,
+        "changed": changed,
+        "paused": sorted(app.control.paused()),
+    }
+    _emit(args, data, text)
     return EXIT_OK
 
 
 def _web(app: _App, args: argparse.Namespace) -> int:
     from .web import CronDashboard
-    from .web.server import Unsafe, parse_bind, start
+    from .web.security import LOOPBACK_HOSTS
+    from .web.server import Unsafe, is_loopback, parse_bind, start
 
     try:
         host, port = parse_bind(args.bind)
@@ -443,19 +476,39 @@ def _web(app: _App, args: argparse.Namespace) -> int:
         if not sep or not user or not password:
             raise _Failure("--auth wants USER:PASSWORD")
         auth = (user, password)
+    # Answer for this machine's loopback names, the bound address, and the
+    # names the operator reaches it by.
+    hosts = [*LOOPBACK_HOSTS, *(args.allowed_host or [])]
+    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
+        hosts.append(f"[{host}]" if ":" in host else host)
+    authenticated = bool(auth or args.token)
     try:
-        dashboard = CronDashboard(app.broker, prefix="", read_only=args.read_only, auth=auth, token=args.token)
+        dashboard = CronDashboard(
+            app.broker,
+            prefix="",
+            read_only=args.read_only,
+            auth=auth,
+            token=args.token,
+            # start() below refuses a non-loopback bind without credentials
+            # unless --insecure-bind says a proxy in front authenticates.
+            unauthenticated=not authenticated,
+            allowed_hosts=hosts,
+        )
     except CronConfigurationError as exc:  # the web extra is missing
         raise _Failure(str(exc)) from None
     try:
-        server = start(dashboard, host, port, authenticated=bool(auth or args.token), insecure=args.insecure_bind)
+        server = start(dashboard, host, port, authenticated=authenticated, insecure=args.insecure_bind)
     except Unsafe as exc:
         raise _Failure(str(exc)) from None
     except OSError as exc:
         raise _Failure(f"cannot listen on {args.bind}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
     mode = " (read-only)" if args.read_only else ""
-    print(f"Serving the cron dashboard{mode} on http://{shown}:{server.server_port}/ (Ctrl+C stops it)", flush=True)
+    print(
+        f"Serving the cron dashboard{mode} on http://{shown}:{server.server_port}/ for the hosts "
+        f"{', '.join(hosts)} (Ctrl+C stops it)",
+        flush=True,
+    )
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
@@ -595,13 +648,24 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("history", "recent tick outcomes, oldest first")
     sub.add_argument("actor", nargs="?", metavar="ACTOR", help="only this actor (or schedule id)")
     sub.add_argument("--limit", "-n", type=int, default=20, metavar="N", help="how many entries (default 20)")
-    command("trigger", "enqueue a schedule's message now, marked manual; the schedule is left as it is").add_argument(
-        "actor", metavar="ACTOR", help="an actor name or schedule id"
-    )
-    command("pause", "stop firing an actor's (or one schedule's) ticks until resumed").add_argument(
-        "actor", metavar="ACTOR", help="an actor name or schedule id"
-    )
-    command("resume", "undo pause").add_argument("actor", metavar="ACTOR", help="an actor name or schedule id")
+    for name, help in (
+        ("trigger", "enqueue a schedule's message now, marked manual; the schedule is left as it is"),
+        ("pause", "stop firing a schedule's (or, with --actor, every schedule of an actor's) ticks until resumed"),
+        ("resume", "undo pause"),
+    ):
+        sub = command(name, help)
+        which = sub.add_mutually_exclusive_group(required=True)
+        which.add_argument(
+            "target",
+            nargs="?",
+            metavar="TARGET",
+            help="a schedule id, or the name of an actor that has one schedule (see list)",
+        )
+        which.add_argument(
+            "--schedule", metavar="ID", help="exactly this schedule id (an unnamed schedule's is its actor)"
+        )
+        if name != "trigger":
+            which.add_argument("--actor", dest="whole_actor", metavar="ACTOR", help="every schedule of this actor")
     sub = command("add", "create or replace a runtime schedule of a declared actor (no deploy needed)")
     sub.add_argument("actor", metavar="ACTOR", help="the actor's name")
     sub.add_argument("expression", nargs="?", metavar="EXPRESSION", help="a cron expression (or use --every)")
@@ -626,6 +690,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--read-only", action="store_true", help="show everything, change nothing")
     sub.add_argument(
         "--insecure-bind", action="store_true", help="allow a non-loopback address without --auth or --token"
+    )
+    sub.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="HOST",
+        help="a Host name it answers for besides the loopback names and the bound address "
+        "(repeatable; '.example.com' for a domain and its subdomains)",
     )
     return parser
 

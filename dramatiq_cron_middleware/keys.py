@@ -77,7 +77,8 @@ class Keys:
 
     @property
     def paused(self) -> str:
-        """Set of paused actor names and schedule ids."""
+        """Set of paused schedule ids, and ``<actor>:*`` for actors paused
+        as a whole (see ``protocol.whole_actor``)."""
         return f"{self.tag}:paused"
 
     def batch(self, batch_id: str) -> str:

@@ -24,7 +24,7 @@ from .clock import ServerClock
 from .enqueue import Payload
 from .keys import Keys
 from .prefetch import read_ahead
-from .protocol import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value
+from .protocol import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value, whole_actor
 from .schedule import BoundSchedule
 
 __all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "SyncEntry", "SyncReply"]
@@ -331,7 +331,7 @@ class Ledger:
                     c.detail,
                     c.message_id,
                     c.overlap_ttl_ms,
-                    c.actor_name,
+                    whole_actor(c.actor_name),
                     mark(c),
                     c.revision,
                     *push(i),

@@ -9,11 +9,12 @@ import os
 import signal
 import socket
 import threading
-from typing import Any
+from typing import Any, cast
 
 import dramatiq
 import redis
 from dramatiq import Broker, Middleware, Worker
+from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis.cluster import RedisCluster
@@ -63,7 +64,8 @@ class CronMiddleware(Middleware):
         (only its connection parameters are used; the scheduler makes its
         own connections with short timeouts).  Defaults to None, meaning
         the URL in ``DRAMATIQ_CRON_REDIS_URL``, else the broker's client if
-        the broker is a ``RedisBroker``, else an error when the worker boots.
+        the broker is a ``RedisBroker``, else an error when the worker boots
+        (on a ``StubBroker`` the scheduler stays off instead: an app's tests).
       lock_ttl(int): The lease length in milliseconds.  The leader renews
         every third of it and stops firing two thirds into it without a
         successful renewal; after a crash a follower takes over within
@@ -158,9 +160,11 @@ class CronMiddleware(Middleware):
         self.leader: LeaderThread | None = None
         #: Told what the leader thread does (``CronMetrics`` sets it).
         self.observer: LeaderObserver | None = None
-        #: Set by ``testing.CronSimulator``: the simulator fires the ticks,
-        #: so workers start no leader thread and need no Redis.
-        self.simulated = False
+        #: The attached ``testing.CronSimulator``, if any: it fires the ticks
+        #: (workers start no leader thread and need no Redis) and keeps the
+        #: runtime schedules.
+        self.simulator: Any = None
+        self._off_logged = False
         #: Every duration, derived once from ``lock_ttl``.
         self.timing = Timing.for_lease(lock_ttl)
         self._start_lock = threading.Lock()
@@ -215,7 +219,7 @@ class CronMiddleware(Middleware):
         self._clear_running_mark(broker, message)
 
     def _clear_running_mark(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        if self.simulated or message.options.get("cron_overlap") != "skip":
+        if self.simulator is not None or message.options.get("cron_overlap") != "skip":
             return
         schedule_id = message.options.get("cron_schedule")
         if not isinstance(schedule_id, str):
@@ -240,14 +244,33 @@ class CronMiddleware(Middleware):
 
     def before_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Resolve and parse the Redis connection, failing the boot with one
-        clear error when none is configured or the URL is malformed."""
-        if not self.simulated:
-            self._clients(broker)
+        clear error when none is configured or the URL is malformed.  On a
+        ``StubBroker`` with no Redis configured (an app's own tests) the
+        scheduler stays off instead, saying so once."""
+        if self.simulator is not None:
+            return
+        if self._stub_without_redis(broker):
+            if not self._off_logged:
+                self._off_logged = True
+                self.logger.info(
+                    "Cron scheduler off: the broker is a StubBroker and no Redis is configured (redis=, %s); "
+                    "actors run as usual. To test schedules, use dramatiq_cron_middleware.testing.CronSimulator.",
+                    ENV_URL,
+                )
+            return
+        self._clients(broker)
 
     def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Start the leader thread (once per process, however often called)."""
-        if not self.simulated and self.start(broker) is not None:
+        if self.simulator is not None or self._stub_without_redis(broker):
+            return
+        if self.start(broker) is not None:
             self._hand_over_on_signal()
+
+    def _stub_without_redis(self, broker: Broker) -> bool:
+        """A ``StubBroker`` and no Redis configured: a test of the app, where
+        nothing could be scheduled across processes anyway."""
+        return isinstance(broker, StubBroker) and self.redis is None and url_from_environment() is None
 
     def _hand_over_on_signal(self) -> None:
         """Release the lease the moment the worker process is told to stop.
@@ -463,12 +486,17 @@ class CronMiddleware(Middleware):
     @property
     def runtime(self) -> RuntimeSchedules:
         """The runtime schedules in this scheduler's Redis, for the full API
-        (``add_many``, ``get``, ``list``, and what the leader reads).
+        (``add_many``, ``get``, ``list``, and what the leader reads); while a
+        ``testing.CronSimulator`` is attached, the simulator's (in memory).
 
         Raises:
-          CronConfigurationError: no Redis is configured, or no actor was
-            declared on the middleware's broker yet.
+          CronConfigurationError: no Redis is configured (on a StubBroker:
+            attach a CronSimulator), or no actor was declared on the
+            middleware's broker yet.
         """
+        if self.simulator is not None:
+            # The simulator's in-memory store answers the same calls.
+            return cast(RuntimeSchedules, self.simulator.runtime)
         with self._runtime_lock:
             if self._runtime is None:
                 broker = self._broker
@@ -476,6 +504,13 @@ class CronMiddleware(Middleware):
                     raise CronConfigurationError(
                         "CronMiddleware: runtime schedules need the broker: add the middleware to it and declare "
                         "actors (import their modules) first"
+                    )
+                if self._stub_without_redis(broker):
+                    raise CronConfigurationError(
+                        "CronMiddleware: runtime schedules need Redis, and the broker is a StubBroker with none "
+                        "configured: in tests, attach a dramatiq_cron_middleware.testing.CronSimulator to the "
+                        f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
+                        f"{ENV_URL}"
                     )
                 # A fixed 2 s bound, as for the CLI: these calls come from web
                 # requests and scripts, not from lease traffic.

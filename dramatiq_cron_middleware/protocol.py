@@ -25,6 +25,7 @@ __all__ = [
     "SyncCode",
     "load_script",
     "parse_ledger_value",
+    "whole_actor",
 ]
 
 
@@ -148,6 +149,16 @@ def parse_ledger_value(value: object) -> LedgerValue | None:
         result=int(tail) if tail is not None and tail != "baseline" else None,
         baseline=tail == "baseline",
     )
+
+
+def whole_actor(actor_name: str) -> str:
+    """The paused set's member that pauses every schedule of an actor,
+    declared and runtime: ``<actor>:*``.  A single schedule is paused by its
+    id, and an actor's unnamed schedule has the actor's name as its id, so
+    the whole actor needs a member no schedule id can be (``*`` is no
+    runtime schedule's name, and declared ids have no ``:`` in their actor
+    part)."""
+    return f"{actor_name}:*"
 
 
 def _preamble() -> str:

@@ -13,24 +13,32 @@ It decides ticks with the leader's own code (``planner.plan``), so the
 messages carry the same ``cron_tick`` option, arguments, options and
 deterministic message ids a real leader would send, and a leaderless gap
 (``advance(..., leading=False)``) is caught up by the schedules' catch-up
-policy.  What lives only in Redis is not simulated: pausing, and
-``overlap="skip"`` (every tick of such a schedule fires).
+policy.  Runtime schedules added while it is attached (``cron.add``,
+``cron.remove``, ``cron.list_runtime``, ``cron.runtime``) are kept in
+memory and fire like declared ones, from the fake time of their ``add``.
+What lives only in Redis is not simulated: pausing, and ``overlap="skip"``
+(every tick of such a schedule fires).
 """
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 import datetime as dt
 import heapq
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dramatiq import Broker, Message
+from dramatiq.logging import get_logger
 
-from .errors import CronConfigurationError
+from .errors import CronConfigurationError, CronScheduleError
 from .middleware import CronMiddleware
 from .planner import due_decisions, jitter_ms, message_for
-from .schedule import BoundSchedule
+from .runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id
+from .schedule import BoundSchedule, Schedule
 
-__all__ = ["CronSimulator", "Instant", "cron_middleware_of", "ticks_between"]
+__all__ = ["CronSimulator", "Instant", "SimulatedRuntime", "cron_middleware_of", "ticks_between"]
 
 #: A point in time: a timezone-aware ``datetime``, or epoch milliseconds.
 Instant = dt.datetime | int
@@ -76,9 +84,13 @@ class CronSimulator:
     def __init__(self, broker: Broker, *, now: Instant) -> None:
         self.broker = broker
         self.middleware = cron_middleware_of(broker)
-        self.middleware.simulated = True
         self._now = _ms(now, "now")
-        self._schedules = {s.id: s for s in self.middleware.all_schedules()}
+        #: The runtime schedules of the simulation, in memory; the
+        #: middleware's runtime calls come here while it is attached.
+        self.runtime = SimulatedRuntime(self.middleware, broker, clock=lambda: self._now)
+        self.middleware.simulator = self
+        self._declared = {s.id: s for s in self.middleware.all_schedules()}
+        self._schedules = dict(self._declared)
         self._last = {sid: self._now for sid in self._schedules}
         #: Every message enqueued so far, in order.
         self.enqueued: list[Message[Any]] = []
@@ -127,6 +139,7 @@ class CronSimulator:
         if not leading:
             self._now = target
             return []
+        self._follow_runtime()
         sent: list[Message[Any]] = []
         # A leader decides at once when it takes over, then wakes at each tick.
         sent += self._decide_at(self._now, list(self._schedules))
@@ -143,6 +156,19 @@ class CronSimulator:
                 heapq.heappush(heap, (self._schedules[sid].next_after(self._last[sid]), sid))
         self._now = target
         return sent
+
+    def _follow_runtime(self) -> None:
+        """Take in the runtime schedules as they are now: a new or replaced
+        one starts from the fake time it was written (as ``add`` writes its
+        baseline), a removed one fires no more."""
+        current = self.runtime.schedules()
+        for sid in [sid for sid in self._schedules if sid not in self._declared and sid not in current]:
+            del self._schedules[sid], self._last[sid]
+        for sid, stored in current.items():
+            known = self._schedules.get(sid)
+            if known is None or known.revision != stored.revision:
+                self._schedules[sid] = stored.schedule
+                self._last[sid] = stored.updated_ms
 
     def _decide_at(self, now: int, schedule_ids: list[str]) -> list[Message[Any]]:
         sent: list[Message[Any]] = []
@@ -166,7 +192,92 @@ class CronSimulator:
 
     def close(self) -> None:
         """Detach from the middleware: workers start leader threads again."""
-        self.middleware.simulated = False
+        self.middleware.simulator = None
+
+
+class SimulatedRuntime(RuntimeSchedules):
+    """The runtime schedules of a :class:`CronSimulator`, in memory: the
+    calls an app makes (``add``, ``add_many``, ``remove``, ``get``,
+    ``list``, ``count_by_actor``), checked by the same rules as the Redis
+    store, with the simulator's fake clock.  What only a leader reads
+    (``version``, ``changes_since``, ``load_all``) is not available.
+
+    Parameters:
+      middleware: The broker's :class:`CronMiddleware` (its defaults apply).
+      broker: The broker whose actors runtime schedules name.
+      clock: The fake time, in epoch ms.
+    """
+
+    def __init__(self, middleware: CronMiddleware, broker: Broker, *, clock: Callable[[], int]) -> None:
+        # Not RuntimeSchedules.__init__: nothing here talks to Redis, so the
+        # client and its scripts are never set up; only the checks are shared.
+        self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
+        self.resolve_actor = lambda actor: middleware._runtime_actor(broker, actor)
+        self.timezone = middleware.timezone
+        self.catch_up = middleware.catch_up
+        self.catch_up_window = middleware.catch_up_window
+        self._clock = clock
+        self._stored: dict[str, RuntimeSchedule] = {}
+        self._revision = 0
+
+    def schedules(self) -> dict[str, RuntimeSchedule]:
+        """Every stored runtime schedule by id."""
+        return dict(self._stored)
+
+    def add_many(self, items: Iterable[tuple[object, str | Schedule, str]]) -> builtins.list[RuntimeSchedule]:
+        """As :meth:`RuntimeSchedules.add_many`, in memory."""
+        prepared = [self._prepare(actor, schedule, name) for actor, schedule, name in items]
+        now = self._clock()
+        out = []
+        for bound, _ in prepared:
+            self._revision += 1
+            before = self._stored.get(bound.id)
+            stored = RuntimeSchedule(
+                schedule=dataclasses.replace(bound, revision=self._revision),
+                created_ms=now if before is None else before.created_ms,
+                updated_ms=now,
+                as_of_ms=now,
+            )
+            self._stored[bound.id] = stored
+            out.append(stored)
+        return out
+
+    def remove(self, actor: object, name: str) -> bool:
+        """As :meth:`RuntimeSchedules.remove`, in memory."""
+        return self._stored.pop(_schedule_id(actor, name), None) is not None
+
+    def get(self, actor: object, name: str) -> RuntimeSchedule | None:
+        """As :meth:`RuntimeSchedules.get`, in memory."""
+        found = self._stored.get(_schedule_id(actor, name))
+        return None if found is None else dataclasses.replace(found, as_of_ms=self._clock())
+
+    def list(
+        self,
+        *,
+        actor: object | None = None,
+        search: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> RuntimePage:
+        """As :meth:`RuntimeSchedules.list`, in memory."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise CronScheduleError(f"runtime schedules: limit must be an int from 1 to 10000, got {limit!r}")
+        owner = None if actor is None else getattr(actor, "actor_name", actor)
+        ids = sorted(i for i in self._stored if owner is None or i.partition(":")[0] == owner)
+        total = None if search is not None else len(ids)
+        ids = [i for i in ids if (search is None or search.lower() in i.lower()) and (cursor is None or i > cursor)]
+        page = ids[:limit]
+        now = self._clock()
+        items = [dataclasses.replace(self._stored[i], as_of_ms=now) for i in page]
+        return RuntimePage(items=items, cursor=page[-1] if len(ids) > limit else None, total=total)
+
+    def count_by_actor(self) -> dict[str, int]:
+        """As :meth:`RuntimeSchedules.count_by_actor`, in memory."""
+        out: dict[str, int] = {}
+        for sid in sorted(self._stored):
+            actor = sid.partition(":")[0]
+            out[actor] = out.get(actor, 0) + 1
+        return out
 
 
 def _ms(value: Instant, what: str) -> int:

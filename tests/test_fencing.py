@@ -14,7 +14,7 @@ from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.keys import Keys
 from dramatiq_cron_middleware.lease import Acquired, Held, Lease
 from dramatiq_cron_middleware.ledger import Claim, Ledger, NotLeader
-from dramatiq_cron_middleware.protocol import ClaimResult
+from dramatiq_cron_middleware.protocol import ClaimResult, whole_actor
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 
@@ -139,14 +139,18 @@ def test_a_wiped_ledger_baselines_at_now_so_old_ticks_never_fire(redis_server: R
 
 
 def test_a_paused_actor_records_its_ticks_as_paused(redis_server: RedisServer) -> None:
+    """The whole actor is paused by ``job:*``; ``job`` alone is the id of
+    its unnamed schedule and pauses no other schedule of it."""
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
     base = ledger.sync(lease.token, acquired.epoch, ["job/x@UTC"], now_ms=PAST).last["job/x@UTC"].tick_ms
     redis_server.client().sadd(Keys("t").paused, "job")
-    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("job/x@UTC", base + 1000)]).results == [PAUSED]
+    assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("job/x@UTC", base + 1000)]).results == [FIRE]
+    redis_server.client().sadd(Keys("t").paused, whole_actor("job"))
+    assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("job/x@UTC", base + 2000)]).results == [PAUSED]
     entries = redis_server.client().xrange(Keys("t").history)
-    assert [e[1]["outcome"] for e in entries] == ["paused"]
+    assert [e[1]["outcome"] for e in entries] == ["fired", "paused"]
 
 
 def test_release_is_compare_and_delete(redis_server: RedisServer) -> None:

@@ -246,14 +246,17 @@ def jobs_done(record_dir: str) -> int:
     return total
 
 
-def run_app(directory: str, name: str, cron_line: str, middleware: str, env: dict[str, str]) -> tuple[int, str]:
+def run_app(
+    directory: str, name: str, cron_line: str, middleware: str, env: dict[str, str], broker: str = "StubBroker()"
+) -> tuple[int, str]:
     """Write a one-actor app and run ``dramatiq`` on it until it exits."""
     with open(os.path.join(directory, f"{name}.py"), "w") as f:
         f.write(
             "import dramatiq\n"
             "from dramatiq.brokers.stub import StubBroker\n"
+            "from dramatiq.brokers.rabbitmq import RabbitmqBroker\n"
             "from dramatiq_cron_middleware import CronMiddleware\n"
-            "broker = StubBroker()\n"
+            f"broker = {broker}\n"
             f"broker.add_middleware({middleware})\n"
             "dramatiq.set_broker(broker)\n"
             f"@dramatiq.actor(cron={cron_line!r})\n"
@@ -282,8 +285,11 @@ def test_a_bad_cron_expression_stops_the_worker_at_import(tmp_path: object) -> N
 
 
 def test_no_redis_configured_is_one_clear_error_at_boot(tmp_path: object) -> None:
+    """On a broker that is neither a RedisBroker nor a StubBroker (which runs
+    with the scheduler off: tests/test_stub_broker.py)."""
     env = {k: v for k, v in os.environ.items() if k != "DRAMATIQ_CRON_REDIS_URL"}
-    code, output = run_app(str(tmp_path), "noredis", "* * * * *", "CronMiddleware()", env)
+    broker = "RabbitmqBroker(url='amqp://127.0.0.1:1')"
+    code, output = run_app(str(tmp_path), "noredis", "* * * * *", "CronMiddleware()", env, broker=broker)
     assert code != 0, output
     assert output.count("no Redis configured") == 1, output
     assert "DRAMATIQ_CRON_REDIS_URL" in output

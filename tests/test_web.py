@@ -39,7 +39,8 @@ class App:
     middleware: CronMiddleware
 
     def dashboard(self, **kwargs: Any) -> Browser:
-        return Browser(CronDashboard(self.broker, **kwargs))
+        guarded = {"auth", "token", "read_only"} & set(kwargs)
+        return Browser(CronDashboard(self.broker, **({} if guarded else {"unauthenticated": True}), **kwargs))
 
 
 def _app(server: RedisServer, *, actors: int = 1, url: str | None = None) -> App:
@@ -139,18 +140,18 @@ def test_pause_needs_a_post_with_the_csrf_token_and_then_shows_as_paused(app: Ap
     browser = app.dashboard()
     target = "every_second"
     # A GET changes nothing.
-    assert browser.get("/cron/pause?target=every_second").status == 405
+    assert browser.get("/cron/pause?schedule=every_second").status == 405
     page = browser.get("/cron/schedules")
     token = csrf_of(page.text)
     # No token, a wrong one, a foreign origin: refused, nothing paused.
-    assert browser.post("/cron/pause", {"target": target}).status == 403
-    assert browser.post("/cron/pause", {"target": target, "csrf": "forged" * 5}).status == 403
-    foreign = browser.post("/cron/pause", {"target": target, "csrf": token}, headers={"Origin": "http://evil.test"})
+    assert browser.post("/cron/pause", {"schedule": target}).status == 403
+    assert browser.post("/cron/pause", {"schedule": target, "csrf": "forged" * 5}).status == 403
+    foreign = browser.post("/cron/pause", {"schedule": target, "csrf": token}, headers={"Origin": "http://evil.test"})
     assert foreign.status == 403
-    assert Browser(browser.app).post("/cron/pause", {"target": target, "csrf": token}).status == 403  # no cookie
+    assert Browser(browser.app).post("/cron/pause", {"schedule": target, "csrf": token}).status == 403  # no cookie
     assert client.smembers(PAUSED) == set()
 
-    done = browser.post("/cron/pause", {"target": target, "csrf": token, "next": "/schedules?q=every"})
+    done = browser.post("/cron/pause", {"schedule": target, "csrf": token, "next": "/schedules?q=every"})
     assert done.status == 303
     assert done.header("Location") == "/cron/schedules?q=every"
     shown = browser.get("/cron/schedules?q=every")
@@ -165,7 +166,7 @@ def test_pause_needs_a_post_with_the_csrf_token_and_then_shows_as_paused(app: Ap
         timeout=10,
         what="a paused tick",
     )
-    assert browser.post("/cron/resume", {"target": target, "csrf": token}).status == 303
+    assert browser.post("/cron/resume", {"schedule": target, "csrf": token}).status == 303
     assert client.smembers(PAUSED) == set()
 
 
@@ -173,7 +174,7 @@ def test_trigger_enqueues_one_manual_message_and_the_history_shows_it(app: App) 
     browser = app.dashboard()
     token = csrf_of(browser.get("/cron/schedules").text)
     target = "every_second"
-    assert browser.post("/cron/trigger", {"target": target, "csrf": token}).status == 303
+    assert browser.post("/cron/trigger", {"schedule": target, "csrf": token}).status == 303
     history = browser.get("/cron/schedule?id=every_second")
     assert history.text.count('data-outcome="triggered"') >= 1
     assert "<svg" in history.text
@@ -187,7 +188,7 @@ def test_a_read_only_dashboard_shows_no_buttons_and_refuses_every_post(app: App)
     assert '<form method="post"' not in page.text and "Trigger now" not in page.text
     assert "read-only" in page.text
     csrf = browser.cookies["cron_csrf"]
-    refused = browser.post("/cron/pause", {"target": "every_second", "csrf": csrf})
+    refused = browser.post("/cron/pause", {"schedule": "every_second", "csrf": csrf})
     assert refused.status == 403 and "read-only" in refused.text
     assert app.server.client().smembers(PAUSED) == set()
 
@@ -213,7 +214,7 @@ def test_a_token_works_as_bearer_or_once_in_the_address_then_as_a_cookie(app: Ap
 
 
 def test_a_non_loopback_bind_without_auth_is_refused(app: App) -> None:
-    dashboard = CronDashboard(app.broker, prefix="")
+    dashboard = CronDashboard(app.broker, prefix="", unauthenticated=True)
     with pytest.raises(Unsafe):
         start(dashboard, "0.0.0.0", 0, authenticated=False)
     server = start(dashboard, "127.0.0.1", 0, authenticated=False)
@@ -282,7 +283,7 @@ def test_runtime_schedules_are_added_edited_and_removed_with_the_apis_own_errors
 def test_under_a_dispatcher_mount_every_link_keeps_the_mount_point(app: App) -> None:
     """As Flask's DispatcherMiddleware hands it over: the mount point in
     SCRIPT_NAME, the rest in PATH_INFO."""
-    dashboard = CronDashboard(app.broker)  # prefix="/cron", already consumed by the mount
+    dashboard = CronDashboard(app.broker, unauthenticated=True)  # prefix="/cron", already consumed by the mount
     captured: dict[str, Any] = {}
     environ: dict[str, Any] = {}
     setup_testing_defaults(environ)

@@ -25,8 +25,9 @@
 --           future only after both it and the server's time
 -- ARGV[6] - a JSON array of entries, each an array:
 --           schedule id, tick ms, outcome, fire (1/0), detail, message id,
---           overlap ttl ms, actor name, the index in KEYS of its running
---           mark (0 without overlap), runtime revision (0 for declared),
+--           overlap ttl ms, the paused-set member of its whole actor
+--           ('<actor>:*'), the index in KEYS of its running mark (0
+--           without overlap), runtime revision (0 for declared),
 --           and for a message to enqueue when granted (RedisBroker on this
 --           Redis): the index in KEYS of its queue list and of its message
 --           hash (0 and 0 without), its redis message id and its body

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
@@ -22,13 +22,24 @@ from dramatiq.logging import get_logger
 
 from ..connection import describe as describe_client
 from ..connection import redact, scheduler_clients
-from ..control import Control, TriggerRefused
+from ..control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
 from ..middleware import CronMiddleware
 from ..schedule import BoundSchedule
 from . import forms, pages
 from .chart import OUTCOME_COLOURS
 from .format import iso, span, when
-from .security import CSRF_COOKIE, CSRF_FIELD, TOKEN_COOKIE, Access, cookies, csrf_ok, new_csrf_value, same_origin
+from .security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    LOOPBACK_HOSTS,
+    TOKEN_COOKIE,
+    Access,
+    HostAllowlist,
+    cookies,
+    csrf_ok,
+    new_csrf_value,
+    same_origin,
+)
 
 __all__ = ["CronDashboard"]
 
@@ -66,6 +77,8 @@ class _HTTPError(Exception):
 @dataclasses.dataclass
 class _Request:
     environ: WSGIEnviron
+    #: The request's ``Host``, one the dashboard is allowed to answer for.
+    host: str
     method: str
     path: str
     base: str
@@ -112,11 +125,21 @@ class CronDashboard:
       read_only(bool): Show everything, change nothing: no buttons, and
         every POST is refused with 403.  Defaults to False.
       auth(tuple): ``(user, password)`` required as HTTP basic auth on every
-        request.  Defaults to None, meaning the host application guards the
-        mount.
+        request.  Defaults to None.
       token(str): A bearer token required on every request instead
         (``Authorization: Bearer ...``, or ``?token=...`` once, kept in a
         cookie).  Defaults to None.
+      unauthenticated(bool): Serve without checking any credential: say
+        so only when something else guards every request (a login of the
+        host application in front of the mount, an authenticating proxy, a
+        loopback-only bind).  A dashboard with none of ``auth``, ``token``,
+        ``read_only=True`` and this is refused.  Defaults to False.
+      allowed_hosts(list): The ``Host`` names it answers for, as Django's
+        ``ALLOWED_HOSTS`` (``"cron.example.com"``, ``".example.com"`` for a
+        domain and its subdomains, ``"*"`` for any; ports ignored); any
+        other host gets 400, which stops DNS rebinding.  Defaults to None,
+        meaning this machine's loopback names only (``localhost``,
+        ``127.0.0.1``, ``[::1]``).
       redis(str|redis.Redis): Where the scheduler's keys live.  Defaults to
         None, meaning wherever the middleware finds them (its ``redis=``,
         ``DRAMATIQ_CRON_REDIS_URL``, the RedisBroker's client).
@@ -128,8 +151,9 @@ class CronDashboard:
         JavaScript is on, in milliseconds; 0 turns it off.  Defaults to 5000.
 
     Raises:
-      CronConfigurationError: the broker has no ``CronMiddleware``, or no
-        Redis can be found for it.
+      CronConfigurationError: the broker has no ``CronMiddleware``, no
+        Redis can be found for it, or nothing says who may use it (none of
+        ``auth``, ``token``, ``read_only``, ``unauthenticated``).
     """
 
     def __init__(
@@ -140,6 +164,8 @@ class CronDashboard:
         read_only: bool = False,
         auth: tuple[str, str] | None = None,
         token: str | None = None,
+        unauthenticated: bool = False,
+        allowed_hosts: Sequence[str] | None = None,
         redis: Any = None,
         runtime: Any = None,
         refresh_ms: int = 5000,
@@ -150,6 +176,22 @@ class CronDashboard:
         middleware = next((m for m in broker.middleware if isinstance(m, CronMiddleware)), None)
         if middleware is None:
             raise CronConfigurationError("CronDashboard: the broker has no CronMiddleware")
+        credentials = auth is not None or token is not None
+        if unauthenticated and credentials:
+            raise CronConfigurationError("CronDashboard: unauthenticated=True contradicts auth= or token=; pass one")
+        if not (credentials or read_only or unauthenticated):
+            raise CronConfigurationError(
+                "CronDashboard: refusing to serve a control panel that anyone who reaches it can use: pass "
+                "auth=(user, password), token=..., or read_only=True, or unauthenticated=True when something in "
+                "front (the host application's login, an authenticating proxy) guards every request"
+            )
+        if allowed_hosts is not None and (
+            isinstance(allowed_hosts, str) or not all(isinstance(h, str) and h for h in allowed_hosts)
+        ):
+            raise CronConfigurationError(
+                f"CronDashboard: allowed_hosts must be a list of host names, got {allowed_hosts!r}"
+            )
+        self.hosts = HostAllowlist(LOOPBACK_HOSTS if allowed_hosts is None else allowed_hosts)
         self.broker = broker
         self.middleware = middleware
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
@@ -192,6 +234,12 @@ class CronDashboard:
         return [b"" if environ.get("REQUEST_METHOD", "").upper() == "HEAD" else response.body]
 
     def _respond(self, environ: WSGIEnviron) -> _Response:
+        host = self.hosts.host_of(environ)
+        if host is None:
+            shown = str(environ.get("HTTP_HOST", ""))[:100]
+            return self._plain(
+                "400 Bad Request", f"This dashboard does not answer for the host {shown!r} (allowed_hosts)."
+            )
         script = environ.get("SCRIPT_NAME", "").rstrip("/")
         path = environ.get("PATH_INFO", "") or "/"
         if self.prefix and (path == self.prefix or path.startswith(self.prefix + "/")):
@@ -212,6 +260,7 @@ class CronDashboard:
         new_csrf = len(csrf) < 16
         request = _Request(
             environ=environ,
+            host=host,
             method=environ.get("REQUEST_METHOD", "GET").upper(),
             path=path,
             base=script,
@@ -254,7 +303,7 @@ class CronDashboard:
     def _check_post(self, request: _Request) -> None:
         if self.read_only:
             raise _HTTPError("403 Forbidden", "This dashboard is read-only: nothing can be changed from it.")
-        if not same_origin(request.environ):
+        if not same_origin(request.environ, request.host):
             raise _HTTPError("403 Forbidden", "Refused: the form was sent from another site.")
         request.form = _read_form(request.environ)
         # The cookie was missing when new_csrf is set: no form can match it.
@@ -294,36 +343,32 @@ class CronDashboard:
     # -- actions --------------------------------------------------------------
 
     def _pause(self, request: _Request) -> _Response:
-        target = request.form.get("target", "")
-        # Whatever is paused can be resumed, even what the app no longer declares.
-        known = self._targets(target) or (request.path == "/resume" and target in self.control.paused())
-        if not known:
-            raise _HTTPError("404 Not Found", f"Unknown cron actor or schedule {target!r}.")
+        target = self._target(request)
         if request.path == "/pause":
             changed = self.control.pause(target)
             notice = f"Paused {target}." if changed else f"{target} was already paused."
         else:
             changed = self.control.resume(target)
             notice = f"Resumed {target}." if changed else f"{target} was not paused."
-        self.logger.info("Dashboard: %s %s.", request.path.strip("/"), target)
+        self.logger.info("Dashboard: %s %s.", request.path.strip("/"), target.member)
         return self._back(request, notice)
 
     def _trigger(self, request: _Request) -> _Response:
-        target = request.form.get("target", "")
-        found = self._targets(target)
-        if not found:
-            raise _HTTPError("404 Not Found", f"Unknown cron actor or schedule {target!r}.")
+        target = self._target(request)
+        schedule = target.schedule
+        if schedule is None:
+            raise _HTTPError("404 Not Found", f"Unknown cron schedule {target.member!r}.")
         try:
-            done = self.control.trigger(self.broker, found[0], prefix=self.middleware.prefix)
+            done = self.control.trigger(self.broker, schedule, prefix=self.middleware.prefix)
         except TriggerRefused as exc:
             raise _HTTPError("409 Conflict", str(exc)) from None
-        self.logger.info("Dashboard: triggered %s (message %s).", found[0].id, done.message_id)
-        return self._back(request, f"Triggered {found[0].id}: message {done.message_id} on queue {done.queue_name}.")
+        self.logger.info("Dashboard: triggered %s (message %s).", schedule.id, done.message_id)
+        return self._back(request, f"Triggered {schedule.id}: message {done.message_id} on queue {done.queue_name}.")
 
     def _runtime_form(self, request: _Request) -> _Response:
         store = self._writable_runtime()
         if request.path == "/runtime/edit":
-            schedule = pages.find_runtime(store, request.query.get("id", ""))
+            schedule = find_runtime(store, request.query.get("id", ""))
             if schedule is None:
                 raise _HTTPError("404 Not Found", "No such runtime schedule.")
             return self._form_page(request, forms.RuntimeForm.of(schedule), editing=True, original=schedule.id)
@@ -344,7 +389,7 @@ class CronDashboard:
 
     def _runtime_remove(self, request: _Request) -> _Response:
         store = self._writable_runtime()
-        schedule = pages.find_runtime(store, request.form.get("id", ""))
+        schedule = find_runtime(store, request.form.get("id", ""))
         if schedule is None:
             raise _HTTPError("404 Not Found", "No such runtime schedule.")
         store.remove(schedule.actor_name, schedule.name)
@@ -368,24 +413,34 @@ class CronDashboard:
         return sorted(self.broker.get_declared_actors())
 
     def _find(self, schedule_id: str) -> tuple[BoundSchedule | None, str | None]:
-        for s in self.middleware.all_schedules():
-            if s.id == schedule_id:
-                return s, "code"
-        if self.runtime is not None and schedule_id:
-            found = pages.find_runtime(self.runtime, schedule_id)
-            if found is not None:
-                return found, "runtime"
-        return None, None
+        try:
+            found = resolve_target(
+                declared=self.middleware.all_schedules(), runtime=self.runtime, schedule_id=schedule_id
+            ).schedule
+        except UnknownTarget:
+            return None, None
+        return found, None if found is None else found.source
 
-    def _targets(self, target: str) -> list[BoundSchedule]:
-        """The schedules an actor name or schedule id stands for."""
-        if not target:
-            return []
-        found = [s for s in self.middleware.all_schedules() if target in (s.actor_name, s.id)]
-        if not found and self.runtime is not None:
-            runtime = pages.find_runtime(self.runtime, target)
-            found = [runtime] if runtime is not None else []
-        return found
+    def _target(self, request: _Request) -> Target:
+        """What a form names: ``schedule`` (a schedule's id, as every button
+        posts it) or ``actor`` (a whole actor, as the resume of an actor
+        paused as a whole posts it; for a trigger, an actor with a single
+        schedule)."""
+        form = request.form
+        found = {"declared": self.middleware.all_schedules(), "runtime": self.runtime}
+        paused = self.control.paused() if request.path == "/resume" else set()
+        try:
+            if "schedule" in form:
+                return resolve_target(**found, schedule_id=form["schedule"], paused=paused)
+            if "actor" in form and request.path == "/trigger":
+                return resolve_target(**found, name=form["actor"])
+            if "actor" in form:
+                return resolve_target(**found, actor=form["actor"], paused=paused)
+        except UnknownTarget as exc:
+            raise _HTTPError("404 Not Found", f"{str(exc).capitalize()}.") from None
+        except AmbiguousTarget as exc:
+            raise _HTTPError("400 Bad Request", f"Refused: {exc}; choose one of them on the schedules page.") from None
+        raise _HTTPError("400 Bad Request", "No schedule named.")
 
     # -- responses ------------------------------------------------------------
 

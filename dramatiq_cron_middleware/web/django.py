@@ -15,8 +15,9 @@ modules (``DRAMATIQ_AUTODISCOVER_MODULES``, ``tasks`` by default) are
 imported on the first request, as ``rundramatiq`` does, so their cron
 actors are known.  Every request
 must come from a logged-in staff user (others are sent to the admin's
-login page).  The dashboard checks its own CSRF token, so its view is
-exempt from Django's (which it would otherwise refuse, not knowing it).
+login page), and its ``Host`` must be one of ``ALLOWED_HOSTS``.  The
+dashboard checks its own CSRF token, so its view is exempt from Django's
+(which it would otherwise refuse, not knowing it).
 """
 
 from __future__ import annotations
@@ -58,14 +59,20 @@ def _get_dashboard() -> Any:
                 broker = getattr(importlib.import_module(module), attribute or "broker")
             else:
                 broker = dramatiq.get_broker()
-            # Django strips the include's prefix into SCRIPT_NAME itself.
-            _dashboard = CronDashboard(broker, prefix="", **options)
+            # Django strips the include's prefix into SCRIPT_NAME itself,
+            # guards every request with the staff login (so the dashboard
+            # checks no credential of its own) and checks the Host against
+            # ALLOWED_HOSTS (see _view).
+            _dashboard = CronDashboard(
+                broker, prefix="", **{"unauthenticated": True, "allowed_hosts": ["*"], **options}
+            )
         return _dashboard
 
 
 def _view(request: Any, path: str = "") -> Any:
     from django.http import HttpResponse
 
+    request.get_host()  # Django's ALLOWED_HOSTS check: a 400 for any other host
     environ = dict(request.META)
     mount = request.path[: len(request.path) - len(path)] if path else request.path
     environ["SCRIPT_NAME"] = mount.rstrip("/")

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import redis
 
-from ..control import Candidate, Control, HistoryEntry, HistoryPage, LastDecision, LeaderInfo
-from ..errors import CronScheduleError
+from ..control import (
+    Candidate,
+    Control,
+    HistoryEntry,
+    HistoryPage,
+    LastDecision,
+    LeaderInfo,
+    RuntimeCatalogue,
+    Target,
+    find_runtime,
+    paused_by,
+)
 from ..schedule import NEVER, BoundSchedule
 from .chart import lag_chart, lag_ms
 from .describe import describe
@@ -41,31 +51,6 @@ NEXT_RUNS = 3
 PAGE_SIZES = (50, 20, 100, 200)
 #: Entries per page of a schedule's history.
 HISTORY_PAGE = 50
-
-
-class RuntimeCatalogue(Protocol):
-    """What the dashboard needs of the runtime schedules: the part of
-    :class:`~dramatiq_cron_middleware.runtime.RuntimeSchedules` it calls."""
-
-    def list(
-        self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100
-    ) -> Any:
-        """A page of runtime schedules (``items``, ``cursor``, ``total``)."""
-
-    def get(self, actor: object, name: str) -> Any:
-        """One runtime schedule (with ``.schedule``), or None."""
-
-
-def find_runtime(runtime: RuntimeCatalogue, schedule_id: str) -> BoundSchedule | None:
-    """The runtime schedule with this id (``actor:name``), if any."""
-    actor, sep, name = schedule_id.partition(":")
-    if not sep or not actor or not name or "/" in actor:
-        return None
-    try:
-        record = runtime.get(actor, name)
-    except CronScheduleError:  # not a valid runtime name: not one of them
-        return None
-    return None if record is None else record.schedule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,14 +115,19 @@ class Row:
     words: str
     next_ms: list[int]
     last: LastDecision | None
-    #: What a resume would have to name: the schedule id or its actor (paused
+    #: What a resume would have to name: the schedule, or its actor (paused
     #: as a whole), or None when running.
-    paused_by: str | None
+    paused_by: Target | None
 
     @property
     def source(self) -> str:
         """``code`` or ``runtime``."""
         return self.schedule.source
+
+    @property
+    def target(self) -> Target:
+        """The row's schedule, as its buttons name it."""
+        return Target.of(self.schedule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,13 +141,6 @@ class SchedulesView:
     next_cursor: str | None
     now_ms: int
     runtime_known: bool
-
-
-def _paused_by(schedule: BoundSchedule, paused: set[str]) -> str | None:
-    """What is paused that stops this schedule: its id, its actor, or nothing."""
-    if schedule.id in paused:
-        return schedule.id
-    return schedule.actor_name if schedule.actor_name in paused else None
 
 
 def _matches(schedule: BoundSchedule, needle: str) -> bool:
@@ -202,7 +185,7 @@ def schedules_view(
     size = filters.per_page
 
     def state_ok(s: BoundSchedule) -> bool:
-        return filters.state == "all" or (_paused_by(s, paused) is not None) == (filters.state == "paused")
+        return filters.state == "all" or (paused_by(s, paused) is not None) == (filters.state == "paused")
 
     picked: list[BoundSchedule] = []
     next_cursor: str | None = None
@@ -252,7 +235,7 @@ def schedules_view(
             words=words(s),
             next_ms=upcoming(s, now),
             last=decisions.get(s.id),
-            paused_by=_paused_by(s, paused),
+            paused_by=paused_by(s, paused),
         )
         for s in picked
     ]
@@ -386,10 +369,15 @@ class HistoryView:
     rows: list[HistoryRow]
     page: HistoryPage
     chart: str
-    paused_by: str | None
+    paused_by: Target | None
     last: LastDecision | None
     next_ms: list[int]
     now_ms: int
+
+    @property
+    def target(self) -> Target | None:
+        """The schedule, as the page's buttons name it (None if unknown)."""
+        return None if self.schedule is None else Target.of(self.schedule)
 
 
 def history_view(
@@ -400,7 +388,7 @@ def history_view(
     now = control.server_ms()
     page = control.schedule_history(schedule_id, limit=HISTORY_PAGE, before=before)
     paused = control.paused()
-    paused_by = None if schedule is None else _paused_by(schedule, paused)
+    stopped_by = None if schedule is None else paused_by(schedule, paused)
     return HistoryView(
         schedule_id=schedule_id,
         schedule=schedule,
@@ -408,7 +396,7 @@ def history_view(
         rows=[HistoryRow(entry=e, lag_ms=lag_ms(e)) for e in page.entries],
         page=page,
         chart=lag_chart(page.entries),
-        paused_by=paused_by,
+        paused_by=stopped_by,
         last=control.decisions([schedule_id]).get(schedule_id),
         next_ms=[] if schedule is None else upcoming(schedule, now),
         now_ms=now,

@@ -1,5 +1,12 @@
-"""Who may look and who may act: optional basic auth or a bearer token, and
-the CSRF check every state-changing POST must pass.
+"""Who may look and who may act: the hosts the dashboard answers for,
+optional basic auth or a bearer token, and the CSRF check every
+state-changing POST must pass.
+
+The ``Host`` allowlist stops DNS rebinding: a page on ``evil.example``
+whose name is re-pointed at the dashboard's address makes the browser send
+``Host: evil.example``, treat the dashboard as that page's own origin, and
+let it read the CSRF value; answering 400 to every host that is not
+allowed leaves it nothing to read.
 
 CSRF is the double-submit pattern: a random value in a ``SameSite=Strict``
 cookie, repeated in a hidden field of every form.  A page of another site
@@ -14,13 +21,25 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Access", "CSRF_COOKIE", "CSRF_FIELD", "TOKEN_COOKIE", "cookies", "csrf_ok", "new_csrf_value", "same_origin"]
+__all__ = [
+    "Access",
+    "CSRF_COOKIE",
+    "CSRF_FIELD",
+    "LOOPBACK_HOSTS",
+    "TOKEN_COOKIE",
+    "HostAllowlist",
+    "cookies",
+    "csrf_ok",
+    "new_csrf_value",
+    "same_origin",
+]
 
 #: The cookie holding the CSRF value, and the form field that repeats it.
 CSRF_COOKIE = "cron_csrf"
@@ -51,8 +70,51 @@ def csrf_ok(cookie_value: str | None, form_value: str | None) -> bool:
     return hmac.compare_digest(cookie_value.encode(), form_value.encode())
 
 
-def same_origin(environ: Mapping[str, Any]) -> bool:
-    """False when the browser says the request comes from another host.
+#: The hosts a dashboard answers for unless told otherwise: this machine's
+#: loopback names and addresses, on any port.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+# A host name or an IPv4 address, or an IPv6 address in brackets, and an
+# optional port (the grammar Django checks Host headers against).
+_HOST = re.compile(r"^([a-z0-9.-]+|\[[a-f0-9]*:[a-f0-9.:]+\])(:\d+)?$")
+
+
+class HostAllowlist:
+    """The ``Host`` names a dashboard answers for, as Django's
+    ``ALLOWED_HOSTS``: ``"cron.example.com"`` that name, ``".example.com"``
+    that domain and its subdomains, ``"*"`` any host; ports are ignored and
+    case does not matter.
+
+    Parameters:
+      patterns: The allowed names.  Defaults to :data:`LOOPBACK_HOSTS`.
+    """
+
+    def __init__(self, patterns: Sequence[str] = LOOPBACK_HOSTS) -> None:
+        self.patterns = tuple(p.lower().rstrip(".") for p in patterns)
+
+    def host_of(self, environ: Mapping[str, Any]) -> str | None:
+        """The request's ``Host`` (or, without one, the server's name and
+        port), or None when it is malformed or not allowed."""
+        host = str(environ.get("HTTP_HOST") or f"{environ.get('SERVER_NAME', '')}:{environ.get('SERVER_PORT', '')}")
+        return host if self.allows(host) else None
+
+    def allows(self, host: str) -> bool:
+        """Whether a ``Host`` value (with or without a port) is allowed."""
+        match = _HOST.match(host.lower())
+        if match is None:
+            return False
+        name = match.group(1).rstrip(".")
+        return any(
+            pattern == "*"
+            or name == pattern
+            or (pattern.startswith(".") and (name.endswith(pattern) or name == pattern[1:]))
+            for pattern in self.patterns
+        )
+
+
+def same_origin(environ: Mapping[str, Any], host: str) -> bool:
+    """False when the browser says the request comes from another origin
+    than ``host``, the request's own (allowed) ``Host``.
 
     Browsers send ``Origin`` on every cross-site POST; a request without it
     (curl, an old browser) is judged by the CSRF token alone.
@@ -62,8 +124,7 @@ def same_origin(environ: Mapping[str, Any]) -> bool:
         return True
     if origin == "null":  # a sandboxed frame or a privacy-stripped origin
         return False
-    host = environ.get("HTTP_HOST") or f"{environ.get('SERVER_NAME', '')}:{environ.get('SERVER_PORT', '')}"
-    return bool(urlsplit(origin).netloc.lower() == str(host).lower())
+    return bool(urlsplit(origin).netloc.lower() == host.lower())
 
 
 class Access:

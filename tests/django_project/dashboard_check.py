@@ -41,9 +41,9 @@ text = schedules.content.decode()
 assert 'data-schedule="heartbeat"' in text, text[:2000]
 assert 'href="/cron/schedule?id=' in text, "links stay under the include's prefix"
 token = re.search(r'name="csrf" value="([^"]+)"', text).group(1)
-paused = post("/cron/pause", {"csrf": token, "target": "heartbeat", "next": "/schedules"})
+paused = post("/cron/pause", {"csrf": token, "schedule": "heartbeat", "next": "/schedules"})
 assert paused.status_code == 303 and paused["Location"] == "/cron/schedules", paused
-forged = post("/cron/resume", {"csrf": "forged-token-value", "target": "heartbeat"})
+forged = post("/cron/resume", {"csrf": "forged-token-value", "schedule": "heartbeat"})
 assert forged.status_code == 403
-assert post("/cron/resume", {"csrf": token, "target": "heartbeat"}).status_code == 303
+assert post("/cron/resume", {"csrf": token, "schedule": "heartbeat"}).status_code == 303
 print("dashboard ok")
