@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -31,12 +33,12 @@ class Monotonic:
         return self.now
 
 
-def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
-    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
-) -> None:
+def leading_feed(
+    redis_server: RedisServer, declared_actor: Callable[[str], bool]
+) -> tuple[Any, Lease, Acquired, Monotonic, Ledger, TickQueue, RuntimeFeed]:
+    """An app's store, a lease held, and a feed on an injected clock."""
     app = make_app(redis_server.url)
-    store = app.store
-    keys = store.keys
+    keys = app.store.keys
     declared = {s.id: s for s in app.cron.all_schedules()}
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
     monotonic = Monotonic()
@@ -47,14 +49,23 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     ledger = Ledger(client=client, keys=keys, clock=clock)
     queue = TickQueue(declared, prefix=keys.prefix)
     feed = RuntimeFeed(
-        store,
+        app.store,
         queue=queue,
         ledger=ledger,
         declared=declared,
-        declared_actor=lambda name: name != "gone",
+        declared_actor=declared_actor,
         clock=clock,
         report_once=OnceReports(logging.getLogger("test.feed")),
     )
+    return app, lease, acquired, monotonic, ledger, queue, feed
+
+
+def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    app, lease, acquired, monotonic, ledger, queue, feed = leading_feed(redis_server, lambda name: name != "gone")
+    keys = app.store.keys
+    declared = {s.id: s for s in app.cron.all_schedules()}
     first = app.cron.add("report", "0 9 * * *", name="first")
     assert feed.stale
 
@@ -109,26 +120,8 @@ def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(red
     "now"); when it is replaced with other ticks or added again after a
     removal, the queue starts it at the write; and a takeover's full sync
     then reads the same entries and rebases nothing."""
-    app = make_app(redis_server.url)
+    app, lease, acquired, monotonic, ledger, queue, feed = leading_feed(redis_server, lambda name: True)
     keys = app.store.keys
-    declared = {s.id: s for s in app.cron.all_schedules()}
-    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
-    monotonic = Monotonic()
-    clock = ServerClock(monotonic=monotonic)
-    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=clock, host="h", pid=1)
-    acquired = lease.acquire()
-    assert isinstance(acquired, Acquired) and lease.token
-    ledger = Ledger(client=client, keys=keys, clock=clock)
-    queue = TickQueue(declared, prefix=keys.prefix)
-    feed = RuntimeFeed(
-        app.store,
-        queue=queue,
-        ledger=ledger,
-        declared=declared,
-        declared_actor=lambda name: True,
-        clock=clock,
-        report_once=OnceReports(logging.getLogger("test.feed")),
-    )
     stored = app.cron.add("report", "* * * * *", name="x")
     fired = stored.created_ms - 120_000  # as if it had fired two minutes ago, and a takeover was due since
     app.redis.hset(keys.ticks, stored.id, f"{fired}:1:1")
