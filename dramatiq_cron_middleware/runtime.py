@@ -34,7 +34,7 @@ import json
 import operator
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -232,6 +232,41 @@ return out
 """
 
 
+# Owed ticks (granted, enqueue failed) checked before a retry: a tick whose
+# definition was removed or replaced since its claim is dropped, and
+# recorded in the history, so that removal stays final for them too.
+#   KEYS[1] revs hash, KEYS[2] history stream
+#   ARGV[1] - the history cap
+#   ARGV[4k-2..4k+1] - a schedule id, the revision its tick was claimed
+#     under, the tick (ms) and the message id
+# Returns one 1 (dropped) or 0 (still current) per tick.
+_DROP_STALE = (
+    """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local found = redis.call('TYPE', KEYS[2]).ok
+local history_ok = found == 'none' or found == 'stream'
+local out = {}
+for i = 2, #ARGV, 4 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = 1
+    if history_ok then
+      redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[1]), '*', 'schedule', ARGV[i], 'tick', ARGV[i + 2],
+                 'outcome', '"""
+    + Outcome.DROPPED.value
+    + """', 'at', now, 'epoch', 0,
+                 'detail', 'its enqueue had failed, and the definition was removed or replaced before a retry',
+                 'message_id', ARGV[i + 3])
+    end
+  end
+end
+return out
+"""
+)
+
+
 # Definitions with the server's time (for their next fire time), in one
 # round trip: a script, because Redis Cluster refuses TIME in a pipeline.
 #   KEYS[1] - the runtime hash
@@ -365,6 +400,7 @@ class RuntimeSchedules:
         self._remove = client.register_script(_REMOVE)
         self._changes = client.register_script(_CHANGES)
         self._read = client.register_script(_READ)
+        self._drop_stale = client.register_script(_DROP_STALE)
 
     @property
     def _write_keys(self) -> list[str]:
@@ -637,6 +673,22 @@ class RuntimeSchedules:
                     changed[schedule_id] = None if text is None else self._bound(schedule_id, text)
                 if len(rows) < 3 * _PAGE:
                     return max(current, after), changed
+
+    def drop_stale(self, ticks: Sequence[tuple[BoundSchedule, int, str]]) -> builtins.list[bool]:
+        """Of granted ticks ``(schedule, tick ms, message id)`` still owed to
+        the broker, which to drop: those whose definition was removed or
+        replaced since their claim (each recorded in the history as
+        ``dropped``).  One script call.
+
+        Raises:
+          CronUnavailableError: Redis did not answer (nothing is known).
+        """
+        args: builtins.list[Any] = [self.history_length]
+        for schedule, tick, message_id in ticks:
+            args += [schedule.id, schedule.revision, tick, message_id]
+        with self._store("check owed runtime ticks"):
+            reply: Any = self._drop_stale(keys=[self.keys.runtime_revs, self.keys.history], args=args)
+        return [bool(flag) for flag in reply]
 
     def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
         """Every stored runtime schedule: ``(version, {schedule id: schedule})``.
