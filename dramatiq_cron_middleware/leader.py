@@ -166,6 +166,7 @@ class LeaderThread(threading.Thread):
             now_ms=clock.now_ms,
             monotonic=clock.monotonic,
             enqueued=self._report_enqueued,
+            drop_stale=runtime.drop_stale if runtime is not None else None,
         )
         self._declared = {s.id: s for s in schedules}
         self._report_once = OnceReports(logger)

@@ -389,6 +389,7 @@ class CronMiddleware(Middleware):
                     timezone=self.timezone,
                     catch_up=self.catch_up,
                     catch_up_window=self.catch_up_window,
+                    history_length=self.history_length,
                 ),
                 declared_actors=lambda name: name in broker.actors,
             )
@@ -522,6 +523,7 @@ class CronMiddleware(Middleware):
                     timezone=self.timezone,
                     catch_up=self.catch_up,
                     catch_up_window=self.catch_up_window,
+                    history_length=self.history_length,
                 )
             return self._runtime
 

@@ -6,6 +6,13 @@ message, backing off, until it succeeds or falls out of the schedule's
 catch-up window.  Failures are tracked per schedule: one WARNING when a
 schedule starts failing and one when it works again, however many ticks
 and retries lie between.
+
+Removal is final for owed ticks too: before each retry, the owed ticks of
+runtime schedules are checked against the stored revisions (one script
+call), and those of a definition removed or replaced since their claim are
+dropped, recorded in the history, and reported in one WARNING.  (A removal
+that lands between that check and the push is not seen: the same window
+as between a claim and its enqueue.)
 """
 
 from __future__ import annotations
@@ -50,6 +57,11 @@ class OwedQueue:
       monotonic: The monotonic clock, for back-off.
       enqueued: Called with ``(schedule id, tick ms, lag ms)`` for each
         message that reached the broker.
+      drop_stale: Given owed runtime ticks ``(schedule, tick ms, message
+        id)``, which to drop because their definition was removed or
+        replaced (it records them); see
+        :meth:`~.runtime.RuntimeSchedules.drop_stale`.  Defaults to None:
+        no runtime schedules.
     """
 
     def __init__(
@@ -60,12 +72,14 @@ class OwedQueue:
         now_ms: Callable[[], int],
         monotonic: Callable[[], float] = time.monotonic,
         enqueued: Callable[[str, int, int], None] | None = None,
+        drop_stale: Callable[[Sequence[tuple[BoundSchedule, int, str]]], list[bool]] | None = None,
     ) -> None:
         self.boundary = boundary
         self.logger = logger
         self._now_ms = now_ms
         self._monotonic = monotonic
         self._enqueued = enqueued
+        self._drop_stale = drop_stale
         self._owed: list[Owed] = []
         #: Schedules whose last enqueue failed.
         self.failing: set[str] = set()
@@ -143,7 +157,36 @@ class OwedQueue:
                 len(expired),
                 names_of([o.schedule.id for o in expired]),
             )
-        self.send([o for o in due if o not in expired])
+        self.send(self._current([o for o in due if o not in expired]))
+
+    def _current(self, due: list[Owed]) -> list[Owed]:
+        """The owed ticks still to send: those of a removed or replaced
+        runtime definition are dropped; while their check cannot be made
+        (Redis does not answer), runtime ticks wait for the next retry."""
+        runtime = [o for o in due if o.schedule.source == "runtime"]
+        if not runtime or self._drop_stale is None:
+            return due
+        try:
+            stale = self._drop_stale([(o.schedule, o.tick_ms, o.message.message_id) for o in runtime])
+        except Exception:  # the scheduler's Redis is down: the leader reports that; retried later
+            now_mono = self._monotonic()
+            for item in runtime:
+                item.attempts += 1
+                item.next_try = now_mono + min(0.1 * 2**item.attempts, MAX_BACKOFF)
+            return [o for o in due if o.schedule.source != "runtime"]
+        dropped = [o for o, gone in zip(runtime, stale, strict=True) if gone]
+        for item in dropped:
+            self._owed.remove(item)
+        if dropped:
+            ids = [o.schedule.id for o in dropped]
+            self.failing.difference_update(ids)
+            self.logger.warning(
+                "Dropped %d granted tick(s) of %s before their enqueue succeeded: the runtime definition was "
+                "removed or replaced since (recorded in the history as dropped).",
+                len(dropped),
+                names_of(ids),
+            )
+        return [o for o in due if o not in dropped]
 
     def pay_quietly(self) -> None:
         """``pay``, for the paths where the broker may be down as well."""

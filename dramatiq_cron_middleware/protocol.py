@@ -65,6 +65,9 @@ class Outcome(str, enum.Enum):
     #: A ledger entry was unusable (unparsable, or in the future after a
     #: clock step) and was replaced by a baseline at the server's now.
     REBASED = "rebased"
+    #: A granted tick whose enqueue had failed, dropped before a retry
+    #: because its runtime definition was removed or replaced since.
+    DROPPED = "dropped"
 
     def __str__(self) -> str:
         return self.value

@@ -35,7 +35,7 @@ import json
 import operator
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -47,6 +47,7 @@ from .errors import CronConfigurationError, CronScheduleError, CronUnavailableEr
 from .keys import Keys
 from .memory import collector_paused
 from .prefetch import read_ahead
+from .protocol import Outcome
 from .schedule import _UTC as UTC_ZONE
 from .schedule import (
     DEFAULT_TIME_LIMIT,
@@ -118,44 +119,71 @@ end
 # Create or replace definitions.  Each gets its own revision (the new
 # value of the version counter), written together with its definition,
 # its revision and its change entry; ``created`` survives a replacement.
-#   KEYS: see _CHECK_KEYS; KEYS[6] the ledger hash, KEYS[7] the shapes hash
+# The write owns the schedule's ledger entry and shape, in the same
+# script: a replacement with the same shape (the same ticks: only args,
+# kwargs, queue or options changed) keeps its entry, so its catch-up
+# survives a takeover; a new schedule, a re-add after a removal and a
+# replacement with another shape start at this write (entry = max(entry,
+# now), one history entry unless the id is new), so no tick of an earlier
+# definition fires under the new one and none of the new one's after the
+# write is lost.  The leader's sync reads these entries and never rebases.
+#   KEYS: see _CHECK_KEYS; KEYS[6] the ledger hash, KEYS[7] the shapes
+#     hash, KEYS[8] the history stream
 #   ARGV[1] - the largest definition accepted, in bytes
-#   ARGV[2k], ARGV[2k+1] - a schedule id, and its definition JSON without
-#     the closing brace (the script appends rev, created and updated)
+#   ARGV[2] - the history cap
+#   ARGV[3k], ARGV[3k+1], ARGV[3k+2] - a schedule id, its definition JSON
+#     without the closing brace (the script appends rev, created and
+#     updated), and its shape digest
 # Returns {server now ms, rev1, created1, rev2, created2, ...}.
 _WRITE = (
     _CHECK_KEYS
     + """
 local limit = tonumber(ARGV[1])
-for i = 2, #ARGV, 2 do
-  local id, body = ARGV[i], ARGV[i + 1]
-  if id == '' or body == nil or string.sub(body, 1, 7) ~= '{"v":1,' or #body > limit then
+for i = 3, #ARGV, 3 do
+  local id, body, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if id == '' or body == nil or string.sub(body, 1, 7) ~= '{"v":1,' or #body > limit or not shape or shape == '' then
     return redis.error_reply('ERR malformed runtime schedule definition for ' .. id)
   end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function usable(key)
+local function usable(key, wanted)
   local found = redis.call('TYPE', key).ok
-  return found == 'none' or found == 'hash'
+  return found == 'none' or found == wanted
 end
-local ledger_ok = usable(KEYS[6]) and usable(KEYS[7])
+local ledger_ok = usable(KEYS[6], 'hash') and usable(KEYS[7], 'hash')
+local history_ok = usable(KEYS[8], 'stream')
 local out = {now}
-for i = 2, #ARGV, 2 do
-  local id, body = ARGV[i], ARGV[i + 1]
+for i = 3, #ARGV, 3 do
+  local id, body, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local created = string.format('%d', now)
   local old = redis.call('HGET', KEYS[1], id)
   if old then
     created = string.match(old, ',"created":(%d+),"updated":%d+}$') or created
   end
   local rev = redis.call('INCR', KEYS[3])
-  if not old and ledger_ok then
-    -- A new schedule starts at its creation: its ledger entry and shape
-    -- are written now, so a takeover only reads them.  (An entry left by
-    -- an earlier schedule of this id stays, and its shape differs: the
-    -- leader restarts it from now.)
-    redis.call('HSETNX', KEYS[6], id, string.format('%d', now) .. ':0:baseline')
-    redis.call('HSETNX', KEYS[7], id, 'r' .. rev)
+  if ledger_ok then
+    local entry = redis.call('HGET', KEYS[6], id)
+    local tick = entry and tonumber(string.match(entry, '^(%-?%d+):%d+'))
+    if not (old and tick and redis.call('HGET', KEYS[7], id) == shape) then
+      local start = now
+      if tick and tick > now then start = tick end
+      if start ~= tick then
+        redis.call('HSET', KEYS[6], id, string.format('%d', start) .. ':0:baseline')
+      end
+      redis.call('HSET', KEYS[7], id, shape)
+      if entry and history_ok then
+        local why = 'added again after its removal: it starts from this write'
+        if old then
+          why = 'replaced with other ticks (expression, interval, zone or bounds): it starts from this write'
+        end
+        redis.call('XADD', KEYS[8], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'schedule', id,
+                   'tick', string.format('%d', start), 'outcome', '"""
+    + Outcome.REBASED.value
+    + """', 'at', now,
+                   'epoch', 0, 'detail', why, 'message_id', '')
+      end
+    end
   end
   redis.call('HSET', KEYS[1], id,
              body .. ',"rev":' .. rev .. ',"created":' .. created .. ',"updated":' .. string.format('%d', now) .. '}')
@@ -203,6 +231,41 @@ for i = 1, #rows, 2 do
 end
 return out
 """
+
+
+# Owed ticks (granted, enqueue failed) checked before a retry: a tick whose
+# definition was removed or replaced since its claim is dropped, and
+# recorded in the history, so that removal stays final for them too.
+#   KEYS[1] revs hash, KEYS[2] history stream
+#   ARGV[1] - the history cap
+#   ARGV[4k-2..4k+1] - a schedule id, the revision its tick was claimed
+#     under, the tick (ms) and the message id
+# Returns one 1 (dropped) or 0 (still current) per tick.
+_DROP_STALE = (
+    """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local found = redis.call('TYPE', KEYS[2]).ok
+local history_ok = found == 'none' or found == 'stream'
+local out = {}
+for i = 2, #ARGV, 4 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = 1
+    if history_ok then
+      redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[1]), '*', 'schedule', ARGV[i], 'tick', ARGV[i + 2],
+                 'outcome', '"""
+    + Outcome.DROPPED.value
+    + """', 'at', now, 'epoch', 0,
+                 'detail', 'its enqueue had failed, and the definition was removed or replaced before a retry',
+                 'message_id', ARGV[i + 3])
+    end
+  end
+end
+return out
+"""
+)
 
 
 # Definitions with the server's time (for their next fire time), in one
@@ -310,6 +373,9 @@ class RuntimeSchedules:
         Defaults to ``"each"``.
       catch_up_window(int): The catch-up window (ms) of a schedule that sets
         none.  Defaults to 300000.
+      history_length(int): Approximate cap of the history stream (a
+        replacement or re-add that restarts a schedule records it there).
+        Defaults to 10000.
 
     The defaults are resolved when a schedule is written and stored with
     it, so every process reads the same schedule whatever its own defaults.
@@ -324,6 +390,7 @@ class RuntimeSchedules:
         timezone: str = "UTC",
         catch_up: CatchUp = "each",
         catch_up_window: int = 300_000,
+        history_length: int = 10_000,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         self.client = client
@@ -332,15 +399,26 @@ class RuntimeSchedules:
         self.timezone = timezone
         self.catch_up: CatchUp = catch_up
         self.catch_up_window = catch_up_window
+        self.history_length = history_length
         self._write = client.register_script(_WRITE)
         self._remove = client.register_script(_REMOVE)
         self._changes = client.register_script(_CHANGES)
         self._read = client.register_script(_READ)
+        self._drop_stale = client.register_script(_DROP_STALE)
 
     @property
     def _write_keys(self) -> list[str]:
         k = self.keys
-        return [k.runtime, k.runtime_revs, k.runtime_version, k.runtime_changes, k.runtime_ids, k.ticks, k.shapes]
+        return [
+            k.runtime,
+            k.runtime_revs,
+            k.runtime_version,
+            k.runtime_changes,
+            k.runtime_ids,
+            k.ticks,
+            k.shapes,
+            k.history,
+        ]
 
     # -- writing -------------------------------------------------------------
 
@@ -388,9 +466,9 @@ class RuntimeSchedules:
             # and Redis Cluster's pipelines refuse scripts.
             for first in range(0, len(prepared), _BATCH):
                 batch = prepared[first : first + _BATCH]
-                args: list[Any] = [MAX_DEFINITION_BYTES]
+                args: list[Any] = [MAX_DEFINITION_BYTES, self.history_length]
                 for bound, body in batch:
-                    args += [bound.id, body]
+                    args += [bound.id, body, bound.shape]
                 reply: Any = self._write(keys=self._write_keys, args=args)
                 now = int(reply[0])
                 for i, (bound, _) in enumerate(batch):
@@ -599,6 +677,22 @@ class RuntimeSchedules:
                     changed[schedule_id] = None if text is None else self._bound(schedule_id, text)
                 if len(rows) < 3 * _PAGE:
                     return max(current, after), changed
+
+    def drop_stale(self, ticks: Sequence[tuple[BoundSchedule, int, str]]) -> builtins.list[bool]:
+        """Of granted ticks ``(schedule, tick ms, message id)`` still owed to
+        the broker, which to drop: those whose definition was removed or
+        replaced since their claim (each recorded in the history as
+        ``dropped``).  One script call.
+
+        Raises:
+          CronUnavailableError: Redis did not answer (nothing is known).
+        """
+        args: builtins.list[Any] = [self.history_length]
+        for schedule, tick, message_id in ticks:
+            args += [schedule.id, schedule.revision, tick, message_id]
+        with self._store("check owed runtime ticks"):
+            reply: Any = self._drop_stale(keys=[self.keys.runtime_revs, self.keys.history], args=args)
+        return [bool(flag) for flag in reply]
 
     def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
         """Every stored runtime schedule: ``(version, {schedule id: schedule})``.

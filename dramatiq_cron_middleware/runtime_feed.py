@@ -4,9 +4,9 @@ On a takeover it reads every definition (``load_all``, then the changes
 written during the scan); while it leads, one ``GET`` of the version
 counter every :data:`RUNTIME_POLL` seconds, and the changed definitions
 only when the counter moved.  It applies what it learns to the tick queue:
-an added schedule is synced alone (fenced) and joins the queue, a replaced
-one starts from now, a removed one leaves.  A follower holds no runtime
-schedules.
+an added or replaced schedule is synced alone (fenced: it continues from
+its ledger entry, as its write left it) and joins the queue, a removed one
+leaves.  A follower holds no runtime schedules.
 """
 
 from __future__ import annotations
@@ -114,29 +114,26 @@ class RuntimeFeed:
         self._apply(token, epoch, changes)
 
     def _apply(self, token: str, epoch: int, changes: Mapping[str, BoundSchedule | None]) -> None:
-        added: list[BoundSchedule] = []
-        now_ms = self.clock.now_ms()
+        written: list[BoundSchedule] = []
         for sid, schedule in changes.items():
             if sid in self.declared:
                 continue  # runtime ids never collide with declared ones
             if schedule is None:
                 self.queue.discard(sid)
-                continue
-            last = self.queue.last(sid)
-            if last is None:
-                added.append(schedule)
             else:
-                # A replaced definition starts from now: no burst of the
-                # new expression's ticks since the old one last fired.
-                self.queue.put(schedule, last=max(last, now_ms))
-        if added and self.queue.in_sync:
-            reply = self.ledger.sync(token, epoch, [SyncEntry.of(s) for s in added], expect_ledger=False)
-            for schedule in added:
+                written.append(schedule)
+        # An added or replaced schedule continues from its ledger entry,
+        # which its write set (kept for a replacement with the same ticks,
+        # moved to the write for a new one, a re-add or other ticks): read
+        # it fenced, never guessed from the queue's old copy.
+        if written and self.queue.in_sync:
+            reply = self.ledger.sync(token, epoch, [SyncEntry.of(s) for s in written], expect_ledger=False)
+            for schedule in written:
                 self.queue.put(schedule, last=reply.ticks[schedule.id])
         else:
-            for schedule in added:
+            for schedule in written:
                 self.queue.put(schedule)  # known after the next full sync
-        self._report_undeclared([s for s in changes.values() if s is not None])
+        self._report_undeclared(written)
 
     def _report_undeclared(self, schedules: Sequence[BoundSchedule]) -> None:
         for schedule in schedules:

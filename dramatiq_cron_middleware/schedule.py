@@ -290,11 +290,8 @@ class BoundSchedule:
         """A digest of everything that decides the ticks (expression or
         interval, zone, bounds): when it changes under the same identity,
         the schedule starts from now instead of catching up the new shape's
-        ticks since the old one last fired."""
-        if self.source == "runtime":
-            # A runtime definition changes only with a new revision: no need
-            # to digest (or keep) 100,000 of them.
-            return f"r{self.revision}"
+        ticks since the old one last fired.  (A runtime schedule's is
+        compared by the write that replaces it, not by the leader.)"""
         cached = self._shape
         if cached is None:
             text = f"{self.expression}|{self.timezone}|{self.every}|{self.offset}|{self.start}|{self.end}"

@@ -37,6 +37,9 @@ BACKLOG_CHUNK = 32
 #: Messages are built ahead for ticks due within this long.
 AHEAD_MS = 60_000
 
+#: A heap entry: ``(next tick, push number, schedule id)``.
+_Entry = tuple[int, int, str]
+
 
 @dataclasses.dataclass
 class Planned:
@@ -76,9 +79,15 @@ class TickQueue:
         self._encode = encode
         self.in_sync = False
         self._last: dict[str, int] = {}
-        self._head: dict[str, int] = {}
-        self._heap: list[tuple[int, str]] = []
-        self._backlog: list[tuple[int, str]] = []
+        # Each schedule's one live entry ``(next tick, push number, id)``.
+        # Every push makes a new entry with a new number, and an entry in the
+        # heap or backlog is live only while it is the schedule's entry here:
+        # staleness is never decided by comparing ticks (a schedule put back
+        # at the tick it already had would otherwise be live twice).
+        self._head: dict[str, _Entry] = {}
+        self._pushes = 0
+        self._heap: list[_Entry] = []
+        self._backlog: list[_Entry] = []
         self._ahead: dict[str, tuple[int, Message[Any], Payload | None]] = {}
         # Schedules put back since the last build_ahead(): their next
         # messages are built when the leader has nothing due.
@@ -189,30 +198,31 @@ class TickQueue:
         them back; if the batch's fate stays unknown, :meth:`invalidate`
         and a sync restore everything.
         """
-        on_time: list[tuple[int, str]] = []
+        on_time: list[_Entry] = []
         heap = self._heap
         while heap and heap[0][0] <= now and len(on_time) < limit:
-            head, sid = heapq.heappop(heap)
-            if self._head.get(sid) != head:
+            entry = heapq.heappop(heap)
+            if self._head.get(entry[2]) != entry:
                 continue  # stale entry of a replaced or removed schedule
-            if now - head < ON_TIME_MS:
-                on_time.append((head, sid))
+            if now - entry[0] < ON_TIME_MS:
+                on_time.append(entry)
             else:
-                heapq.heappush(self._backlog, (head, sid))
+                heapq.heappush(self._backlog, entry)
         out: list[Planned] = []
-        for head, sid in on_time:
-            self._plan_into(out, sid, head, now, 1)
+        for entry in on_time:
+            self._plan_into(out, entry, now, 1)
         backlog = self._backlog
         while backlog and len(out) < limit:
-            head, sid = heapq.heappop(backlog)
-            if self._head.get(sid) != head:
+            entry = heapq.heappop(backlog)
+            if self._head.get(entry[2]) != entry:
                 continue
-            self._plan_into(out, sid, head, now, min(BACKLOG_CHUNK, limit - len(out)))
+            self._plan_into(out, entry, now, min(BACKLOG_CHUNK, limit - len(out)))
         return out
 
-    def _plan_into(self, out: list[Planned], sid: str, head: int, now: int, limit: int) -> None:
+    def _plan_into(self, out: list[Planned], entry: _Entry, now: int, limit: int) -> None:
+        head, _, sid = entry
         schedule = self.schedules[sid]
-        del self._head[sid]
+        del self._head[sid]  # out of the queue until decided() puts it back
         decisions = plan(schedule, self._last[sid], now, head=head, limit=limit)
         for decision in decisions:
             out.append(self._planned(schedule, decision))
@@ -292,7 +302,8 @@ class TickQueue:
         pending, self._to_build = self._to_build, []
         for sid in pending:
             schedule = self.schedules.get(sid)
-            head = self._head.get(sid)
+            entry = self._head.get(sid)
+            head = entry[0] if entry is not None else None
             if schedule is None or head is None or not now < head <= now + AHEAD_MS or sid in self._ahead:
                 continue
             # Stamped with its tick: the message is as old as its tick.
@@ -301,9 +312,13 @@ class TickQueue:
             self._ahead[sid] = (head, message, payload)
 
     def _push(self, sid: str, head: int) -> None:
-        self._head[sid] = head
-        heapq.heappush(self._heap, (head, sid))
+        """Make ``head`` the schedule's next tick; any earlier entry of it
+        is stale from now on."""
+        self._pushes += 1
+        entry = (head, self._pushes, sid)
+        self._head[sid] = entry
+        heapq.heappush(self._heap, entry)
 
-    def _drop_stale(self, heap: list[tuple[int, str]]) -> None:
-        while heap and self._head.get(heap[0][1]) != heap[0][0]:
+    def _drop_stale(self, heap: list[_Entry]) -> None:
+        while heap and self._head.get(heap[0][2]) != heap[0]:
             heapq.heappop(heap)

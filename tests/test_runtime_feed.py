@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.clock import ServerClock
 from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.lease import Acquired, Lease
-from dramatiq_cron_middleware.ledger import Ledger
+from dramatiq_cron_middleware.ledger import Ledger, SyncEntry
 from dramatiq_cron_middleware.reports import OnceReports
 from dramatiq_cron_middleware.runtime_feed import RUNTIME_POLL, RuntimeFeed
 from dramatiq_cron_middleware.tick_queue import TickQueue
@@ -30,12 +33,12 @@ class Monotonic:
         return self.now
 
 
-def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
-    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
-) -> None:
+def leading_feed(
+    redis_server: RedisServer, declared_actor: Callable[[str], bool]
+) -> tuple[Any, Lease, Acquired, Monotonic, Ledger, TickQueue, RuntimeFeed]:
+    """An app's store, a lease held, and a feed on an injected clock."""
     app = make_app(redis_server.url)
-    store = app.store
-    keys = store.keys
+    keys = app.store.keys
     declared = {s.id: s for s in app.cron.all_schedules()}
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
     monotonic = Monotonic()
@@ -46,14 +49,23 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     ledger = Ledger(client=client, keys=keys, clock=clock)
     queue = TickQueue(declared, prefix=keys.prefix)
     feed = RuntimeFeed(
-        store,
+        app.store,
         queue=queue,
         ledger=ledger,
         declared=declared,
-        declared_actor=lambda name: name != "gone",
+        declared_actor=declared_actor,
         clock=clock,
         report_once=OnceReports(logging.getLogger("test.feed")),
     )
+    return app, lease, acquired, monotonic, ledger, queue, feed
+
+
+def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    app, lease, acquired, monotonic, ledger, queue, feed = leading_feed(redis_server, lambda name: name != "gone")
+    keys = app.store.keys
+    declared = {s.id: s for s in app.cron.all_schedules()}
     first = app.cron.add("report", "0 9 * * *", name="first")
     assert feed.stale
 
@@ -100,3 +112,38 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     # Leadership lost: a follower holds no runtime schedules.
     feed.forget()
     assert feed.stale and set(queue.schedules) == set(declared)
+
+
+def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(redis_server: RedisServer) -> None:
+    """Given a leading feed in sync, when a schedule is replaced with the
+    same ticks, the queue keeps its last decided tick (the ledger's, not
+    "now"); when it is replaced with other ticks or added again after a
+    removal, the queue starts it at the write; and a takeover's full sync
+    then reads the same entries and rebases nothing."""
+    app, lease, acquired, monotonic, ledger, queue, feed = leading_feed(redis_server, lambda name: True)
+    keys = app.store.keys
+    stored = app.cron.add("report", "* * * * *", name="x")
+    fired = stored.created_ms - 120_000  # as if it had fired two minutes ago, and a takeover was due since
+    app.redis.hset(keys.ticks, stored.id, f"{fired}:1:1")
+    feed.reload()
+    queue.load(ledger.sync(lease.token, acquired.epoch, [SyncEntry.of(s) for s in queue.schedules.values()]).ticks)
+
+    def written(*args: object, **options: object) -> int | None:
+        app.cron.add("report", Schedule(*args, **options), name="x")  # type: ignore[arg-type]
+        monotonic.now += RUNTIME_POLL
+        feed.follow(lease.token, acquired.epoch)
+        assert queue.in_sync
+        return queue.last(stored.id)
+
+    assert written("* * * * *", kwargs={"n": 1}) == fired  # its catch-up survives
+    assert written("*/2 * * * *") == app.store.get("report", "x").updated_ms  # type: ignore[union-attr]
+    assert app.cron.remove("report", "x")
+    monotonic.now += RUNTIME_POLL
+    feed.follow(lease.token, acquired.epoch)
+    assert stored.id not in queue.schedules
+    assert written("*/2 * * * *") == app.store.get("report", "x").updated_ms  # type: ignore[union-attr]
+
+    # A takeover's full sync reads the entries the writes left: no rebase.
+    before = queue.last(stored.id)
+    reply = ledger.sync(lease.token, acquired.epoch, [SyncEntry.of(s) for s in queue.schedules.values()])
+    assert reply.ticks[stored.id] == before and stored.id not in reply.codes

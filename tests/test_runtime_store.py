@@ -28,7 +28,7 @@ from dramatiq_cron_middleware import (
     CronUnavailableError,
     Schedule,
 )
-from dramatiq_cron_middleware.runtime import MAX_DEFINITION_BYTES, RuntimeSchedules, _bind_fully
+from dramatiq_cron_middleware.runtime import MAX_DEFINITION_BYTES, RuntimeSchedule, RuntimeSchedules, _bind_fully
 from dramatiq_cron_middleware.schedule import NEVER, BoundSchedule
 from tests.support.redis_server import RedisServer, free_port
 
@@ -476,31 +476,64 @@ def test_a_process_that_did_not_build_the_middleware_finds_it_on_the_broker(app:
 
 def test_a_new_schedule_starts_in_the_ledger_at_its_creation(app: App) -> None:
     """``add`` writes a new schedule's baseline and shape with its
-    definition, so a takeover finds every entry and only reads it; a
-    replacement leaves both alone (the leader restarts it from now when it
-    sees the new revision's shape)."""
+    definition, so a takeover finds every entry and only reads it."""
     ticks, shapes = f"{P}:ticks", f"{P}:shapes"
     before = int(app.redis.time()[0]) * 1000
     stored = app.cron.add("report", "0 9 * * *", name="x")
     tick, epoch, kind = app.redis.hget(ticks, stored.id).split(":")  # type: ignore[union-attr]
     assert (epoch, kind) == ("0", "baseline") and before <= int(tick) <= stored.created_ms
-    assert app.redis.hget(shapes, stored.id) == f"r{stored.schedule.revision}" == stored.schedule.shape
-    # A replacement: the entry and the old shape stay.
-    entry = app.redis.hget(ticks, stored.id)
-    app.redis.hset(ticks, stored.id, "1700000000000:7:1")  # as if fired since
-    replaced = app.cron.add("report", "0 10 * * *", name="x")
-    assert app.redis.hget(ticks, stored.id) == "1700000000000:7:1" != entry
-    assert app.redis.hget(shapes, stored.id) == stored.schedule.shape != replaced.schedule.shape
-    # Removed and added again: the old entry stays, the shape tells the leader.
-    assert app.cron.remove("report", "x")
-    again = app.cron.add("report", "0 11 * * *", name="x")
-    assert app.redis.hget(ticks, stored.id) == "1700000000000:7:1"
-    assert app.redis.hget(shapes, stored.id) != again.schedule.shape
+    assert app.redis.hget(shapes, stored.id) == stored.schedule.shape
+    assert not [e for e in app.redis.xrange(f"{P}:history") if e[1]["schedule"] == stored.id]
     # A ledger key of the wrong type is the leader's to repair: add still works.
     app.redis.delete(ticks)
     app.redis.set(ticks, "garbage")
-    assert app.cron.add("report", "0 12 * * *", name="y").schedule.revision > again.schedule.revision
+    assert app.cron.add("report", "0 12 * * *", name="y").schedule.revision > stored.schedule.revision
     assert app.redis.get(ticks) == "garbage"
+
+
+def test_a_replacement_keeps_its_entry_unless_its_ticks_change(app: App) -> None:
+    """Given a schedule that has fired since its add, when it is replaced
+    with the same ticks (other kwargs, queue or options), then its ledger
+    entry stays (its catch-up survives any takeover); when it is replaced
+    with other ticks, or removed and added again, then its entry moves to
+    the write (nothing of the earlier definition fires, nothing of the new
+    one after the write is lost), its shape is the new one, and the history
+    says so once."""
+    ticks, shapes, history = f"{P}:ticks", f"{P}:shapes", f"{P}:history"
+    stored = app.cron.add("report", "0 9 * * *", name="x")
+    fired = "1700000000000:7:1"
+    app.redis.hset(ticks, stored.id, fired)  # as if fired since
+
+    same = app.cron.add("report", Schedule("0 9 * * *", kwargs={"tenant": 2}, max_age=5000), name="x")
+    assert app.redis.hget(ticks, stored.id) == fired
+    assert app.redis.hget(shapes, stored.id) == same.schedule.shape == stored.schedule.shape
+
+    def restarted_at(write: RuntimeSchedule) -> int:
+        tick, epoch, kind = app.redis.hget(ticks, stored.id).split(":")  # type: ignore[union-attr]
+        assert (int(tick), epoch, kind) == (write.updated_ms, "0", "baseline")
+        assert app.redis.hget(shapes, stored.id) == write.schedule.shape
+        return int(tick)
+
+    other = app.cron.add("report", "0 10 * * *", name="x")
+    assert other.schedule.shape != stored.schedule.shape
+    restarted_at(other)
+    assert app.cron.remove("report", "x")
+    app.redis.hset(ticks, stored.id, fired)
+    again = app.cron.add("report", "0 10 * * *", name="x")  # the same shape, but added again
+    restarted_at(again)
+    entries = [e[1] for e in app.redis.xrange(history) if e[1]["schedule"] == stored.id]
+    assert [(e["outcome"], int(e["tick"])) for e in entries] == [
+        ("rebased", other.updated_ms),
+        ("rebased", again.updated_ms),
+    ]
+    assert "replaced" in entries[0]["detail"] and "added again" in entries[1]["detail"]
+
+    # An entry ahead of the write (the server's clock stepped back) is kept:
+    # a tick is never decided twice.
+    ahead = f"{again.updated_ms + 3_600_000}:7:1"
+    app.redis.hset(ticks, stored.id, ahead)
+    app.cron.add("report", "0 11 * * *", name="x")
+    assert app.redis.hget(ticks, stored.id) == ahead
 
 
 def test_a_scan_that_fails_in_the_read_ahead_thread_raises_one_clear_error(app: App) -> None:

@@ -28,6 +28,7 @@ OUTCOME_COLOURS: dict[str, str] = {
     Outcome.TRIGGERED: "#1565c0",
     Outcome.LEDGER_LOST: "#4a148c",
     Outcome.REBASED: "#00838f",
+    Outcome.DROPPED: "#ad1457",
 }
 
 _WIDTH, _HEIGHT, _PAD = 640, 120, 24

@@ -118,13 +118,14 @@ _CRON = os.environ.get("CRON_APP_CRON", "* * * * * *")
 
 
 def _make_actor(index: int) -> dramatiq.Actor[Any, Any]:
-    def tick(tenant: int | None = None) -> None:  # tenant: for runtime schedules that pass one
+    def tick(*args: Any, **kwargs: Any) -> None:  # (runtime schedules may pass some)
         message = dramatiq.middleware.CurrentMessage.get_current_message()
         _append(
             "runs",
             {
                 "pid": os.getpid(),
                 "actor": f"tick_{index}",
+                "schedule": message.options.get("cron_schedule") if message else None,
                 "tick": message.options.get("cron_tick") if message else None,
                 "at": _true_time(),
             },

@@ -49,7 +49,10 @@ class Fault:
     """One injected fault.  ``wipes`` marks a fault that destroys the ledger
     on purpose: the ticks it costs are a declared outage, of every schedule
     or only of ``schedules`` when given.  ``figures`` are measurements the
-    fault took (release and takeover times, in ms)."""
+    fault took (release and takeover times, in ms).  ``unexpected`` are
+    spans ``(from ms, to ms, schedule)`` in which a schedule's ticks are not
+    expected at all (a runtime schedule before its write, after its
+    removal): declared outages of their own."""
 
     kind: str
     start_ms: int
@@ -58,6 +61,7 @@ class Fault:
     detail: str = ""
     schedules: tuple[str, ...] = ()
     figures: dict[str, float] = field(default_factory=dict)
+    unexpected: list[Outage] = field(default_factory=list)
 
 
 @dataclass
@@ -437,7 +441,12 @@ class Cluster(Lifecycle):
         self.wait_fired_after(end_ms, timeout=60)
         outages = self.outages()
         schedules = sorted({e.schedule for e in self.history.enqueues()})
-        verdict = self.history.judge(schedules=schedules, start_ms=start_ms, end_ms=end_ms, outages=outages)
+        # (Ticks not expected at all are judged like outages, but not
+        # reported as ones: nothing was lost there.)
+        unexpected = [span for fault in self.faults for span in fault.unexpected]
+        verdict = self.history.judge(
+            schedules=schedules, start_ms=start_ms, end_ms=end_ms, outages=[*outages, *unexpected]
+        )
         logs = self.logs(since)
         faults = self.faults[since.faults if since else 0 :]
         gaps = self.gaps(faults)

@@ -9,6 +9,10 @@ them: those faults send one and wait for it while the fault holds.
 
 from __future__ import annotations
 
+import collections
+import datetime as dt
+import glob
+import json
 import os
 import shutil
 import signal
@@ -16,10 +20,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 
-from tests.support.instances import now_ms, wait_for
+from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
+from tests.support.instances import Outage, now_ms, wait_for
 
 from .cluster import PROFILE, Cluster, Fault, pause
 
@@ -609,6 +616,162 @@ def poisoned_batch_record(cluster: Cluster) -> Fault:
     return fault
 
 
+class _Churn:
+    """The runtime schedules one churn fault writes, and what it did to
+    each: ``(kind, from ms, to ms)`` with kind ``add``, ``same`` (a
+    replacement with the same ticks), ``shape`` (other ticks: another
+    zone, so the per-second grid stays) or ``remove``, timed by the server
+    (a write's ``updated_ms``) or around the call (a removal)."""
+
+    def __init__(self, cluster: Cluster, names: list[str]) -> None:
+        self.store = RuntimeSchedules(
+            redis.Redis.from_url(cluster.redis.url, decode_responses=True),
+            cluster.keys,
+            resolve_actor=lambda actor: ActorInfo("tick_0", "default"),
+        )
+        self.ids = [f"tick_0:{name}" for name in names]
+        self.events: dict[str, list[tuple[str, int, int]]] = {sid: [] for sid in self.ids}
+        self.zone = {sid: "UTC" for sid in self.ids}
+
+    def write(self, sid: str, kind: str) -> None:
+        name = sid.split(":", 1)[1]
+        if kind == "remove":
+            before = now_ms()
+            assert self.store.remove("tick_0", name)
+            self.events[sid].append((kind, before, now_ms()))
+            return
+        if kind == "shape":
+            self.zone[sid] = "Europe/Paris" if self.zone[sid] == "UTC" else "UTC"
+        kwargs = {"n": len(self.events[sid])} if kind == "same" else {}
+        stored = self.store.add("tick_0", Schedule("* * * * * *", timezone=self.zone[sid], kwargs=kwargs), name=name)
+        self.events[sid].append((kind, stored.updated_ms, stored.updated_ms))
+
+    def unexpected(self, enqueued: dict[str, set[int]]) -> list[Outage]:
+        """The spans in which a schedule's ticks are not expected: before
+        its first write; from its last tick fired before a removal to the
+        next add; from its last tick fired before a write with other ticks
+        to that write (the old definition's ticks it replaced)."""
+        out: list[Outage] = []
+        for sid, events in self.events.items():
+            ticks = enqueued.get(sid, set())
+            gap_from: int | None = 0  # not expected from here until the next add
+            for kind, _, hi in events:
+                last = max((t for t in ticks if t <= hi), default=0)
+                if kind == "add" and gap_from is not None:
+                    out.append((gap_from, hi, sid))
+                    gap_from = None
+                elif kind == "shape":
+                    out.append((last + 1, hi, sid))
+                elif kind == "remove":
+                    gap_from = last + 1
+            if gap_from is not None:
+                out.append((gap_from, 2**62, sid))
+        return out
+
+
+def _stranded(cluster: Cluster) -> set[tuple[str, int]]:
+    """(schedule, tick) of the messages a killed worker had fetched and not
+    acknowledged: dramatiq requeues them once that worker is seen dead,
+    which a short run need not reach, so they are not the scheduler's."""
+    client = cluster.broker_redis.client()
+    ids = [m for key in client.keys("dramatiq:__acks__.*") for m in client.smembers(key)]  # type: ignore[union-attr]
+    out: set[tuple[str, int]] = set()
+    for body in client.hmget("dramatiq:default.msgs", ids) if ids else []:
+        options = json.loads(body or "{}").get("options", {})
+        if "cron_schedule" in options:
+            tick = int(dt.datetime.fromisoformat(options["cron_tick"]).timestamp() * 1000)
+            out.add((options["cron_schedule"], tick))
+    return out
+
+
+def _runs(cluster: Cluster) -> list[tuple[str, int, float]]:
+    """(schedule, tick ms, wall time) of every run the actors recorded."""
+    out = []
+    for path in glob.glob(os.path.join(cluster.record_dir, "runs-*.jsonl")):
+        for line in Path(path).read_text().splitlines():
+            try:
+                run = json.loads(line)
+            except ValueError:  # a line cut by SIGKILL mid-write
+                continue
+            if run.get("schedule") and run.get("tick"):
+                out.append((run["schedule"], int(dt.datetime.fromisoformat(run["tick"]).timestamp() * 1000), run["at"]))
+    return out
+
+
+def runtime_churn(cluster: Cluster) -> Fault:
+    """Replace (same ticks, other ticks), remove and re-add runtime
+    schedules right after kill -9 of the leader, twice, then remove them.
+    Judged per (schedule, tick) from the actors' runs as well as from the
+    enqueues: no duplicate; no loss, except a definition's ticks before its
+    write and after its removal (declared as not expected); and nothing
+    enqueued or run after ``remove()`` returned."""
+    n = len(cluster.faults)
+    churn = _Churn(cluster, [f"churn{n}a", f"churn{n}b", f"churn{n}c"])
+    fault = Fault("runtime_churn", now_ms(), detail=", ".join(churn.ids))
+    for sid in churn.ids:
+        churn.write(sid, "add")
+    for sid in churn.ids:
+        cluster.wait_fired_after(churn.events[sid][-1][2], timeout=30, schedule=sid)
+    a, b, c = churn.ids
+    for _ in range(2):
+        instance, pid = cluster.leader_instance()
+        instance.kill9()
+        # While nobody leads: an edit of its arguments, other ticks, a removal.
+        churn.write(a, "same")
+        churn.write(b, "shape")
+        churn.write(c, "remove")
+        wait_for(lambda: cluster.leader_pid() not in (None, pid), timeout=30, interval=0.05, what="a new leader")  # noqa: B023
+        cluster.replace(instance)
+        churn.write(c, "add")  # added again
+        for sid in churn.ids:
+            cluster.wait_fired_after(churn.events[sid][-1][2], timeout=30, schedule=sid)
+    for sid in churn.ids:
+        churn.write(sid, "remove")
+    cluster.record(fault)
+    cluster.wait_fired_after(now_ms() + 1000)
+
+    enqueues = [e for e in cluster.history.enqueues() if e.schedule in churn.ids]
+    enqueued: dict[str, set[int]] = {sid: set() for sid in churn.ids}
+    for e in enqueues:
+        enqueued[e.schedule].add(e.tick_ms)
+    fault.unexpected = churn.unexpected(enqueued)
+
+    def expected(sid: str) -> list[int]:
+        first = churn.events[sid][0][2] // 1000 * 1000 + 1000
+        spans = [(lo, hi) for lo, hi, who in fault.unexpected if who == sid]
+        return [t for t in range(first, fault.end_ms, 1000) if not any(lo <= t <= hi for lo, hi in spans)]
+
+    # Every enqueued tick runs (or sits with a killed worker, see _stranded).
+    def unrun() -> set[tuple[str, int]]:
+        ran = {(sid, tick) for sid, tick, _ in _runs(cluster)}
+        return {(e.schedule, e.tick_ms) for e in enqueues} - ran - _stranded(cluster)
+
+    wait_for(lambda: not unrun(), timeout=30, what="every enqueued churn tick to run")
+    runs = [r for r in _runs(cluster) if r[0] in churn.ids]
+    counted = collections.Counter((sid, tick) for sid, tick, _ in runs)
+    duplicates = [key for key, count in counted.items() if count > 1]
+    stranded = _stranded(cluster)
+    lost = [(sid, t) for sid in churn.ids for t in expected(sid) if (sid, t) not in counted.keys() | stranded]
+    after_removal = []
+    for sid, events in churn.events.items():
+        for i, (kind, called, removed) in enumerate(events):
+            if kind != "remove":
+                continue
+            until = events[i + 1][1] if i + 1 < len(events) else 2**62
+            # No enqueue after remove() returned, and no run of a tick after
+            # it was called (a message enqueued just before may run just after).
+            after_removal += [(sid, e.tick_ms) for e in enqueues if e.schedule == sid and removed < e.at * 1000 < until]
+            after_removal += [(sid, t) for sid2, t, _ in runs if sid2 == sid and called < t < until]
+    fault.figures = {
+        "runs_judged": float(sum(len(expected(sid)) for sid in churn.ids)),
+        "stranded_with_killed_workers": float(len({(e.schedule, e.tick_ms) for e in enqueues} & stranded)),
+    }
+    assert not duplicates, f"runtime churn: ticks run twice: {duplicates[:5]}"
+    assert not lost, f"runtime churn: {len(lost)} ticks never ran: {lost[:5]} (events {churn.events})"
+    assert not after_removal, f"runtime churn: fired after remove() returned: {after_removal[:5]}"
+    return fault
+
+
 #: Every fault by name.
 FAULTS: dict[str, Callable[[Cluster], Fault]] = {
     f.__name__: f
@@ -636,6 +799,7 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
         eviction_pressure,
         redis_clock_forward,
         redis_clock_back,
+        runtime_churn,
     )
 }
 
