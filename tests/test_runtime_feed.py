@@ -135,7 +135,7 @@ def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(red
         assert queue.in_sync
         return queue.last(stored.id)
 
-    assert written("* * * * *", kwargs={"n": 1}) == fired  # its catch-up survives
+    assert written("* * * * *", kwargs={"tenant": 1}) == fired  # its catch-up survives
     assert written("*/2 * * * *") == app.store.get("report", "x").updated_ms  # type: ignore[union-attr]
     assert app.cron.remove("report", "x")
     monotonic.now += RUNTIME_POLL
