@@ -1,0 +1,166 @@
+"""The physical limit beside a benchmark's figure: the bare Redis work of
+the same ticks, timed the same way on the same Redis in the same run.
+
+Run alone: ``.venv/bin/python -m benchmarks.limit [--ticks 1000] [--schedules 1000] [--reps 5]``
+
+For each batch of ticks, one Lua script does only what must reach Redis
+for them: the ledger writes (one ``HSET`` of ``{p}:ticks``), the history
+entries (an ``XADD`` each, capped like the leader's) and the messages in
+dramatiq's layout (an ``HSET`` of the bodies and an ``RPUSH`` of the ids).
+No fencing, no validation, no planning, no hooks: whatever a benchmark
+measures above this is our overhead, so its figure divided by the limit
+(``x limit``) carries from one machine to another where the absolute
+figure does not.  The message bodies are real ones (``message_for``), built
+before the clock starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import redis
+
+from dramatiq_cron_middleware.keys import Keys
+from dramatiq_cron_middleware.planner import message_for, message_id_for
+from dramatiq_cron_middleware.schedule import schedules_for_actor
+
+# KEYS[1] - the ledger hash
+# KEYS[2] - the history stream
+# KEYS[3] - the queue's list (dramatiq: the queue name)
+# KEYS[4] - the queue's message hash (dramatiq: "<queue>.msgs")
+# ARGV[1] - the history cap
+# ARGV[2...] - per tick: schedule id, tick ms, message id, body
+# Returns the number of ticks written.
+_SCRIPT = """
+local ledger, bodies, ids = {}, {}, {}
+local n = (#ARGV - 1) / 4
+for i = 0, n - 1 do
+  local sid, tick, mid = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i]
+  ledger[#ledger + 1] = sid
+  ledger[#ledger + 1] = tick .. ':1:1'
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'schedule', sid, 'tick', tick,
+             'outcome', 'fired', 'at', tick, 'epoch', 1, 'detail', '0', 'message_id', mid)
+  bodies[#bodies + 1] = mid
+  bodies[#bodies + 1] = ARGV[5 + 4 * i]
+  ids[#ids + 1] = mid
+  if #ids >= 500 then
+    redis.call('HSET', KEYS[4], unpack(bodies))
+    redis.call('RPUSH', KEYS[3], unpack(ids))
+    bodies, ids = {}, {}
+  end
+  if #ledger >= 1000 then
+    redis.call('HSET', KEYS[1], unpack(ledger))
+    ledger = {}
+  end
+end
+if #ids > 0 then
+  redis.call('HSET', KEYS[4], unpack(bodies))
+  redis.call('RPUSH', KEYS[3], unpack(ids))
+end
+if #ledger > 0 then redis.call('HSET', KEYS[1], unpack(ledger)) end
+return n
+"""
+
+QUEUE = "limit:default"
+BATCH = 1000  # the tick queue's batch of claims
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The bare Redis work of ``ticks`` ticks, and what it left in Redis
+    (ledger entries, queued messages, history entries) before it was
+    deleted."""
+
+    ticks: int
+    seconds: float
+    ledger: int
+    queued: int
+    history: int
+
+    @property
+    def rate(self) -> float:
+        """Ticks per second."""
+        return self.ticks / self.seconds
+
+    @property
+    def ms(self) -> float:
+        """The whole work, ms."""
+        return self.seconds * 1000
+
+
+def _batches(schedules: int, ticks_each: int, first_tick_ms: int) -> Iterator[list[bytes | str | int]]:
+    """Script arguments per batch of :data:`BATCH` ticks, every schedule's
+    ticks in turn (as a catch-up or a burst decides them)."""
+    body: dict[str, bytes] = {}
+    batch: list[bytes | str | int] = []
+    for s in range(schedules):
+        schedule = schedules_for_actor(
+            f"job{s}", "default", "* * * * * *", timezone="UTC", catch_up="each", catch_up_window=0
+        )[0]
+        sid = schedule.id
+        for k in range(ticks_each):
+            tick = first_tick_ms + k * 1000
+            if sid not in body:
+                body[sid] = message_for(schedule, tick, prefix="limit", timestamp_ms=tick).encode()
+            batch += [sid, tick, message_id_for(sid, tick, prefix="limit"), body[sid]]
+            if len(batch) >= 4 * BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def bare_work(
+    client: redis.Redis, *, schedules: int, ticks_each: int = 1, history_length: int = 10_000, reps: int = 1
+) -> Limit:
+    """Time the bare Redis work of ``schedules`` x ``ticks_each`` ticks in
+    batches of :data:`BATCH` (the median of ``reps`` repetitions), then
+    delete what it wrote.  Only the script calls are timed."""
+    keys = Keys("limit")
+    script = client.register_script(_SCRIPT)
+    script_keys = [keys.ticks, keys.history, QUEUE, f"{QUEUE}.msgs"]
+    first = 1_800_000_000_000
+    script(keys=script_keys, args=[history_length])  # loaded before the clock starts
+    took = []
+    written = 0
+    for _ in range(reps):
+        client.delete(*script_keys)
+        seconds = 0.0
+        written = 0
+        for args in _batches(schedules, ticks_each, first):
+            started = time.perf_counter()
+            written += int(script(keys=script_keys, args=[history_length, *args]))
+            seconds += time.perf_counter() - started
+        took.append(seconds)
+    pipe = client.pipeline()
+    pipe.hlen(keys.ticks).llen(QUEUE).xlen(keys.history).delete(*script_keys)
+    ledger, queued, history, _ = pipe.execute()
+    return Limit(ticks=written, seconds=statistics.median(took), ledger=ledger, queued=queued, history=history)
+
+
+def ratio(figure: float, limit: float) -> str:
+    """``figure`` as a multiple of ``limit``, for printing beside it."""
+    return f"{figure / limit:,.1f}x limit" if limit > 0 else "x limit: n/a"
+
+
+def main() -> None:
+    from tests.support.redis_server import RedisServer
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schedules", type=int, default=1000)
+    parser.add_argument("--ticks", type=int, default=1, help="ticks of each schedule")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    with RedisServer() as server:
+        client = server.client()
+        limit = bare_work(client, schedules=args.schedules, ticks_each=args.ticks, reps=args.reps)
+        client.close()
+    print(f"bare Redis work of {limit.ticks:,} ticks: {limit.ms:.1f} ms = {limit.rate:,.0f} ticks/s")
+
+
+if __name__ == "__main__":
+    main()
