@@ -142,6 +142,28 @@ def bare_work(
     return Limit(ticks=written, seconds=statistics.median(took), ledger=ledger, queued=queued, history=history)
 
 
+def bare_reads(client: redis.Redis, keys: Keys, *, reps: int = 3) -> Limit:
+    """The physical limit of a takeover with runtime schedules: the bare
+    reads of every stored definition (``HSCAN`` of the runtime hash, pages
+    of 1,000) and of their ledger entries and shapes (``HMGET`` of 5,000
+    ids, four to a pipeline), nothing decoded or bound.  The median of
+    ``reps``; ``ticks`` is the number of definitions read."""
+    took = []
+    ids: list[bytes] = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        ids = [field for field, _ in client.hscan_iter(keys.runtime, count=1000)]
+        pipe = client.pipeline(transaction=False)
+        for at in range(0, len(ids), 5000):
+            chunk = ids[at : at + 5000]
+            pipe.hmget(keys.ticks, chunk).hmget(keys.shapes, chunk)
+            if len(pipe) >= 8:
+                pipe.execute()
+        pipe.execute()
+        took.append(time.perf_counter() - started)
+    return Limit(ticks=len(ids), seconds=statistics.median(took), ledger=0, queued=0, history=0)
+
+
 def ratio(figure: float, limit: float) -> str:
     """``figure`` as a multiple of ``limit``, for printing beside it."""
     return f"{figure / limit:,.1f}x limit" if limit > 0 else "x limit: n/a"

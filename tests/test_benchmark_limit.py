@@ -5,7 +5,8 @@ asserted."""
 
 from __future__ import annotations
 
-from benchmarks.limit import QUEUE, bare_work
+from benchmarks.limit import QUEUE, bare_reads, bare_work
+from dramatiq_cron_middleware.keys import Keys
 from tests.support.redis_server import RedisServer
 
 
@@ -30,4 +31,14 @@ def test_the_limit_splits_ticks_into_the_leaders_batches(redis_server: RedisServ
     limit = bare_work(client, schedules=1001, ticks_each=1)
     assert (limit.ticks, limit.ledger, limit.queued) == (1001, 1001, 1001)
     assert client.info("commandstats")["cmdstat_evalsha"]["calls"] >= 2  # 1,000 and 1
+    client.close()
+
+
+def test_the_takeover_limit_reads_every_stored_definition(redis_server: RedisServer) -> None:
+    client = redis_server.client()
+    keys = Keys("dramatiq-cron")
+    client.hset(keys.runtime, mapping={f"job:tenant-{n}": "{}" for n in range(2500)})
+    limit = bare_reads(client, keys, reps=1)
+    assert limit.ticks == 2500
+    assert client.info("commandstats")["cmdstat_hmget"]["calls"] == 2  # one chunk: ledger and shapes
     client.close()
