@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -162,6 +162,36 @@ def bare_reads(client: redis.Redis, keys: Keys, *, reps: int = 3) -> Limit:
         pipe.execute()
         took.append(time.perf_counter() - started)
     return Limit(ticks=len(ids), seconds=statistics.median(took), ledger=0, queued=0, history=0)
+
+
+def round_trip_us(client: redis.Redis, commands: Iterable[Sequence[object]]) -> float:
+    """The median time of each command sent alone and its reply read, us:
+    the limit of anything that needs that one round trip."""
+    took = []
+    for command in commands:
+        started = time.perf_counter()
+        client.execute_command(*command)
+        took.append((time.perf_counter() - started) * 1e6)
+    return statistics.median(took)
+
+
+def bare_hset(client: redis.Redis, key: str, values: Iterable[tuple[str, str | bytes]], *, chunk: int = 1000) -> float:
+    """Seconds to write ``values`` into the hash ``key``, ``chunk`` fields
+    to an ``HSET``, pipelined (the limit of a bulk add); deleted after."""
+    started = time.perf_counter()
+    pipe = client.pipeline(transaction=False)
+    mapping: dict[str, str | bytes] = {}
+    for field, value in values:
+        mapping[field] = value
+        if len(mapping) >= chunk:
+            pipe.hset(key, mapping=mapping)
+            mapping = {}
+    if mapping:
+        pipe.hset(key, mapping=mapping)
+    pipe.execute()
+    seconds = time.perf_counter() - started
+    client.delete(key)
+    return seconds
 
 
 def ratio(figure: float, limit: float) -> str:

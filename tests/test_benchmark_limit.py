@@ -5,7 +5,7 @@ asserted."""
 
 from __future__ import annotations
 
-from benchmarks.limit import QUEUE, bare_reads, bare_work
+from benchmarks.limit import QUEUE, bare_hset, bare_reads, bare_work, round_trip_us
 from dramatiq_cron_middleware.keys import Keys
 from tests.support.redis_server import RedisServer
 
@@ -41,4 +41,14 @@ def test_the_takeover_limit_reads_every_stored_definition(redis_server: RedisSer
     limit = bare_reads(client, keys, reps=1)
     assert limit.ticks == 2500
     assert client.info("commandstats")["cmdstat_hmget"]["calls"] == 2  # one chunk: ledger and shapes
+    client.close()
+
+
+def test_the_round_trip_and_bulk_limits_run_their_commands(redis_server: RedisServer) -> None:
+    client = redis_server.client()
+    assert round_trip_us(client, (("SET", f"k{n}", "v", "NX") for n in range(10))) > 0
+    assert client.dbsize() == 10
+    assert bare_hset(client, "limit", ((f"f{n}", "v") for n in range(2500))) > 0
+    assert client.info("commandstats")["cmdstat_hset"]["calls"] == 3  # 1,000 fields to an HSET
+    assert not client.exists("limit")
     client.close()
