@@ -7,12 +7,16 @@ The leader runs in this process (the same code as in a worker) against
 real redis-servers on free loopback ports; the lag of a message is the wall
 time of the broker's ``after_enqueue`` hook minus its tick.  Two
 boundaries: ``in-claim`` (the lease on the broker's Redis, the default) and
-``idempotent`` (the lease on another Redis).  Prints p50/p99/max per case.
+``idempotent`` (the lease on another Redis).  Prints p50/p99/max per case,
+and beside the p99 the physical limit: the bare Redis work of the largest
+burst due at one tick (``benchmarks/limit.py``), timed on the broker's
+Redis right after the case, median of five.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import threading
 import time
@@ -21,6 +25,7 @@ from typing import Any
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from benchmarks.limit import bare_work, ratio
 from benchmarks.measure import percentiles
 from dramatiq_cron_middleware import CronMiddleware
 from tests.support.instances import wait_for
@@ -64,8 +69,14 @@ def run_case(*, schedules: int, spread: bool, same_redis: bool, seconds: float) 
             middleware.stop()
             broker.close()
         with lags.lock:
-            values = [(at - tick) * 1000 for tick, at in lags.records if start <= tick <= end]
-    return {"messages": len(values), "lag_ms": percentiles(values)}
+            kept = [(tick, at) for tick, at in lags.records if start <= tick <= end]
+        values = [(at - tick) * 1000 for tick, at in kept]
+        burst = max(collections.Counter(tick for tick, _ in kept).values(), default=1)
+        client = broker_redis.client()
+        client.flushall()
+        limit = bare_work(client, schedules=burst, reps=5)
+        client.close()
+    return {"messages": len(values), "lag_ms": percentiles(values), "burst": burst, "limit_ms": round(limit.ms, 2)}
 
 
 CASES = {
@@ -89,7 +100,9 @@ def main() -> None:
             lag = r["lag_ms"]
             print(
                 f"{name:>13} schedules, {boundary:>10}: {r['messages']:>6} messages, "
-                f"lag p50 {lag.get('p50', 0):.1f} ms, p99 {lag.get('p99', 0):.1f} ms, max {lag.get('max', 0):.1f} ms",
+                f"lag p50 {lag.get('p50', 0):.1f} ms, p99 {lag.get('p99', 0):.1f} ms, max {lag.get('max', 0):.1f} ms; "
+                f"limit of a burst of {r['burst']}: {r['limit_ms']:.2f} ms, "
+                f"p99 {ratio(lag.get('p99', 0), r['limit_ms'])}",
                 flush=True,
             )
 

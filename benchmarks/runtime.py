@@ -9,8 +9,12 @@ loopback port (persistence off), from a process that runs no worker::
 
 The full load runs in a fresh child process, as a new leader's takeover
 would, so its RSS is that of a process holding the schedules and nothing
-else.  Prints one JSON object; nothing is asserted (figures go to
-docs/benchmarks.md).
+else.  Beside the add and remove latencies, the bulk add and the load,
+``limit`` holds their physical limits measured in the same run
+(``benchmarks/limit.py``: a bare ``HSET``/``HDEL`` round trip of one
+definition, a pipelined ``HSET`` of every definition, the bare reads of a
+takeover) and ``x_limit`` the ratios.  Prints one JSON object; nothing is
+asserted (figures go to docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
+from benchmarks.limit import bare_hset, bare_reads, round_trip_us
 from benchmarks.measure import load_average, rss_mib
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from tests.support.redis_server import RedisServer
@@ -118,6 +123,10 @@ def main() -> int:
             started = time.perf_counter()
             cron.add(actor, tenant_schedule(n), name=f"single-{n}")
             adds.append((time.perf_counter() - started) * 1000)
+        client = server.client()
+        definition = client.hget(cron.keys.runtime, client.hrandfield(cron.keys.runtime))
+        limit_add = round_trip_us(client, (("HSET", "limit", f"x:{n}", definition) for n in range(args.samples)))
+        limit_remove = round_trip_us(client, (("HDEL", "limit", f"x:{n}") for n in range(args.samples)))
         for n in range(args.samples):
             started = time.perf_counter()
             cron.remove(actor, f"single-{n}")
@@ -131,6 +140,8 @@ def main() -> int:
         elapsed = time.perf_counter() - started
         results["bulk_add"] = {"seconds": round(elapsed, 2), "per_second": round(args.count / elapsed)}
         del items
+        limit_bulk = bare_hset(client, "limit", ((f"x:{n}", definition) for n in range(args.count)))
+        limit_load = bare_reads(client, cron.keys).seconds
 
         loads = []
         for _ in range(args.loads):
@@ -164,6 +175,19 @@ def main() -> int:
         results["list_page_ms"] = round((time.perf_counter() - started) * 1000, 1)
         info: Any = store.client.info("memory")
         results["redis_used_memory_mib"] = round(info["used_memory"] / 2**20, 1)
+        results["limit"] = {
+            "add_ms": round(limit_add / 1000, 3),
+            "remove_ms": round(limit_remove / 1000, 3),
+            "bulk_add_s": round(limit_bulk, 2),
+            "load_all_s": round(limit_load, 2),
+        }
+        results["x_limit"] = {
+            "add_p50": round(results["add_ms"]["p50"] * 1000 / limit_add, 1),
+            "remove_p50": round(results["remove_ms"]["p50"] * 1000 / limit_remove, 1),
+            "bulk_add": round(elapsed / limit_bulk, 1),
+            "load_all": round(results["load_all"]["seconds"] / limit_load, 1),
+        }
+        client.close()
     results["machine"]["load_after"] = load_average()
     print(json.dumps(results, indent=2))
     return 0

@@ -18,7 +18,11 @@ Redis, and measures:
   leader process over it, all threads: less sensitive to a busy host);
 - fire lag: the broker's ``after_enqueue`` minus the tick, over
   ``--seconds`` of leading by the last of them (p50, p99, max);
-- that process's RSS before its leader started and while it leads.
+- that process's RSS before its leader started and while it leads;
+- the physical limit of a takeover (``benchmarks/limit.py``: the bare
+  reads of every definition and of its ledger entry and shape, nothing
+  decoded), on the same Redis after the takeovers, and the takeover's
+  median as a multiple of it.
 
 Prints one JSON object; nothing is asserted (figures go to docs/benchmarks.md).
 """
@@ -39,6 +43,7 @@ from typing import Any
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from benchmarks.limit import bare_reads
 from benchmarks.measure import load_average, percentiles, rss_mib
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from tests.support.instances import wait_for
@@ -174,6 +179,11 @@ def main() -> None:
         out["rss_before_leading_mib"] = runs[-1]["rss_before_mib"]
         out["rss_leading_mib"] = runs[-1]["rss_leading_mib"]
         out["fire_lag_ms"] = percentiles(runs[-1]["lags"])
+        client = server.client()
+        limit = bare_reads(client, middleware.keys)
+        client.close()
+        out["limit_s"] = {"definitions": limit.ticks, "seconds": round(limit.seconds, 3)}
+        out["takeover_x_limit"] = round(out["takeover_s"]["median"] / limit.seconds, 1)
         broker.close()
     out["load_after"] = load_average()
     print(json.dumps(out))

@@ -5,7 +5,9 @@ with 100,000 runtime schedules.
 
 Calls the WSGI application in-process (no HTTP, no browser: the time a
 server spends producing the page) against a real redis-server started on a
-free loopback port, and prints the median and p99 per page.  The Redis
+free loopback port, and prints the median and p99 per page, and the median
+as a multiple of one bare Redis round trip (``PING``, median of 500, the
+same run: the floor of any page that reads Redis; ``benchmarks/limit.py``).  The Redis
 state is what a long-running scheduler leaves: a ledger entry per schedule,
 a full history stream (10,000 entries), a lease, candidates and a few
 paused schedules.  It is written directly in the leader's formats, since
@@ -35,6 +37,7 @@ from dramatiq.brokers.stub import StubBroker
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.limit import round_trip_us  # noqa: E402
 from dramatiq_cron_middleware import CronMiddleware  # noqa: E402
 from dramatiq_cron_middleware.web import CronDashboard  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
@@ -126,11 +129,14 @@ def _measure(app: Any, pages: list[tuple[str, str, str]], repeat: int) -> list[t
     return out
 
 
-def _print(title: str, rows: list[tuple[str, float, float, float]]) -> None:
-    print(f"\n{title}")
-    print(f"  {'page':<52} {'median':>9} {'p99':>9} {'CPU p99':>9}")
+def _print(title: str, rows: list[tuple[str, float, float, float]], server: RedisServer) -> None:
+    client = server.client()
+    round_trip_ms = round_trip_us(client, (("PING",) for _ in range(500))) / 1000
+    client.close()
+    print(f"\n{title} (a bare round trip: {round_trip_ms:.3f} ms)")
+    print(f"  {'page':<52} {'median':>9} {'p99':>9} {'CPU p99':>9} {'median x round trip':>20}")
     for label, median, p99, cpu in rows:
-        print(f"  {label:<52} {median:>7.1f}ms {p99:>7.1f}ms {cpu:>7.1f}ms")
+        print(f"  {label:<52} {median:>7.1f}ms {p99:>7.1f}ms {cpu:>7.1f}ms {median / round_trip_ms:>19.0f}x")
 
 
 def main() -> int:
@@ -162,7 +168,7 @@ def main() -> int:
             ],
             args.repeat,
         )
-        _print("10,000 declared schedules", rows)
+        _print("10,000 declared schedules", rows, server)
         broker.close()
 
     with RedisServer() as server:
@@ -195,7 +201,7 @@ def main() -> int:
             ],
             args.repeat,
         )
-        _print("100,000 runtime schedules (+10 declared)", rows)
+        _print("100,000 runtime schedules (+10 declared)", rows, server)
         broker.close()
     return 0
 

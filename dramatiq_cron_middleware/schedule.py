@@ -342,18 +342,28 @@ class BoundSchedule:
         # instants close together (ledger entries written in the same
         # second, the same tick just fired).  The first tick after i0 being
         # t, it is also the first tick after any instant in [i0, t): so one
-        # walk per expression and zone answers them all.  (A walk costs
-        # ~40 us; 100,000 daily schedules took 4 s at each takeover.)
+        # walk per expression and zone answers them all.
+        # A catch-up enumerates one schedule's backlog ticks after another's
+        # (the tick queue's chunks), so the window has moved past the ticks
+        # the next schedule asks for: each walk is also remembered by its
+        # instant, and every tick of a backlog is walked once, not once per
+        # schedule.
         key = self._tick_key
         window = _NEXT_TICKS.get(key)
         if window is not None and window[0] <= instant_ms < window[1]:
             return window[1]
+        tick = _WALKS.get((key, instant_ms))
+        if tick is not None:
+            return tick
         if not walk:
             return None
         tick = self._next_after(instant_ms)
         if len(_NEXT_TICKS) >= _NEXT_TICKS_LIMIT:
             _NEXT_TICKS.clear()  # schedules come and go: never grow without bound
         _NEXT_TICKS[key] = (instant_ms, tick)
+        if len(_WALKS) >= _WALKS_LIMIT:
+            _WALKS.clear()
+        _WALKS[key, instant_ms] = tick
         return tick
 
     @property
@@ -516,6 +526,9 @@ class BoundSchedule:
 # written is true, so the worst is a walk done twice.
 _NEXT_TICKS: dict[tuple[object, ...], tuple[int, int]] = {}
 _NEXT_TICKS_LIMIT = 200_000
+# Every walk's answer by its instant (bounded: cleared when full).
+_WALKS: dict[tuple[tuple[object, ...], int], int] = {}
+_WALKS_LIMIT = 65_536
 # Tick keys without a schedule identity in them, shared (a few thousand;
 # bounded like _NEXT_TICKS).
 _NEXT_TICKS_KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}

@@ -63,6 +63,37 @@ def test_a_five_minute_backlog_is_worked_off_in_bounded_batches_that_each_make_p
     assert all(queue.last(sid) == NOW for sid in schedules)
 
 
+def test_a_backlog_shared_by_many_schedules_walks_each_tick_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given 200 schedules of one expression and zone, a minute behind (the
+    state after an outage), when the queue works the backlog off, then each
+    backlog tick costs one walk of the expression in all, not one per
+    schedule: the schedules ask for the same ticks one after another."""
+    walks: list[int] = []
+    walk = BoundSchedule._next_after
+
+    def counted(schedule: BoundSchedule, instant_ms: int) -> int:
+        walks.append(instant_ms)
+        return walk(schedule, instant_ms)
+
+    monkeypatch.setattr(BoundSchedule, "_next_after", counted)
+    schedules = {
+        s.id: s
+        for s in (
+            schedules_for_actor(
+                f"job{i}", "default", "*/2 * * * * *", timezone="Asia/Tokyo", catch_up="each", catch_up_window=300_000
+            )[0]
+            for i in range(200)
+        )
+    }
+    queue = TickQueue(schedules, prefix="p")
+    queue.load({sid: NOW - 60_000 for sid in schedules})
+    while grant_all(queue, NOW, 1000):
+        pass
+    assert all(queue.last(sid) == NOW for sid in schedules)
+    assert sorted(walks) == sorted(set(walks)), "an instant was walked twice"
+    assert len(walks) <= 31, f"{len(walks)} walks for 31 ticks of one expression"
+
+
 def test_on_time_ticks_go_before_a_backlog() -> None:
     """Given one schedule with a five-minute backlog and fifty on time, when
     a batch smaller than the backlog is planned, then all fifty on-time
