@@ -11,7 +11,7 @@ import pytest
 from dramatiq_cron_middleware.clock import ServerClock
 from dramatiq_cron_middleware.lease import Acquired, Held
 from dramatiq_cron_middleware.ledger import Claim, NotLeader, SyncEntry
-from dramatiq_cron_middleware.protocol import ClaimResult, Outcome, SyncCode, whole_actor
+from dramatiq_cron_middleware.protocol import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
 from dramatiq_cron_middleware.store.abc import Store
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
 from tests.support.redis_server import RedisServer
@@ -118,10 +118,14 @@ def test_release_is_compare_and_delete_and_wakes_a_follower(harness: StoreHarnes
     a, b = harness.candidate("a"), harness.candidate("b")
     _, epoch = lead(a)
     assert isinstance(b.lease.acquire(), Held)
-    assert b.lease.release() is False  # not b's
+    assert b.lease.release() is False  # not b's (and b is no candidate any more)
+    assert isinstance(b.lease.acquire(), Held)
     assert isinstance(harness.candidate("c").lease.acquire(), Held)
     assert a.lease.release() is True and a.lease.token is None
+    # One wake-up per candidate seen within two leases (b and c).
     assert b.lease.wait_for_release(2000) is True
+    assert harness.candidate("d").lease.wait_for_release(2000) is True
+    assert b.lease.wait_for_release(50) is False
     taken = b.lease.acquire()
     assert isinstance(taken, Acquired) and taken.epoch == epoch + 1
 
@@ -287,6 +291,54 @@ def test_a_runtime_replacement_with_other_ticks_or_a_re_add_starts_from_the_writ
     assert "added again after its removal" in harness.history()[1].detail
 
 
+def test_a_running_mark_expires_after_its_overlap_ttl(harness: StoreHarness) -> None:
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID)
+    assert a.ledger.claim(token, epoch, "b1", [fire(base + 1000, overlap_ttl_ms=100)]).results == [FIRE]
+    harness.pass_time(150)
+    assert not harness.is_running(SID)
+    assert a.ledger.claim(token, epoch, "b2", [fire(base + 2000, overlap_ttl_ms=100)]).results == [FIRE]
+
+
+def test_claims_of_one_schedule_in_one_batch_are_decided_in_order(harness: StoreHarness) -> None:
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID)
+    claims = [fire(base + 2000), fire(base + 1000), fire(base + 2000), missed(base + 3000)]
+    assert a.ledger.claim(token, epoch, "b1", claims).results == [FIRE, REFUSED, FIRE, RECORDED]
+    assert harness.ledger_value(SID) == f"{base + 3000}:{epoch}:{int(RECORDED)}"
+    assert [e.tick_ms - base for e in harness.history()] == [2000, 3000]
+
+
+def test_an_entry_in_the_future_is_not_claimed_but_left_for_a_sync(harness: StoreHarness) -> None:
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID)
+    future = f"{harness.now_ms() + 3_600_000}:1:1"
+    harness.set_ledger_value(SID, future)
+    assert a.ledger.claim(token, epoch, "b1", [fire(base + 1000)]).results == [LOST]
+    assert harness.ledger_value(SID) == future
+
+
+def test_a_batch_record_of_another_length_is_decided_afresh_and_reported(harness: StoreHarness) -> None:
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID, "job/b")
+    harness.set_batch_record("b1", "1")
+    reply = a.ledger.claim(token, epoch, "b1", [fire(base + 1000), fire(base + 1000, "job/b")])
+    assert reply.results == [FIRE, FIRE] and reply.corrupt == Corrupt.BATCH
+    assert a.ledger.settle("b1", epoch=epoch, claims=[]).results == [FIRE, FIRE]
+
+
+def test_a_wiped_store_restarts_the_epoch_and_reports_the_ledger_lost(harness: StoreHarness) -> None:
+    a, b = harness.candidate("a"), harness.candidate("b")
+    synced(harness, a, SID)
+    harness.flushall()
+    acquired = b.lease.acquire()
+    assert isinstance(acquired, Acquired) and acquired.epoch == 1 and acquired.epoch_was_missing
+    assert b.lease.token is not None
+    reply = b.ledger.sync(b.lease.token, acquired.epoch, [SID], expect_ledger=True)
+    assert reply.ledger_lost and reply.codes == {SID: SyncCode.BASELINE}
+    assert a.lease.renew() is False
+
+
 # -- sync and register -------------------------------------------------------------
 
 
@@ -305,6 +357,9 @@ def test_sync_baselines_missing_entries_and_then_reads_them(harness: StoreHarnes
     # Without an estimate of the caller's, a baseline lies at the store's now.
     fresh = a.ledger.sync(token, epoch, ["job/c"]).ticks["job/c"]
     assert abs(fresh - harness.now_ms()) < 1000
+    # An estimate ahead of the store's now does not put a baseline after it.
+    ahead = a.ledger.sync(token, epoch, ["job/d"], now_ms=harness.now_ms() + 3_600_000).ticks["job/d"]
+    assert ahead <= harness.now_ms()
     assert harness.history() == []
 
 
@@ -354,8 +409,15 @@ def test_register_writes_only_missing_entries_unfenced(harness: StoreHarness) ->
     value = harness.ledger_value("job/b")
     assert value is not None and value.endswith(":0:baseline")
     assert a.ledger.register([SyncEntry("job/b")]) == 0
-    # The registered shape is known: a sync with another one restarts it.
+    # An entry under a legacy id moves, with its paused mark.
+    harness.set_ledger_value("job/old@UTC", "2000:1:1")
+    harness.pause("job/old@UTC")
+    assert a.ledger.register([SyncEntry("job/c", legacy_id="job/old@UTC")]) == 1
+    assert harness.ledger_value("job/c") == "2000:1:1" and harness.ledger_value("job/old@UTC") is None
     token, epoch = lead(a)
+    a.ledger.sync(token, epoch, ["job/c"])
+    assert a.ledger.claim(token, epoch, "b1", [fire(3000, "job/c")]).results == [PAUSED]
+    # The registered shape is known: a sync with another one restarts it.
     assert a.ledger.sync(token, epoch, [SyncEntry("job/b", shape="t")]).codes == {"job/b": SyncCode.RESHAPED}
 
 
