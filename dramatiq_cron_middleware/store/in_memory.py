@@ -101,6 +101,8 @@ class MemoryServer:
     def __init__(self, *, now_ms: Callable[[], int], wait: Callable[[float], None] | None = None) -> None:
         self.now_ms = now_ms
         self.wait = wait
+        #: Open presence connections (FLUSHALL keeps them).
+        self.connections: set[str] = set()
         self.flushall()
         self._lose: dict[str, int] = {}
         self._refuse: dict[str, int] = {}
@@ -122,7 +124,6 @@ class MemoryServer:
         self.candidate_info: dict[str, str] = {}
         self.candidate_sets: dict[str, str] = {}
         self.wakes: dict[str, tuple[int, int]] = {}
-        self.connections: set[str] = set()
         self.runtime: dict[str, BoundSchedule] = {}
         self.runtime_revs: dict[str, int] = {}
         self.runtime_version = 0
@@ -151,9 +152,12 @@ class MemoryServer:
 
     # -- state as the scripts see it ------------------------------------------
 
+    # A key with a TTL lives while the time has not passed its expiry
+    # (Redis expires it once now > expiry).
+
     def lease_fields(self) -> dict[str, str] | None:
         """The lease's fields, None when there is none (or it expired)."""
-        if self._lease is not None and self._lease.expires_ms <= self.now_ms():
+        if self._lease is not None and self._lease.expires_ms < self.now_ms():
             self._lease = None
         return None if self._lease is None else self._lease.fields
 
@@ -172,14 +176,14 @@ class MemoryServer:
     def is_running(self, schedule_id: str) -> bool:
         """Whether a schedule's running mark exists."""
         mark = self.running.get(schedule_id)
-        if mark is not None and mark[1] <= self.now_ms():
+        if mark is not None and mark[1] < self.now_ms():
             del self.running[schedule_id]
             mark = None
         return mark is not None
 
     def _batch(self, batch_id: str) -> str | None:
         record = self.batches.get(batch_id)
-        if record is not None and record[1] <= self.now_ms():
+        if record is not None and record[1] < self.now_ms():
             del self.batches[batch_id]
             record = None
         return None if record is None else record[0]
@@ -373,7 +377,7 @@ class _MemoryLease:
             s._lease = None
             seen = sum(1 for at in s.candidates.values() if at >= now - 2 * self.ttl_ms)
             count, expires = s.wakes.get("", (0, 0))
-            if expires <= now:
+            if expires < now:
                 count = 0
             s.wakes[""] = (count + min(max(seen, 1), 64), now + self.ttl_ms)
             return True
@@ -394,7 +398,8 @@ class _MemoryLease:
         return bool(self.server._call("depose", run))
 
     def depose_if_gone(self) -> bool:
-        lease = self.server.lease_fields()
+        lease = self.server._call("depose_if_gone", self.server.lease_fields)
+        assert lease is None or isinstance(lease, dict)
         if lease is None or not lease["token"] or not lease["conn"] or lease["conn"] in self.server.connections:
             return False
         return self.depose(lease["token"], "conn", lease["conn"])
@@ -404,7 +409,7 @@ class _MemoryLease:
             now = self.server.now_ms()
             for key in ("", self.candidate_id):
                 count, expires = self.server.wakes.get(key, (0, 0))
-                if count > 0 and expires > now:
+                if count > 0 and expires >= now:
                     self.server.wakes[key] = (count - 1, expires)
                     return True
             return False
@@ -423,27 +428,33 @@ class _MemoryLease:
         def run() -> None:
             now = self.server.now_ms()
             count, expires = self.server.wakes.get(self.candidate_id, (0, 0))
-            self.server.wakes[self.candidate_id] = ((count if expires > now else 0) + 1, now + self.ttl_ms)
+            self.server.wakes[self.candidate_id] = ((count if expires >= now else 0) + 1, now + self.ttl_ms)
 
         self.server._call("wake_self", run)
 
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         if self.fingerprint:
-            self.server.candidate_sets.setdefault(self.fingerprint, json.dumps(shapes, sort_keys=True))
+            sets, text = self.server.candidate_sets, json.dumps(shapes, sort_keys=True)
+            self.server._call("publish_schedule_set", lambda: sets.setdefault(self.fingerprint, text))
 
     def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
-        s = self.server
-        members = sorted((at, m) for m, at in s.candidates.items() if at >= since_ms)
-        out = []
-        for _, member in members:
-            fingerprint, _, version = s.candidate_info.get(member, "").partition("|")
-            out.append((member, fingerprint, version))
-        return out
+        def run() -> list[tuple[str, str, str]]:
+            s = self.server
+            out = []
+            for _, member in sorted((at, m) for m, at in s.candidates.items() if at >= since_ms):
+                fingerprint, _, version = s.candidate_info.get(member, "").partition("|")
+                out.append((member, fingerprint, version))
+            return out
+
+        live = self.server._call("live_candidates", run)
+        assert isinstance(live, list)
+        return live
 
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
+        values = self.server._call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])
+        assert isinstance(values, list)
         out: dict[str, dict[str, str] | None] = {}
-        for fingerprint in fingerprints:
-            value = self.server.candidate_sets.get(fingerprint)
+        for fingerprint, value in zip(fingerprints, values, strict=True):
             try:
                 parsed = json.loads(value) if value else None
             except ValueError:
@@ -452,8 +463,11 @@ class _MemoryLease:
         return out
 
     def prune_schedule_sets(self, keep: set[str]) -> None:
-        for fingerprint in [f for f in self.server.candidate_sets if f not in keep]:
-            del self.server.candidate_sets[fingerprint]
+        def run() -> None:
+            for fingerprint in [f for f in self.server.candidate_sets if f not in keep]:
+                del self.server.candidate_sets[fingerprint]
+
+        self.server._call("prune_schedule_sets", run)
 
 
 class _MemoryLedger:

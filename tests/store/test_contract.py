@@ -178,6 +178,28 @@ def test_candidates_and_their_schedule_sets(harness: StoreHarness) -> None:
     assert [fp for _, fp, _ in a.lease.live_candidates(since_ms=since)] == ["f1"]
 
 
+def test_every_reply_that_carries_the_stores_time_is_observed_on_the_clock(harness: StoreHarness) -> None:
+    a = harness.candidate("a")
+    observed = [a.clock.observations]
+
+    def step() -> int:
+        observed.append(a.clock.observations)
+        return observed[-1] - observed[-2]
+
+    token, epoch = lead(a)
+    assert step() == 1
+    assert a.lease.renew() and step() == 1
+    base = a.ledger.sync(token, epoch, [SID], now_ms=harness.now_ms() - 600_000).ticks[SID]
+    assert step() == 1
+    a.ledger.claim(token, epoch, "b1", [fire(base + 1000)])
+    assert step() == 1
+    a.ledger.register([SyncEntry("job/b")])
+    a.ledger.settle("b2", epoch=epoch, claims=[])
+    a.lease.release()
+    assert step() == 0
+    assert abs(a.clock.now_ms() - harness.now_ms()) < 1000
+
+
 # -- fencing -------------------------------------------------------------------
 
 
@@ -541,3 +563,28 @@ def test_memory_fast_takeover_deposes_a_leader_whose_presence_connection_closed(
     harness.server.disconnect(a.lease.presence)
     assert b.lease.depose_if_gone() is True
     assert a.lease.renew() is False and isinstance(b.lease.acquire(), Acquired)
+
+
+def test_memory_a_lease_lives_until_its_expiry_instant_as_a_redis_key_does() -> None:
+    harness = MemoryHarness()
+    a, b = harness.candidate("a", ttl_ms=1000), harness.candidate("b", ttl_ms=1000)
+    lead(a)
+    harness.pass_time(1000)
+    held = b.lease.acquire()
+    assert isinstance(held, Held) and held.remaining_ms == 0
+    harness.pass_time(1)
+    assert isinstance(b.lease.acquire(), Acquired)
+
+
+def test_memory_a_lost_renewal_reply_still_renewed() -> None:
+    harness = MemoryHarness()
+    a, b = harness.candidate("a", ttl_ms=1000), harness.candidate("b", ttl_ms=1000)
+    lead(a)
+    harness.pass_time(800)
+    harness.server.lose_reply("renew")
+    with pytest.raises(TimeoutError):
+        a.lease.renew()
+    harness.pass_time(800)
+    held = b.lease.acquire()
+    assert isinstance(held, Held) and held.renewals == "2"
+    assert a.lease.renew() is True  # the token was kept across the lost reply
