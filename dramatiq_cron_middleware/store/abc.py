@@ -1,0 +1,247 @@
+"""The store protocol: what the leader needs from the place it coordinates in.
+
+Three parts, each a :class:`typing.Protocol`: the :class:`LeaseStore` (one
+candidate's handle on the shared lease), the :class:`LedgerStore` (the
+fenced tick ledger) and the :class:`RuntimeReads` (what the leader reads of
+the runtime schedules); :class:`Store` bundles them with the clock every
+reply refreshes.  The types they speak are the leader's own
+(:class:`~..lease.Acquired`, :class:`~..ledger.Claim`,
+:class:`~..ledger.SyncReply`, :class:`~..protocol.ClaimResult`...).
+
+Guarantees every implementation keeps (the contract suite checks them):
+
+- **Fencing.** Every ledger write but :meth:`LedgerStore.register` checks,
+  atomically with the write, that the lease holds the caller's token; a
+  refused call writes nothing.
+- **Once per tick.** A tick is decided only if it is newer than the
+  schedule's last decided tick and not after the store's time; the epoch
+  that decided it gets the same answer again, any other epoch a refusal.
+- **Server time.** Every reply that carries the store's time (acquire,
+  renew, sync, claim) is observed on :attr:`Store.clock` before the call
+  returns.
+- **Faults.** A call that cannot reach the store raises a connection error
+  (``redis.ConnectionError`` or an :class:`OSError` such as
+  :class:`ConnectionRefusedError`) and ran nowhere; a call whose reply was
+  lost raises a timeout (``redis.TimeoutError`` or :class:`TimeoutError`)
+  and may have run.  A lost claim reply is settled with
+  :meth:`LedgerStore.settle`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from ..clock import ServerClock
+from ..enqueue import Payload
+from ..keys import Keys
+from ..lease import Acquired, Held
+from ..ledger import Claim, ClaimReply, SyncEntry, SyncReply
+from ..protocol import ClaimResult
+from ..schedule import BoundSchedule
+
+__all__ = ["LeaseStore", "LedgerStore", "RuntimeReads", "Settled", "Store"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """What became of a claim whose reply was lost."""
+
+    #: Its per-claim results if it ran, None if it never ran (and now never will).
+    results: list[ClaimResult] | None
+    #: The batch record was unusable: ``results`` were read back from the ledger.
+    record_corrupt: bool = False
+
+
+class LeaseStore(Protocol):
+    """One candidate's handle on the shared lease.
+
+    The lease holds a token and an epoch and expires ``ttl_ms`` after its
+    last acquisition or renewal, on the store's clock.  The epoch counter
+    grows by one on every new acquisition and never goes back, even when
+    the counter itself is lost (it restarts above every epoch the ledger
+    names).
+    """
+
+    #: The token this candidate holds the lease under, None while following.
+    token: str | None
+    #: The lease length, ms.
+    ttl_ms: int
+    #: Unique per handle: names the candidate's private wake-up list.
+    candidate_id: str
+    #: Shown to operators as the leader's identity.
+    host: str
+    pid: int
+    #: The candidate's schedule set fingerprint and app version ("" when not given).
+    fingerprint: str
+    version: str
+
+    def acquire(self) -> Acquired | Held:
+        """Try once to take the lease: :class:`Acquired` with a new epoch when
+        it was free, or when this handle already holds it (a retry after a
+        lost reply finds the "ghost" lease its own, same epoch); otherwise
+        :class:`Held` with the holder's token, renewal count and remaining
+        time.  Also marks this candidate as seen now."""
+
+    def renew(self) -> bool:
+        """Extend the lease to a whole ``ttl_ms`` from now (never more: a
+        retried renewal does not stretch it) if it still holds our token;
+        False, and the local token forgotten, when it does not."""
+
+    def release(self) -> bool:
+        """Compare-and-delete the lease (also a token whose acquire reply
+        was lost), wake the followers seen recently, and drop this
+        candidate from the candidates; True when the lease was ours."""
+
+    def forget(self) -> None:
+        """Drop the local belief of leading; the store is not touched."""
+
+    def depose(self, token: str, field: str, seen: str) -> bool:
+        """Delete the lease if it still holds ``token`` and its ``field``
+        (``"seq"``: the renewal count; ``"conn"``: the presence connection)
+        still reads ``seen``; True when deleted."""
+
+    def depose_if_gone(self) -> bool:
+        """Fast takeover: delete the lease if its holder registered a
+        presence connection the store no longer knows; True when deleted."""
+
+    def wait_for_release(self, timeout_ms: int) -> bool:
+        """Wait until a release wakes the followers, :meth:`wake_self` is
+        called, or ``timeout_ms`` passes; True when woken.  Each release
+        wakes as many waiters as candidates were seen within two leases."""
+
+    def wake_self(self) -> None:
+        """Interrupt this candidate's own :meth:`wait_for_release`."""
+
+    def publish_schedule_set(self, shapes: dict[str, str]) -> None:
+        """Publish ``{schedule id: shape}`` under :attr:`fingerprint` (the
+        first publication of a fingerprint wins; nothing without one)."""
+
+    def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
+        """``(member, fingerprint, version)`` of every candidate seen at or
+        after ``since_ms`` (store time), oldest sighting first."""
+
+    def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
+        """The published sets by fingerprint; None for one missing or unreadable."""
+
+    def prune_schedule_sets(self, keep: set[str]) -> None:
+        """Drop the published sets whose fingerprint is not in ``keep``."""
+
+
+class LedgerStore(Protocol):
+    """The fenced tick ledger: per schedule, the last decided tick and the
+    epoch that decided it, the outcome history, and per claim batch its
+    results (kept for a caller whose reply was lost)."""
+
+    def sync(
+        self,
+        token: str,
+        epoch: int,
+        schedules: Sequence[str | SyncEntry],
+        *,
+        now_ms: int | None = None,
+        expect_ledger: bool = False,
+        on_chunk: Callable[[Iterable[tuple[str, int]]], None] | None = None,
+    ) -> SyncReply:
+        """Read every schedule's last decided tick, fenced.  A missing entry
+        becomes a baseline (``BASELINE``), an unparsable one (``CORRUPT``)
+        or one after the trusted now plus a tolerance (``FUTURE``) is
+        replaced by a baseline and recorded as ``rebased``, and a declared
+        schedule whose shape changed restarts (``RESHAPED``); a baseline
+        lies at the earlier of ``now_ms`` and the store's now and carries
+        ``epoch``.  An entry under a schedule's legacy id moves to its id.
+        With ``expect_ledger``, an empty ledger is reported
+        (``ledger_lost``) and recorded once.  ``on_chunk`` gets the
+        ``(id, tick)`` pairs as they arrive.
+
+        Raises:
+          NotLeader: the lease holds another token (nothing written).
+        """
+
+    def register(self, schedules: Sequence[SyncEntry]) -> int:
+        """Unfenced: create the missing entries (moved from a legacy id, or a
+        baseline at now under epoch 0) and the missing shapes; never touch
+        an existing entry.  Returns how many entries were written."""
+
+    def claim(
+        self,
+        token: str,
+        epoch: int,
+        batch_id: str,
+        claims: Sequence[Claim],
+        payloads: Sequence[Payload | None] | None = None,
+    ) -> ClaimReply:
+        """Decide a batch atomically, one :class:`ClaimResult` per claim:
+        ``LOST`` (no usable entry: sync first), ``GONE`` (a runtime claim
+        whose revision is no longer stored), ``NOT_YET`` (after the store's
+        now), ``REFUSED`` (not newer than the last decided tick, unless this
+        epoch decided that very tick: then its stored result again), else
+        recorded: ``PAUSED`` (the schedule or its whole actor is paused),
+        ``SKIPPED`` (its running mark exists, or an earlier claim of the
+        batch set it), ``FIRE`` (sets the running mark when the claim has an
+        overlap TTL) or ``RECORDED`` (``fire`` false).  Every recorded claim
+        appends a history entry.  The results are kept under ``batch_id``;
+        a batch id seen before answers its first results (even to a caller
+        no longer leading), a voided one ``REFUSED`` for all.  ``payloads``
+        (messages enqueued in the same step) are for a RedisBroker on the
+        same Redis only.
+
+        Raises:
+          NotLeader: the lease holds another token (nothing written).
+          BadRequest: the batch is malformed (nothing written).
+        """
+
+    def settle(self, batch_id: str, *, epoch: int, claims: Sequence[Claim]) -> Settled:
+        """Learn what became of a claim whose reply was lost: its results if
+        it ran; otherwise void the batch, so a copy still in flight is
+        refused whole, and answer None.  An unusable record is replaced by
+        a void one and the results are read back from the ledger (what
+        ``epoch`` decided of ``claims``)."""
+
+
+class RuntimeReads(Protocol):
+    """What the leader reads of the runtime schedules.  Every write or
+    removal bumps a version counter; each id remembers the version of its
+    last change (a removal stays as a tombstone)."""
+
+    def version(self) -> int:
+        """The version counter (0: nothing ever written, or wiped)."""
+
+    def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
+        """``(version, every stored schedule)``; the version is read first,
+        so :meth:`changes_since` with it catches what changed meanwhile."""
+
+    def changes_since(self, version: int) -> tuple[int, dict[str, BoundSchedule | None]]:
+        """``(new version, {id: schedule as now, or None when removed})`` for
+        every id changed after ``version``.  A new version below
+        ``version`` means a wipe: the changes are empty, load everything."""
+
+    def drop_stale(self, ticks: Sequence[tuple[BoundSchedule, int, str]]) -> list[bool]:
+        """Of owed ticks ``(schedule, tick ms, message id)``, which to drop
+        (True): those whose stored revision is no longer the schedule's;
+        each dropped tick is recorded in the history as ``dropped``."""
+
+
+class Store(Protocol):
+    """Everything the leader needs, for one candidate."""
+
+    @property
+    def keys(self) -> Keys:
+        """The key names (reports name where a value lies)."""
+
+    @property
+    def clock(self) -> ServerClock:
+        """Observes the store's time carried by every reply."""
+
+    @property
+    def lease(self) -> LeaseStore:
+        """This candidate's lease handle."""
+
+    @property
+    def ledger(self) -> LedgerStore:
+        """The fenced ledger."""
+
+    @property
+    def runtime(self) -> RuntimeReads | None:
+        """The runtime schedules' reads; None: declared schedules only."""

@@ -1,0 +1,815 @@
+"""The store protocol in one process: the Lua scripts' semantics in Python.
+
+A :class:`MemoryServer` plays the Redis server: it holds the lease, the
+ledger, the history, the batch records and the runtime definitions, and
+reads time from an injected clock (epoch ms), on which TTLs expire.  Each
+candidate gets an :class:`InMemoryStore` on it (its own lease handle, as a
+process has its own :class:`~..lease.Lease`).  No thread, no socket: a
+leader can run on it in-process, on a fake clock.
+
+Faults are injected at the store boundary, per operation name (the
+protocol's method names): :meth:`MemoryServer.lose_reply` lets the next
+call run and then raises :class:`TimeoutError` (a lost reply),
+:meth:`MemoryServer.refuse` raises :class:`ConnectionRefusedError` before
+it runs (nothing written).  Keys holding a foreign type are not modelled:
+the corrupt flags stay empty but for unusable batch records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from ..clock import ServerClock
+from ..enqueue import Payload
+from ..keys import Keys
+from ..lease import Acquired, Held
+from ..ledger import (
+    BATCH_RECORD_MS,
+    FUTURE_TOLERANCE_MS,
+    BadRequest,
+    Claim,
+    ClaimReply,
+    NotLeader,
+    SyncEntry,
+    SyncReply,
+)
+from ..protocol import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
+from ..schedule import BoundSchedule
+from .abc import Settled
+
+if TYPE_CHECKING:
+    from .abc import Store
+
+__all__ = ["HistoryRecord", "InMemoryStore", "MemoryServer"]
+
+# The ledger value grammar as the scripts read it (common.lua's parse_entry).
+_ENTRY = re.compile(r"^(-?\d+):(\d+)(.*)$")
+_RESULT_TAIL = re.compile(r"^:(-?\d)$")
+_RECORD = re.compile(r"^[-\d,]*$")
+
+
+def _parse_entry(value: str | None) -> tuple[int, str, int | None] | None:
+    """``(tick, epoch as written, result or None)``, or None when unusable."""
+    if value is None or len(value) > 40:
+        return None
+    match = _ENTRY.match(value)
+    if match is None or len(match.group(1)) > 16 or len(match.group(2)) > 15:
+        return None
+    tail = match.group(3)
+    result = None
+    if tail not in ("", ":baseline"):
+        found = _RESULT_TAIL.match(tail)
+        if found is None:
+            return None
+        result = int(found.group(1))
+    return int(match.group(1)), match.group(2), result
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryRecord:
+    """One history entry, with the fields the stream holds."""
+
+    schedule_id: str
+    tick_ms: int
+    outcome: str
+    at_ms: int
+    epoch: str
+    detail: str
+    message_id: str
+
+
+@dataclasses.dataclass
+class _Lease:
+    fields: dict[str, str]
+    expires_ms: int
+
+
+class MemoryServer:
+    """The shared state of every candidate, as Redis would hold it.
+
+    Parameters:
+      now_ms: The store's clock, epoch ms (its ``TIME``).
+      wait: Called with seconds when a follower waits and nothing woke it
+        (drive a fake clock forward here).  Defaults to None: return at once.
+    """
+
+    def __init__(self, *, now_ms: Callable[[], int], wait: Callable[[float], None] | None = None) -> None:
+        self.now_ms = now_ms
+        self.wait = wait
+        #: Open presence connections (FLUSHALL keeps them).
+        self.connections: set[str] = set()
+        self.flushall()
+        self._lose: dict[str, int] = {}
+        self._refuse: dict[str, int] = {}
+        self._connections = 0
+
+    def flushall(self) -> None:
+        """Lose everything (eviction, FLUSHALL, a restart without data)."""
+        self._lease: _Lease | None = None
+        self.epoch: int | None = None
+        #: Schedule id -> ledger value (the grammar of protocol.py).
+        self.ticks: dict[str, str] = {}
+        self.shapes: dict[str, str] = {}
+        self.history: list[HistoryRecord] = []
+        #: Paused schedule ids and ``<actor>:*`` members.
+        self.paused: set[str] = set()
+        self.batches: dict[str, tuple[str, int]] = {}
+        self.running: dict[str, tuple[str, int]] = {}
+        self.candidates: dict[str, int] = {}
+        self.candidate_info: dict[str, str] = {}
+        self.candidate_sets: dict[str, str] = {}
+        self.wakes: dict[str, tuple[int, int]] = {}
+        self.runtime: dict[str, BoundSchedule] = {}
+        self.runtime_revs: dict[str, int] = {}
+        self.runtime_version = 0
+        self.runtime_changes: dict[str, int] = {}
+
+    # -- faults ----------------------------------------------------------------
+
+    def lose_reply(self, operation: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``operation`` run, then raise TimeoutError."""
+        self._lose[operation] = self._lose.get(operation, 0) + times
+
+    def refuse(self, operation: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``operation`` raise ConnectionRefusedError
+        without running."""
+        self._refuse[operation] = self._refuse.get(operation, 0) + times
+
+    def _call(self, operation: str, run: Callable[[], object]) -> object:
+        if self._refuse.get(operation, 0) > 0:
+            self._refuse[operation] -= 1
+            raise ConnectionRefusedError(f"memory store refused {operation} (injected)")
+        result = run()
+        if self._lose.get(operation, 0) > 0:
+            self._lose[operation] -= 1
+            raise TimeoutError(f"memory store lost the reply of {operation} (injected)")
+        return result
+
+    # -- state as the scripts see it ------------------------------------------
+
+    # A key with a TTL lives while the time has not passed its expiry
+    # (Redis expires it once now > expiry).
+
+    def lease_fields(self) -> dict[str, str] | None:
+        """The lease's fields, None when there is none (or it expired)."""
+        if self._lease is not None and self._lease.expires_ms < self.now_ms():
+            self._lease = None
+        return None if self._lease is None else self._lease.fields
+
+    def delete_lease(self) -> None:
+        """DEL the lease (an operator, an eviction)."""
+        self._lease = None
+
+    def set_running(self, schedule_id: str, message_id: str, ttl_ms: int) -> None:
+        """Set a schedule's running mark (``overlap="skip"``)."""
+        self.running[schedule_id] = (message_id, self.now_ms() + ttl_ms)
+
+    def clear_running(self, schedule_id: str) -> None:
+        """Clear a running mark (its message finished)."""
+        self.running.pop(schedule_id, None)
+
+    def is_running(self, schedule_id: str) -> bool:
+        """Whether a schedule's running mark exists."""
+        mark = self.running.get(schedule_id)
+        if mark is not None and mark[1] < self.now_ms():
+            del self.running[schedule_id]
+            mark = None
+        return mark is not None
+
+    def _batch(self, batch_id: str) -> str | None:
+        record = self.batches.get(batch_id)
+        if record is not None and record[1] < self.now_ms():
+            del self.batches[batch_id]
+            record = None
+        return None if record is None else record[0]
+
+    def set_batch_record(self, batch_id: str, value: str) -> None:
+        """Write a batch record as is (a stray write, a bad restore)."""
+        self.batches[batch_id] = (value, self.now_ms() + BATCH_RECORD_MS)
+
+    def _record(
+        self, history_length: int, sid: str, tick: int, outcome: str, at: int, epoch: int, detail: str, message: str
+    ) -> None:
+        self.history.append(HistoryRecord(sid, tick, outcome, at, str(epoch), detail, message))
+        del self.history[: max(len(self.history) - history_length, 0)]
+
+    def connect(self) -> str:
+        """A new presence connection's id."""
+        self._connections += 1
+        conn = str(self._connections)
+        self.connections.add(conn)
+        return conn
+
+    def disconnect(self, conn: str) -> None:
+        """Close a presence connection (its process died)."""
+        self.connections.discard(conn)
+
+    # -- runtime definitions (the writes of RuntimeSchedules) -------------------
+
+    def add_runtime(self, schedules: Sequence[BoundSchedule], *, history_length: int = 10_000) -> list[BoundSchedule]:
+        """Create or replace runtime definitions, each with its own revision;
+        the write owns the ledger entry and shape as ``runtime.py``'s write
+        script does.  Returns the schedules as stored (with revisions)."""
+        now = self.now_ms()
+        out = []
+        for schedule in schedules:
+            sid = schedule.id
+            old = sid in self.runtime
+            self.runtime_version += 1
+            rev = self.runtime_version
+            entry = self.ticks.get(sid)
+            found = re.match(r"^(-?\d+):\d+", entry) if entry is not None else None
+            tick = int(found.group(1)) if found else None
+            if not (old and tick is not None and self.shapes.get(sid) == schedule.shape):
+                start = tick if tick is not None and tick > now else now
+                if start != tick:
+                    self.ticks[sid] = f"{start}:0:baseline"
+                self.shapes[sid] = schedule.shape
+                if entry is not None:
+                    why = (
+                        "replaced with other ticks (expression, interval, zone or bounds): it starts from this write"
+                        if old
+                        else "added again after its removal: it starts from this write"
+                    )
+                    self._record(history_length, sid, start, Outcome.REBASED.value, now, 0, why, "")
+            stored = dataclasses.replace(schedule, revision=rev)
+            self.runtime[sid] = stored
+            self.runtime_revs[sid] = rev
+            self.runtime_changes[sid] = rev
+            out.append(stored)
+        return out
+
+    def remove_runtime(self, schedule_id: str) -> bool:
+        """Remove a runtime definition and its revision (a tombstone stays)."""
+        if schedule_id not in self.runtime and schedule_id not in self.runtime_revs:
+            return False
+        self.runtime_version += 1
+        self.runtime.pop(schedule_id, None)
+        self.runtime_revs.pop(schedule_id, None)
+        self.runtime_changes[schedule_id] = self.runtime_version
+        return True
+
+
+class _MemoryLease:
+    """:class:`~.abc.LeaseStore` on a :class:`MemoryServer` (acquire.lua,
+    renew.lua, release.lua, depose.lua)."""
+
+    def __init__(
+        self,
+        server: MemoryServer,
+        *,
+        ttl_ms: int,
+        clock: ServerClock,
+        host: str,
+        pid: int,
+        fingerprint: str,
+        version: str,
+        presence: bool,
+    ) -> None:
+        self.server = server
+        self.ttl_ms = ttl_ms
+        self.clock = clock
+        self.host = host
+        self.pid = pid
+        self.fingerprint = fingerprint
+        self.version = version
+        self.candidate_id = uuid.uuid4().hex[:12]
+        self.member = f"{host}|{pid}|{self.candidate_id}"
+        self.token: str | None = None
+        self._attempt: str | None = None
+        self.presence: str | None = server.connect() if presence else None
+
+    def presence_id(self) -> str:
+        """This candidate's presence connection id ("" without, or closed)."""
+        return self.presence if self.presence in self.server.connections else ""
+
+    def _observe(self, operation: str, run: Callable[[], tuple[int, object]]) -> object:
+        sent = self.clock.monotonic()
+
+        def observed() -> object:
+            server_ms, value = run()
+            self.clock.observe(server_ms, sent, self.clock.monotonic())
+            return value
+
+        return self.server._call(operation, observed)
+
+    def _seen(self, now: int) -> None:
+        s = self.server
+        s.candidates[self.member] = now
+        for member in [m for m, at in s.candidates.items() if at <= now - 10 * self.ttl_ms]:
+            del s.candidates[member]
+            s.candidate_info.pop(member, None)
+        s.candidate_info[self.member] = f"{self.fingerprint}|{self.version}"
+
+    def acquire(self) -> Acquired | Held:
+        token = self.token or self._attempt or f"{self.candidate_id}-{uuid.uuid4().hex[:8]}"
+        self._attempt = token
+
+        def run() -> tuple[int, Acquired | Held]:
+            s = self.server
+            now = s.now_ms()
+            lease = s.lease_fields()
+            self._seen(now)
+            if lease is not None and lease["token"] == token:
+                assert s._lease is not None
+                s._lease.expires_ms = now + self.ttl_ms
+                lease.update(renewed=str(now), conn=self.presence_id(), seq=str(int(lease["seq"]) + 1))
+                return now, Acquired(int(lease["epoch"]), now, lease["fresh"] == "1")
+            if lease is not None:
+                assert s._lease is not None
+                return now, Held(s._lease.expires_ms - now, lease["token"], lease["seq"])
+            fresh = s.epoch is None
+            if s.epoch is None:
+                # The counter vanished: restart it above every epoch the ledger names.
+                parsed = (_parse_entry(v) for v in s.ticks.values())
+                s.epoch = max((int(p[1]) for p in parsed if p is not None), default=0)
+            s.epoch += 1
+            fields = dict(token=token, epoch=str(s.epoch), host=self.host, pid=str(self.pid), since=str(now))
+            fields.update(renewed=str(now), ttl=str(self.ttl_ms), candidate=self.member, fresh=str(int(fresh)))
+            fields.update(conn=self.presence_id(), seq="1")
+            s._lease = _Lease(fields, now + self.ttl_ms)
+            return now, Acquired(s.epoch, now, fresh)
+
+        result = self._observe("acquire", run)
+        assert isinstance(result, Acquired | Held)
+        self._attempt = None
+        self.token = token if isinstance(result, Acquired) else None
+        return result
+
+    def renew(self) -> bool:
+        token = self.token
+        if token is None:
+            return False
+
+        def run() -> tuple[int, bool]:
+            s = self.server
+            now = s.now_ms()
+            lease = s.lease_fields()
+            s.candidates[self.member] = now
+            if lease is None or lease["token"] != token:
+                return now, False
+            assert s._lease is not None
+            s._lease.expires_ms = now + self.ttl_ms
+            lease.update(renewed=str(now), conn=self.presence_id(), seq=str(int(lease["seq"]) + 1))
+            return now, True
+
+        renewed = bool(self._observe("renew", run))
+        if not renewed:
+            self.token = None
+        return renewed
+
+    def release(self) -> bool:
+        token, self.token, self._attempt = self.token or self._attempt, None, None
+
+        def run() -> bool:
+            s = self.server
+            now = s.now_ms()
+            s.candidates.pop(self.member, None)
+            s.candidate_info.pop(self.member, None)
+            lease = s.lease_fields()
+            if lease is None or lease["token"] != (token or "-"):
+                return False
+            s._lease = None
+            seen = sum(1 for at in s.candidates.values() if at >= now - 2 * self.ttl_ms)
+            count, expires = s.wakes.get("", (0, 0))
+            if expires < now:
+                count = 0
+            s.wakes[""] = (count + min(max(seen, 1), 64), now + self.ttl_ms)
+            return True
+
+        return bool(self.server._call("release", run))
+
+    def forget(self) -> None:
+        self.token = None
+
+    def depose(self, token: str, field: str, seen: str) -> bool:
+        def run() -> bool:
+            lease = self.server.lease_fields()
+            if lease is None or lease["token"] != token or lease.get(field, "") != seen:
+                return False
+            self.server.delete_lease()
+            return True
+
+        return bool(self.server._call("depose", run))
+
+    def depose_if_gone(self) -> bool:
+        lease = self.server._call("depose_if_gone", self.server.lease_fields)
+        assert lease is None or isinstance(lease, dict)
+        if lease is None or not lease["token"] or not lease["conn"] or lease["conn"] in self.server.connections:
+            return False
+        return self.depose(lease["token"], "conn", lease["conn"])
+
+    def wait_for_release(self, timeout_ms: int) -> bool:
+        def pop() -> bool:
+            now = self.server.now_ms()
+            for key in ("", self.candidate_id):
+                count, expires = self.server.wakes.get(key, (0, 0))
+                if count > 0 and expires >= now:
+                    self.server.wakes[key] = (count - 1, expires)
+                    return True
+            return False
+
+        def run() -> bool:
+            if pop():
+                return True
+            if self.server.wait is not None:
+                self.server.wait(max(timeout_ms, 1) / 1000)
+                return pop()
+            return False
+
+        return bool(self.server._call("wait_for_release", run))
+
+    def wake_self(self) -> None:
+        def run() -> None:
+            now = self.server.now_ms()
+            count, expires = self.server.wakes.get(self.candidate_id, (0, 0))
+            self.server.wakes[self.candidate_id] = ((count if expires >= now else 0) + 1, now + self.ttl_ms)
+
+        self.server._call("wake_self", run)
+
+    def publish_schedule_set(self, shapes: dict[str, str]) -> None:
+        if self.fingerprint:
+            sets, text = self.server.candidate_sets, json.dumps(shapes, sort_keys=True)
+            self.server._call("publish_schedule_set", lambda: sets.setdefault(self.fingerprint, text))
+
+    def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
+        def run() -> list[tuple[str, str, str]]:
+            s = self.server
+            out = []
+            for _, member in sorted((at, m) for m, at in s.candidates.items() if at >= since_ms):
+                fingerprint, _, version = s.candidate_info.get(member, "").partition("|")
+                out.append((member, fingerprint, version))
+            return out
+
+        live = self.server._call("live_candidates", run)
+        assert isinstance(live, list)
+        return live
+
+    def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
+        values = self.server._call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])
+        assert isinstance(values, list)
+        out: dict[str, dict[str, str] | None] = {}
+        for fingerprint, value in zip(fingerprints, values, strict=True):
+            try:
+                parsed = json.loads(value) if value else None
+            except ValueError:
+                parsed = None
+            out[fingerprint] = parsed if isinstance(parsed, dict) else None
+        return out
+
+    def prune_schedule_sets(self, keep: set[str]) -> None:
+        def run() -> None:
+            for fingerprint in [f for f in self.server.candidate_sets if f not in keep]:
+                del self.server.candidate_sets[fingerprint]
+
+        self.server._call("prune_schedule_sets", run)
+
+
+class _MemoryLedger:
+    """:class:`~.abc.LedgerStore` on a :class:`MemoryServer` (sync.lua,
+    register.lua, claim.lua, settle.lua)."""
+
+    def __init__(self, server: MemoryServer, *, clock: ServerClock, history_length: int) -> None:
+        self.server = server
+        self.clock = clock
+        self.history_length = history_length
+
+    def _fenced(self, operation: str, token: str, run: Callable[[int], object]) -> object:
+        sent = self.clock.monotonic()
+
+        def observed() -> object:
+            now = self.server.now_ms()
+            self.clock.observe(now, sent, self.clock.monotonic())
+            lease = self.server.lease_fields()
+            if lease is None or lease["token"] != token:
+                raise NotLeader()
+            return run(now)
+
+        return self.server._call(operation, observed)
+
+    def sync(
+        self,
+        token: str,
+        epoch: int,
+        schedules: Sequence[str | SyncEntry],
+        *,
+        now_ms: int | None = None,
+        expect_ledger: bool = False,
+        on_chunk: Callable[[Iterable[tuple[str, int]]], None] | None = None,
+    ) -> SyncReply:
+        entries = [SyncEntry(e) if isinstance(e, str) else e for e in schedules]
+        trusted_ms = self.clock.trusted_ms()
+
+        def run(now: int) -> SyncReply:
+            s = self.server
+            base = min(now if now_ms is None else now_ms, now)
+            future = max(now, trusted_ms) + FUTURE_TOLERANCE_MS
+            existed = bool(s.ticks)
+            ticks: dict[str, int] = {}
+            values: dict[str, str] = {}
+            codes: dict[str, SyncCode] = {}
+            lost = expect_ledger and not existed and bool(entries)
+            if lost:
+                detail = "the ledger was gone; schedules restart from now"
+                s._record(self.history_length, "*", base, Outcome.LEDGER_LOST.value, now, epoch, detail, "")
+            events: list[tuple[str, str]] = []
+            for sid, legacy, shape in entries:
+                value = s.ticks.get(sid)
+                if value is None and legacy and legacy in s.ticks:
+                    value = s.ticks.pop(legacy)
+                    s.ticks[sid] = value
+                    if legacy in s.paused:
+                        s.paused.discard(legacy)
+                        s.paused.add(sid)
+                code = SyncCode.OK
+                parsed = _parse_entry(value)
+                if value is None:
+                    code = SyncCode.BASELINE
+                elif parsed is None:
+                    code = SyncCode.CORRUPT
+                elif parsed[0] > future:
+                    code = SyncCode.FUTURE
+                if shape:
+                    known = s.shapes.get(sid)
+                    if known != shape:
+                        s.shapes[sid] = shape
+                        if known is not None and code == SyncCode.OK:
+                            code = SyncCode.RESHAPED
+                if code != SyncCode.OK:
+                    value = f"{base}:{epoch}:baseline"
+                    s.ticks[sid] = value
+                    codes[sid] = code
+                    if code in (SyncCode.CORRUPT, SyncCode.FUTURE):
+                        events.append((sid, "unusable ledger entry replaced by a baseline"))
+                    elif code == SyncCode.RESHAPED:
+                        why = "the schedule changed (expression, zone, interval or bounds): it starts from now"
+                        events.append((sid, why))
+                assert value is not None
+                values[sid] = value
+                ticks[sid] = int(value[: value.index(":")])
+            # The script appends the rebased entries before the reshaped ones.
+            for rebased in (True, False):
+                for sid, detail in events:
+                    if (codes[sid] != SyncCode.RESHAPED) == rebased:
+                        s._record(self.history_length, sid, base, Outcome.REBASED.value, now, epoch, detail, "")
+            return SyncReply(
+                ticks=ticks, values=values, codes=codes, server_ms=now, corrupt=Corrupt.NONE, ledger_lost=lost
+            )
+
+        reply = self._fenced("sync", token, run)
+        assert isinstance(reply, SyncReply)
+        if on_chunk is not None:
+            on_chunk(reply.ticks.items())
+        return reply
+
+    def register(self, schedules: Sequence[SyncEntry]) -> int:
+        def run() -> int:
+            s = self.server
+            now = s.now_ms()
+            created = 0
+            for sid, legacy, shape in schedules:
+                if sid not in s.ticks:
+                    if legacy and legacy in s.ticks:
+                        s.ticks[sid] = s.ticks.pop(legacy)
+                        if legacy in s.paused:
+                            s.paused.discard(legacy)
+                            s.paused.add(sid)
+                    else:
+                        s.ticks[sid] = f"{now}:0:baseline"
+                    created += 1
+                if shape:
+                    s.shapes.setdefault(sid, shape)
+            return created
+
+        return int(str(self.server._call("register", run)))
+
+    def claim(
+        self,
+        token: str,
+        epoch: int,
+        batch_id: str,
+        claims: Sequence[Claim],
+        payloads: Sequence[Payload | None] | None = None,
+    ) -> ClaimReply:
+        if payloads is not None and any(p is not None for p in payloads):
+            raise BadRequest("the memory store enqueues no messages: claim without payloads")
+        trusted_ms = self.clock.trusted_ms()
+        sent = self.clock.monotonic()
+
+        def run() -> ClaimReply:
+            s = self.server
+            now = s.now_ms()
+            self.clock.observe(now, sent, self.clock.monotonic())
+            flags = Corrupt.NONE
+            prior = s._batch(batch_id)
+            if prior == "void":
+                return ClaimReply([ClaimResult.REFUSED] * len(claims), now, flags)
+            if prior is not None and _RECORD.match(prior):
+                results = [ClaimResult(int(r)) for r in prior.split(",") if r]
+                if len(results) == len(claims):
+                    return ClaimReply(results, now, flags)
+            if prior is not None:
+                flags |= Corrupt.BATCH
+            lease = s.lease_fields()
+            if lease is None or lease["token"] != token:
+                raise NotLeader()
+            future = max(now, trusted_ms) + FUTURE_TOLERANCE_MS
+            any_paused = bool(s.paused)
+            last: dict[str, tuple[int, str, int | None] | None] = {}
+            marks: dict[str, tuple[str, int]] = {}
+            writes: dict[str, str] = {}
+            events: list[tuple[str, int, str, str, str]] = []
+            results = []
+            for c in claims:
+                sid = c.schedule_id
+                if sid not in last:
+                    parsed = _parse_entry(s.ticks.get(sid))
+                    last[sid] = None if parsed is None or parsed[0] > future else parsed
+                entry = last[sid]
+                outcome = str(c.outcome)
+                if entry is None:
+                    result = ClaimResult.LOST
+                elif c.revision > 0 and s.runtime_revs.get(sid) != c.revision:
+                    result = ClaimResult.GONE
+                elif c.tick_ms > now:
+                    result = ClaimResult.NOT_YET
+                elif c.tick_ms < entry[0] or (c.tick_ms == entry[0] and entry[1] != str(epoch)):
+                    result = ClaimResult.REFUSED
+                elif c.tick_ms == entry[0]:
+                    result = ClaimResult(entry[2]) if entry[2] is not None else ClaimResult.REFUSED
+                else:
+                    result = ClaimResult.RECORDED
+                    if c.fire:
+                        overlap = c.overlap_ttl_ms > 0
+                        if any_paused and (sid in s.paused or whole_actor(c.actor_name) in s.paused):
+                            result, outcome = ClaimResult.PAUSED, Outcome.PAUSED.value
+                        elif overlap and (sid in marks or s.is_running(sid)):
+                            result, outcome = ClaimResult.SKIPPED, Outcome.SKIPPED.value
+                        else:
+                            result = ClaimResult.FIRE
+                            if overlap:
+                                marks[sid] = (c.message_id, c.overlap_ttl_ms)
+                    last[sid] = (c.tick_ms, str(epoch), int(result))
+                    writes[sid] = f"{c.tick_ms}:{epoch}:{int(result)}"
+                    events.append((sid, c.tick_ms, outcome, c.detail, c.message_id))
+                results.append(result)
+            s.ticks.update(writes)
+            for sid, (message_id, ttl) in marks.items():
+                s.set_running(sid, message_id, ttl)
+            for sid, tick, outcome, detail, message_id in events:
+                s._record(self.history_length, sid, tick, outcome, now, epoch, detail, message_id)
+            s.batches[batch_id] = (",".join(str(int(r)) for r in results), now + BATCH_RECORD_MS)
+            return ClaimReply(results, now, flags)
+
+        reply = self.server._call("claim", run)
+        assert isinstance(reply, ClaimReply)
+        return reply
+
+    def settle(self, batch_id: str, *, epoch: int, claims: Sequence[Claim]) -> Settled:
+        def run() -> Settled:
+            s = self.server
+            now = s.now_ms()
+            prior = s._batch(batch_id)
+            if prior is not None and prior != "void" and _RECORD.match(prior):
+                return Settled([ClaimResult(int(r)) for r in prior.split(",") if r])
+            if prior is None or prior == "void":
+                s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
+                return Settled(None)
+            # Unusable: read back from the ledger what this epoch was granted.
+            results = []
+            for c in claims:
+                parsed = _parse_entry(s.ticks.get(c.schedule_id))
+                result = ClaimResult.REFUSED
+                if parsed is not None and parsed[0] == c.tick_ms and parsed[1] == str(epoch) and parsed[2] is not None:
+                    result = ClaimResult(parsed[2])
+                results.append(result)
+            s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
+            return Settled(results, record_corrupt=True)
+
+        settled = self.server._call("settle", run)
+        assert isinstance(settled, Settled)
+        return settled
+
+
+class _MemoryRuntime:
+    """:class:`~.abc.RuntimeReads` on a :class:`MemoryServer`."""
+
+    def __init__(self, server: MemoryServer, *, history_length: int) -> None:
+        self.server = server
+        self.history_length = history_length
+
+    def version(self) -> int:
+        return int(str(self.server._call("version", lambda: self.server.runtime_version)))
+
+    def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
+        def run() -> tuple[int, dict[str, BoundSchedule]]:
+            return self.server.runtime_version, dict(self.server.runtime)
+
+        loaded = self.server._call("load_all", run)
+        assert isinstance(loaded, tuple)
+        return loaded
+
+    def changes_since(self, version: int) -> tuple[int, dict[str, BoundSchedule | None]]:
+        def run() -> tuple[int, dict[str, BoundSchedule | None]]:
+            s = self.server
+            if s.runtime_version < version:
+                return s.runtime_version, {}
+            changed = sorted((v, sid) for sid, v in s.runtime_changes.items() if v > version)
+            return s.runtime_version, {sid: s.runtime.get(sid) for _, sid in changed}
+
+        changes = self.server._call("changes_since", run)
+        assert isinstance(changes, tuple)
+        return changes
+
+    def drop_stale(self, ticks: Sequence[tuple[BoundSchedule, int, str]]) -> list[bool]:
+        def run() -> list[bool]:
+            s = self.server
+            now = s.now_ms()
+            out = []
+            for schedule, tick, message_id in ticks:
+                stale = s.runtime_revs.get(schedule.id) != schedule.revision
+                if stale:
+                    detail = "its enqueue had failed, and the definition was removed or replaced before a retry"
+                    s._record(self.history_length, schedule.id, tick, Outcome.DROPPED.value, now, 0, detail, message_id)
+                out.append(stale)
+            return out
+
+        dropped = self.server._call("drop_stale", run)
+        assert isinstance(dropped, list)
+        return dropped
+
+
+class InMemoryStore:
+    """One candidate's :class:`~.abc.Store` on a :class:`MemoryServer`.
+
+    Parameters:
+      server: The shared state.
+      clock: Observes the server's time on every reply that carries it.
+      ttl_ms: The lease length in milliseconds.
+      host, pid: Shown as the leader's identity.
+      fingerprint, version: Published with this candidate.  Default "".
+      presence: Register a presence connection (fast takeover).  Default False.
+      history_length: Cap of the history.  Defaults to 10000.
+      prefix: The key prefix the names in reports use.  Defaults to "cron".
+    """
+
+    def __init__(
+        self,
+        server: MemoryServer,
+        *,
+        clock: ServerClock,
+        ttl_ms: int,
+        host: str = "memory",
+        pid: int = 0,
+        fingerprint: str = "",
+        version: str = "",
+        presence: bool = False,
+        history_length: int = 10_000,
+        prefix: str = "cron",
+    ) -> None:
+        self.server = server
+        self._keys = Keys(prefix)
+        self._clock = clock
+        self._lease = _MemoryLease(
+            server,
+            ttl_ms=ttl_ms,
+            clock=clock,
+            host=host,
+            pid=pid,
+            fingerprint=fingerprint,
+            version=version,
+            presence=presence,
+        )
+        self._ledger = _MemoryLedger(server, clock=clock, history_length=history_length)
+        self._runtime = _MemoryRuntime(server, history_length=history_length)
+
+    @property
+    def keys(self) -> Keys:
+        return self._keys
+
+    @property
+    def clock(self) -> ServerClock:
+        return self._clock
+
+    @property
+    def lease(self) -> _MemoryLease:
+        return self._lease
+
+    @property
+    def ledger(self) -> _MemoryLedger:
+        return self._ledger
+
+    @property
+    def runtime(self) -> _MemoryRuntime:
+        return self._runtime
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: InMemoryStore) -> Store:
+        return store  # mypy checks the protocol here

@@ -1,0 +1,52 @@
+"""The leader's parts (tick queue, sync, claim, settle) on the memory store
+and a fake clock: in-process, no thread, no Redis."""
+
+from __future__ import annotations
+
+from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.lease import Acquired
+from dramatiq_cron_middleware.ledger import SyncEntry
+from dramatiq_cron_middleware.protocol import ClaimResult
+from dramatiq_cron_middleware.schedule import bind_schedule
+from dramatiq_cron_middleware.tick_queue import TickQueue
+from tests.support.stores import MemoryHarness
+
+
+def test_each_minute_fires_once_across_a_lost_reply_on_a_fake_clock() -> None:
+    """Given a leader's tick queue synced from the memory store, when five
+    minutes pass on the fake clock and the third claim's reply is lost,
+    then settling it applies its results and every minute fires once."""
+    harness = MemoryHarness()
+    schedule = bind_schedule(
+        "job", "default", Schedule("* * * * *", name="a"), timezone="UTC", catch_up="each", catch_up_window=300_000
+    )
+    store = harness.candidate("a", ttl_ms=120_000)
+    acquired = store.lease.acquire()
+    assert isinstance(acquired, Acquired) and store.lease.token is not None
+    token, epoch = store.lease.token, acquired.epoch
+    queue = TickQueue({schedule.id: schedule}, prefix="contract", wall=harness.time.wall)
+    queue.begin_load()
+    store.ledger.sync(token, epoch, [SyncEntry.of(schedule)], on_chunk=queue.load_part)
+    queue.end_load()
+    fired: list[int] = []
+    for minute in range(5):
+        harness.pass_time(60_000)
+        assert store.lease.renew()
+        batch = queue.take(store.clock.now_ms(), 1000)
+        assert len(batch) == 1
+        claims = [p.claim for p in batch]
+        if minute == 2:
+            harness.server.lose_reply("claim")
+            try:
+                store.ledger.claim(token, epoch, f"b{minute}", claims)
+            except TimeoutError:
+                pass
+            results = store.ledger.settle(f"b{minute}", epoch=epoch, claims=claims).results
+            assert results is not None
+        else:
+            results = store.ledger.claim(token, epoch, f"b{minute}", claims).results
+        queue.decided(batch, results, store.clock.now_ms())
+        fired += [p.claim.tick_ms for p, r in zip(batch, results, strict=True) if r == ClaimResult.FIRE]
+    assert len(fired) == 5 and len(set(fired)) == 5
+    assert all(tick % 60_000 == 0 and tick <= harness.now_ms() for tick in fired)
+    assert [h.tick_ms for h in harness.server.history] == fired

@@ -1,0 +1,297 @@
+"""Both store implementations behind one test harness, for the contract
+suite (tests/store/test_contract.py): candidates on the store, the store's
+time, and the faults and raw state a test sets up or checks.
+
+The memory harness runs on a fake clock that only moves when told; the
+Redis one on a real redis-server, whose time moves by itself (waiting for
+it is a wait on the server's own clock reaching a target, with a deadline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.clock import ServerClock
+from dramatiq_cron_middleware.connection import scheduler_clients
+from dramatiq_cron_middleware.keys import Keys
+from dramatiq_cron_middleware.lease import Lease
+from dramatiq_cron_middleware.ledger import Claim, Ledger
+from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
+from dramatiq_cron_middleware.schedule import BoundSchedule, bind_schedule
+from dramatiq_cron_middleware.store.abc import Store
+from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.redis_store import RedisStore
+from tests.support.redis_server import RedisServer
+
+__all__ = ["FakeTime", "MemoryHarness", "RedisHarness", "StoreHarness", "runtime_schedule"]
+
+PREFIX = "contract"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A history entry, as both stores hold it."""
+
+    schedule_id: str
+    tick_ms: int
+    outcome: str
+    epoch: str
+    detail: str
+    message_id: str
+
+
+class FakeTime:
+    """A wall and a monotonic clock that move only when told (ms)."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.ms = start_ms
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def wall(self) -> float:
+        return self.ms / 1000
+
+    def monotonic(self) -> float:
+        return self.ms / 1000 - 1_000_000_000
+
+
+def runtime_schedule(actor: str, expression: str, name: str) -> BoundSchedule:
+    """A runtime schedule bound as ``RuntimeSchedules.add`` binds it."""
+    return bind_schedule(
+        actor,
+        "default",
+        Schedule(expression, name=name),
+        timezone="UTC",
+        catch_up="each",
+        catch_up_window=300_000,
+        source="runtime",
+    )
+
+
+class StoreHarness:
+    """What the contract tests need of either store."""
+
+    name = ""
+
+    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+        raise NotImplementedError
+
+    def now_ms(self) -> int:
+        """The store's time."""
+        raise NotImplementedError
+
+    def pass_time(self, ms: int) -> None:
+        """Return once the store's time has moved ``ms`` on."""
+        raise NotImplementedError
+
+    def ledger_value(self, schedule_id: str) -> str | None:
+        raise NotImplementedError
+
+    def set_ledger_value(self, schedule_id: str, value: str) -> None:
+        raise NotImplementedError
+
+    def delete_lease(self) -> None:
+        raise NotImplementedError
+
+    def delete_epoch(self) -> None:
+        """Lose the epoch counter alone."""
+        raise NotImplementedError
+
+    def pause(self, member: str) -> None:
+        raise NotImplementedError
+
+    def is_running(self, schedule_id: str) -> bool:
+        raise NotImplementedError
+
+    def set_batch_record(self, batch_id: str, value: str) -> None:
+        raise NotImplementedError
+
+    def history(self) -> list[Entry]:
+        """Every history entry, oldest first."""
+        raise NotImplementedError
+
+    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+        """Create or replace a runtime schedule; returns it as stored."""
+        raise NotImplementedError
+
+    def remove_runtime(self, actor: str, name: str) -> bool:
+        raise NotImplementedError
+
+    def flushall(self) -> None:
+        raise NotImplementedError
+
+    def claim_reply_lost(self, store: Store, token: str, epoch: int, batch_id: str, claims: Sequence[Claim]) -> None:
+        """Send a claim that runs but whose reply the caller never reads."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryHarness(StoreHarness):
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.time = FakeTime()
+        self.server = MemoryServer(now_ms=self.time.now_ms)
+
+    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+        clock = ServerClock(monotonic=self.time.monotonic, wall=self.time.wall)
+        return InMemoryStore(
+            self.server,
+            clock=clock,
+            ttl_ms=ttl_ms,
+            host=name,
+            pid=os.getpid(),
+            fingerprint=fingerprint,
+            version=version,
+        )
+
+    def now_ms(self) -> int:
+        return self.time.ms
+
+    def pass_time(self, ms: int) -> None:
+        self.time.ms += ms
+
+    def ledger_value(self, schedule_id: str) -> str | None:
+        return self.server.ticks.get(schedule_id)
+
+    def set_ledger_value(self, schedule_id: str, value: str) -> None:
+        self.server.ticks[schedule_id] = value
+
+    def delete_lease(self) -> None:
+        self.server.delete_lease()
+
+    def delete_epoch(self) -> None:
+        self.server.epoch = None
+
+    def pause(self, member: str) -> None:
+        self.server.paused.add(member)
+
+    def is_running(self, schedule_id: str) -> bool:
+        return self.server.is_running(schedule_id)
+
+    def set_batch_record(self, batch_id: str, value: str) -> None:
+        self.server.set_batch_record(batch_id, value)
+
+    def history(self) -> list[Entry]:
+        return [
+            Entry(h.schedule_id, h.tick_ms, h.outcome, h.epoch, h.detail, h.message_id) for h in self.server.history
+        ]
+
+    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+        return self.server.add_runtime([runtime_schedule(actor, expression, name)])[0]
+
+    def remove_runtime(self, actor: str, name: str) -> bool:
+        return self.server.remove_runtime(f"{actor}:{name}")
+
+    def flushall(self) -> None:
+        self.server.flushall()
+
+    def claim_reply_lost(self, store: Store, token: str, epoch: int, batch_id: str, claims: Sequence[Claim]) -> None:
+        self.server.lose_reply("claim")
+        try:
+            store.ledger.claim(token, epoch, batch_id, claims)
+        except TimeoutError:
+            return
+        raise AssertionError("the injected lost reply did not raise TimeoutError")
+
+
+class RedisHarness(StoreHarness):
+    name = "redis"
+
+    def __init__(self, server: RedisServer) -> None:
+        self.server = server
+        self.client = server.client()
+        self.client.flushall()
+        self.keys = Keys(PREFIX)
+        self._clients: list[redis.Redis] = [self.client]
+
+    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+        client, blocking = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=ttl_ms)
+        self._clients += [client, blocking]
+        clock = ServerClock()
+        lease = Lease(
+            client=client,
+            blocking_client=blocking,
+            keys=self.keys,
+            ttl_ms=ttl_ms,
+            clock=clock,
+            host=name,
+            pid=os.getpid(),
+            fingerprint=fingerprint,
+            version=version,
+        )
+        return RedisStore(
+            lease=lease, ledger=Ledger(client=client, keys=self.keys, clock=clock), runtime=self._runtime()
+        )
+
+    def _runtime(self) -> RuntimeSchedules:
+        return RuntimeSchedules(
+            self.client, self.keys, resolve_actor=lambda actor: ActorInfo(actor_name=str(actor), queue_name="default")
+        )
+
+    def now_ms(self) -> int:
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def pass_time(self, ms: int) -> None:
+        target = self.now_ms() + ms
+        deadline = time.monotonic() + ms / 1000 + 10
+        while self.now_ms() < target:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the Redis server's clock did not move {ms} ms on")
+            time.sleep(min(0.01, ms / 1000))
+
+    def ledger_value(self, schedule_id: str) -> str | None:
+        value: Any = self.client.hget(self.keys.ticks, schedule_id)
+        return value
+
+    def set_ledger_value(self, schedule_id: str, value: str) -> None:
+        self.client.hset(self.keys.ticks, schedule_id, value)
+
+    def delete_lease(self) -> None:
+        self.client.delete(self.keys.lease)
+
+    def delete_epoch(self) -> None:
+        self.client.delete(self.keys.epoch)
+
+    def pause(self, member: str) -> None:
+        self.client.sadd(self.keys.paused, member)
+
+    def is_running(self, schedule_id: str) -> bool:
+        return bool(self.client.exists(self.keys.running(schedule_id)))
+
+    def set_batch_record(self, batch_id: str, value: str) -> None:
+        self.client.set(self.keys.batch(batch_id), value, px=600_000)
+
+    def history(self) -> list[Entry]:
+        rows: Any = self.client.xrange(self.keys.history)
+        return [
+            Entry(f["schedule"], int(f["tick"]), f["outcome"], f["epoch"], f["detail"], f["message_id"])
+            for _, f in rows
+        ]
+
+    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+        return self._runtime().add(actor, expression, name=name).schedule
+
+    def remove_runtime(self, actor: str, name: str) -> bool:
+        return self._runtime().remove(actor, name)
+
+    def flushall(self) -> None:
+        self.client.flushall()
+
+    def claim_reply_lost(self, store: Store, token: str, epoch: int, batch_id: str, claims: Sequence[Claim]) -> None:
+        store.ledger.claim(token, epoch, batch_id, claims)  # it ran; the reply is dropped unread
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
