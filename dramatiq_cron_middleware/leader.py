@@ -592,11 +592,14 @@ class LeaderThread(threading.Thread):
                     enqueued.append(owed)
                 else:
                     granted.append(owed)
-        self.queue.decided(batch, results, server_ms)
+        # What Redis granted is this process's alone to enqueue, whatever
+        # the tick queue knows by now (a lost reply may be settled after a
+        # step-down emptied it): the broker first, the bookkeeping after.
         self.owed.settled(enqueued, [None] * len(enqueued))
         # All other granted ticks of the batch go to the broker together
         # (one pipelined round trip for a RedisBroker; see enqueue.py).
         self.owed.send(granted)
+        self.queue.decided(batch, results, server_ms)
 
     def _settle(self) -> None:
         """Learn what became of a claim whose reply was lost.  The batch ran

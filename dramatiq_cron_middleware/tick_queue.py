@@ -250,7 +250,10 @@ class TickQueue:
 
     def decided(self, batch: Iterable[Planned], results: Iterable[ClaimResult], now: int) -> None:
         """Apply the ledger's answers to a planned batch and put its
-        schedules back at their next ticks."""
+        schedules back at their next ticks.  The queue may have let go of
+        the batch's schedules meanwhile (a lost reply settled after a
+        step-down, a reload of the runtime schedules): what it no longer
+        knows, the next sync reads from the ledger."""
         touched: dict[str, BoundSchedule] = {}
         for item, result in zip(batch, results, strict=True):
             sid = item.schedule.id
@@ -267,7 +270,7 @@ class TickQueue:
                 self.discard(sid)
                 touched.pop(sid, None)
                 continue
-            elif result != ClaimResult.NOT_YET:
+            elif result != ClaimResult.NOT_YET and sid in self._last:
                 self._last[sid] = max(self._last[sid], item.claim.tick_ms)
         for sid in touched:
             if sid in self._last and sid in self.schedules:

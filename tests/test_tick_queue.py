@@ -100,6 +100,24 @@ def test_an_answer_that_proves_the_picture_stale_takes_the_queue_out_of_sync(res
     assert not queue.in_sync
 
 
+def test_answers_for_a_queue_that_forgot_its_ticks_are_taken_without_error() -> None:
+    """Given a batch in flight when the queue let go of every tick (a
+    step-down while the claim's reply was lost: the runtime schedules are
+    dropped and the declared ones kept without ticks), when the batch is
+    settled, then its answers are taken without error, nothing is put back
+    on a tick the queue no longer knows, and the queue stays out of sync
+    until a sync reads the ledger."""
+    s = every_second("job")
+    queue = TickQueue({s.id: s}, prefix="p")
+    queue.load({s.id: NOW - 1000})
+    batch = queue.take(NOW, 10)
+    queue.replace_all({s.id: s})  # what a step-down does
+    queue.decided(batch, [ClaimResult.FIRE], NOW)
+    assert not queue.in_sync
+    assert queue.last(s.id) is None
+    assert queue.next_due_ms() is None
+
+
 def test_a_tick_of_a_removed_runtime_definition_drops_the_schedule() -> None:
     """GONE: the definition was removed or replaced since the claim was
     planned; this copy is forgotten (the change feed brings a new one)."""
