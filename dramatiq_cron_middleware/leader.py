@@ -157,6 +157,7 @@ class LeaderThread(threading.Thread):
         self.queue = TickQueue(
             {s.id: s for s in schedules},
             prefix=prefix,
+            now_ms=clock.now_ms,
             encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
         )
         self.boundary = boundary
@@ -549,7 +550,7 @@ class LeaderThread(threading.Thread):
         the plain way, as an owed tick)."""
         if self.boundary.mode != Boundary.IN_CLAIM:
             return None
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()  # a jittered message's eta: the consumers' shared clock
         out: list[Payload | None] = []
         for item in batch:
             if item.message is None:

@@ -44,7 +44,7 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
     ledger = Ledger(client=client, keys=keys, clock=clock)
-    queue = TickQueue(declared, prefix=keys.prefix)
+    queue = TickQueue(declared, prefix=keys.prefix, now_ms=clock.now_ms)
     feed = RuntimeFeed(
         store,
         queue=queue,
