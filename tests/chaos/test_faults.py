@@ -54,9 +54,9 @@ def _scenarios() -> list[object]:
     return out
 
 
-def run_faults(cluster: Cluster, kinds: list[str]) -> Report:
+def run_faults(cluster: Cluster, kinds: list[str], *, runs: bool = False) -> Report:
     """Inject ``kinds`` in order, each after the cluster fired again, and
-    judge the scenario's window."""
+    judge the scenario's window (from the actors' runs with ``runs``)."""
     mark = cluster.mark()
     cluster.wait_fired_after(now_ms())
     start = now_ms()
@@ -64,7 +64,7 @@ def run_faults(cluster: Cluster, kinds: list[str]) -> Report:
     for kind in kinds:
         FAULTS[kind](cluster)
         cluster.wait_fired_after(now_ms())
-    return cluster.judge(start_ms=start, since=mark)
+    return cluster.judge(start_ms=start, since=mark, runs=runs)
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,19 @@ def test_a_wall_clock_jump_on_the_workers_changes_nothing() -> None:
     print(f"\n[chaos] wall_clock_jump: {report.line()}")
     assert_sound(report)
     assert report.lag_ms(0.99) < 60_000, "ticks followed a jumped wall clock"
+
+
+def test_a_leader_whose_wall_clock_is_off_by_a_minute_loses_no_run_to_max_age() -> None:
+    """Given actors with ``max_age`` 20 s, consumers on the machine's clock
+    and a leader-only instance, when that instance's wall clock steps a
+    minute back and it takes the lease (graceful handovers), then every
+    tick runs once, judged from the actors' runs: the first ticks after
+    each takeover are built at the fire, and must be stamped by the
+    scheduler's clock, not the leader host's."""
+    with Cluster(leader_wall_clock=True, env={"CRON_APP_MAX_AGE": "20000"}) as cluster:
+        report = run_faults(cluster, ["leader_wall_clock_off"] * REPEATS, runs=True)
+    print(f"\n[chaos] leader_wall_clock_off: {report.line()}")
+    assert_sound(report)
 
 
 def test_mixed_faults_in_a_random_sequence_never_duplicate_or_lose() -> None:
