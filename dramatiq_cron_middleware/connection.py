@@ -30,6 +30,7 @@ __all__ = [
     "MasterChanged",
     "describe",
     "redact",
+    "refusal",
     "same_server",
     "scheduler_clients",
 ]
@@ -73,6 +74,30 @@ def redact(text: str) -> str:
     """Replace the user-info part of every URL in ``text`` with ``***``,
     whatever characters it contains."""
     return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+
+
+#: Replies by which a reachable Redis refuses a command for a while (an
+#: operational state, not a bug): writes without enough replicas, memory
+#: full under ``noeviction``, a failing snapshot, a cluster slot being
+#: migrated or a cluster or replica link down, a dataset being loaded.
+_REFUSALS = ("NOREPLICAS", "OOM", "MISCONF", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING")
+# What Redis appends to an error raised inside a script.
+_SCRIPT_SUFFIX = re.compile(r"\s*script: \w+, on @user_script:\d+\.?$")
+
+
+def refusal(exc: BaseException) -> str | None:
+    """``"<CODE>: <reason>"`` when ``exc`` is Redis refusing a command for a
+    while (see :data:`_REFUSALS`; redis-py's ``ClusterError`` after its
+    retries of a slot in migration counts as ``TRYAGAIN``), else None."""
+    if isinstance(exc, redis.exceptions.ClusterError) and not isinstance(exc, redis.ResponseError):
+        return f"TRYAGAIN: {exc} (a cluster slot kept refusing: a slot migration or a failover)"
+    if not isinstance(exc, redis.ResponseError):
+        return None
+    text = _SCRIPT_SUFFIX.sub("", str(exc))
+    code = getattr(exc, "status_code", None)
+    if code is None:
+        code, _, text = text.partition(" ")
+    return f"{code}: {text}" if code in _REFUSALS else None
 
 
 def describe(client: redis.Redis) -> str:

@@ -327,7 +327,7 @@ class Control:
                 "the app's broker is a StubBroker: a triggered message would only live in this process"
             )
         tick = self.server_ms()
-        message = message_for(schedule, tick, prefix=prefix, manual=True)
+        message = message_for(schedule, tick, prefix=prefix, manual=True, timestamp_ms=tick)
         try:
             broker.enqueue(message)
         except redis.RedisError:

@@ -28,7 +28,7 @@ import redis
 
 from .candidates import ScheduleSets
 from .clock import ClockStep, ServerClock
-from .connection import redact
+from .connection import redact, refusal
 from .enqueue import Boundary, BrokerBoundary, Payload
 from .lease import Acquired, Held, Lease
 from .ledger import BadRequest, Ledger, NotLeader, SyncEntry
@@ -157,6 +157,7 @@ class LeaderThread(threading.Thread):
         self.queue = TickQueue(
             {s.id: s for s in schedules},
             prefix=prefix,
+            now_ms=clock.now_ms,
             encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
         )
         self.boundary = boundary
@@ -278,8 +279,8 @@ class LeaderThread(threading.Thread):
                 self._faulty(exc)
             except _FAULTS as exc:
                 self._faulty(exc)
-            except Exception as exc:  # a bug or an unforeseen reply: report once, keep going
-                self._faulty(exc, unexpected=True)
+            except Exception as exc:  # a refusal (an expected fault), a bug or an unforeseen reply
+                self._faulty(exc, refused=refusal(exc))
         # Stopped: give the lease up right away so a follower takes over in
         # milliseconds, while the worker may still be draining messages.
         self._release()
@@ -550,7 +551,7 @@ class LeaderThread(threading.Thread):
         the plain way, as an owed tick)."""
         if self.boundary.mode != Boundary.IN_CLAIM:
             return None
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()  # a jittered message's eta: the consumers' shared clock
         out: list[Payload | None] = []
         for item in batch:
             if item.message is None:
@@ -593,11 +594,14 @@ class LeaderThread(threading.Thread):
                     enqueued.append(owed)
                 else:
                     granted.append(owed)
-        self.queue.decided(batch, results, server_ms)
+        # What Redis granted is this process's alone to enqueue, whatever
+        # the tick queue knows by now (a lost reply may be settled after a
+        # step-down emptied it): the broker first, the bookkeeping after.
         self.owed.settled(enqueued, [None] * len(enqueued))
         # All other granted ticks of the batch go to the broker together
         # (one pipelined round trip for a RedisBroker; see enqueue.py).
         self.owed.send(granted)
+        self.queue.decided(batch, results, server_ms)
 
     def _settle(self) -> None:
         """Learn what became of a claim whose reply was lost.  The batch ran
@@ -672,15 +676,30 @@ class LeaderThread(threading.Thread):
             fault, self._fault = self._fault, None
             if fault == "unreachable":
                 self.logger.warning("Cron scheduler reaches Redis again.")
+            elif fault.startswith("refused:"):
+                self.logger.warning("Redis accepts the cron scheduler's commands again.")
             else:
                 self.logger.warning("Cron leader loop works again.")
 
-    def _faulty(self, exc: BaseException, *, unexpected: bool = False) -> None:
-        key = f"{type(exc).__name__}: {exc}" if unexpected else "unreachable"
+    def _faulty(self, exc: BaseException, *, refused: str | None = "") -> None:
+        """Report a fault once per state change and wait before the next
+        turn.  ``refused``: "" for an unreachable Redis, the refusal for a
+        reachable one that refuses (one WARNING per kind, whichever command
+        met it), None for anything else (a bug: ERROR with traceback)."""
+        if refused is None:
+            key = f"{type(exc).__name__}: {exc}"
+        else:
+            key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
         if key != self._fault:
             self._fault = key
-            if unexpected:
+            if refused is None:
                 self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
+            elif refused:
+                self.logger.warning(
+                    "Redis refuses the cron scheduler's commands (%s): nothing fires meanwhile; retrying every %d ms.",
+                    redact(refused),
+                    int(self.timing.retry_interval * 1000),
+                )
             else:
                 self.logger.warning(
                     "Cron scheduler cannot reach Redis (%s); retrying every %d ms.",

@@ -53,7 +53,8 @@ class OwedQueue:
     Parameters:
       boundary: How messages reach the broker.
       logger: Where per-schedule state changes are reported.
-      now_ms: The scheduler's clock (server time), for lag and give-up.
+      now_ms: The scheduler's clock (server time), for lag, give-up and
+        the eta of a jittered message.
       monotonic: The monotonic clock, for back-off.
       enqueued: Called with ``(schedule id, tick ms, lag ms)`` for each
         message that reached the broker.
@@ -100,7 +101,7 @@ class OwedQueue:
             item.attempts += 1
         failures = self.boundary.send(
             [(o.message, jitter_ms(o.schedule, o.message.message_id) or None) for o in items],
-            now_ms=int(time.time() * 1000),
+            now_ms=self._now_ms(),  # a jittered message's eta: the consumers' shared clock
         )
         self.settled(items, failures)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -58,8 +57,10 @@ class TickQueue:
     Parameters:
       schedules: The schedules by id.
       prefix: The key prefix (part of every deterministic message id).
-      wall: The wall clock in seconds, for message timestamps (dramatiq's
-        ``AgeLimit`` counts from them).
+      now_ms: The scheduler's clock (Redis time, :meth:`.ServerClock.now_ms`),
+        which stamps messages not built ahead: dramatiq's ``AgeLimit`` on
+        the consumers counts from the stamp, so it must be the clock they
+        share, never this host's wall clock.
       encode: Encodes a message for the broker ahead of its tick (the
         RedisBroker boundaries), so that the fire path only runs hooks.
         Defaults to None: nothing is encoded ahead.
@@ -70,12 +71,12 @@ class TickQueue:
         schedules: Mapping[str, BoundSchedule],
         *,
         prefix: str,
-        wall: Callable[[], float] = time.time,
+        now_ms: Callable[[], int],
         encode: Callable[[BoundSchedule, Message[Any], int], Payload] | None = None,
     ) -> None:
         self.schedules: dict[str, BoundSchedule] = dict(schedules)
         self.prefix = prefix
-        self._wall = wall
+        self._now_ms = now_ms
         self._encode = encode
         self.in_sync = False
         self._last: dict[str, int] = {}
@@ -249,18 +250,22 @@ class TickQueue:
 
     def _message(self, schedule: BoundSchedule, tick: int) -> tuple[Message[Any], Payload | None]:
         """The message for a tick (and its encoding), from the one built
-        ahead of time if any; else built now, stamped now (dramatiq's
-        AgeLimit counts from the timestamp: a caught-up tick is fresh)."""
+        ahead of time if any; else built now, stamped now by the scheduler's
+        clock (dramatiq's AgeLimit counts from the timestamp: a caught-up
+        tick is fresh)."""
         cached = self._ahead.pop(schedule.id, None)
         if cached is not None and cached[0] == tick:
             return cached[1], cached[2]
-        return message_for(schedule, tick, prefix=self.prefix, timestamp_ms=int(self._wall() * 1000)), None
+        return message_for(schedule, tick, prefix=self.prefix, timestamp_ms=self._now_ms()), None
 
     # -- results --------------------------------------------------------------
 
     def decided(self, batch: Iterable[Planned], results: Iterable[ClaimResult], now: int) -> None:
         """Apply the ledger's answers to a planned batch and put its
-        schedules back at their next ticks."""
+        schedules back at their next ticks.  The queue may have let go of
+        the batch's schedules meanwhile (a lost reply settled after a
+        step-down, a reload of the runtime schedules): what it no longer
+        knows, the next sync reads from the ledger."""
         touched: dict[str, BoundSchedule] = {}
         for item, result in zip(batch, results, strict=True):
             sid = item.schedule.id
@@ -277,7 +282,7 @@ class TickQueue:
                 self.discard(sid)
                 touched.pop(sid, None)
                 continue
-            elif result != ClaimResult.NOT_YET:
+            elif result != ClaimResult.NOT_YET and sid in self._last:
                 self._last[sid] = max(self._last[sid], item.claim.tick_ms)
         for sid in touched:
             if sid in self._last and sid in self.schedules:

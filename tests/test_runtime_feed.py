@@ -47,7 +47,7 @@ def leading_feed(
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
     ledger = Ledger(client=client, keys=keys, clock=clock)
-    queue = TickQueue(declared, prefix=keys.prefix)
+    queue = TickQueue(declared, prefix=keys.prefix, now_ms=clock.now_ms)
     feed = RuntimeFeed(
         app.store,
         queue=queue,

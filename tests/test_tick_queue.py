@@ -5,6 +5,7 @@ In-process: no Redis, the ledger's answers are given by hand."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 from dramatiq.brokers.stub import StubBroker
@@ -41,7 +42,7 @@ def test_a_five_minute_backlog_is_worked_off_in_bounded_batches_that_each_make_p
     forward, and the whole backlog is decided once each, in at most
     ceil(90,000 / 1,000) + 1 batches."""
     schedules = {s.id: s for s in (every_second(f"job{i}") for i in range(300))}
-    queue = TickQueue(schedules, prefix="p")
+    queue = TickQueue(schedules, prefix="p", now_ms=lambda: NOW)
     queue.load({sid: NOW - 300_000 for sid in schedules})
     decided: set[tuple[str, int]] = set()
     batches = 0
@@ -100,7 +101,7 @@ def test_on_time_ticks_go_before_a_backlog() -> None:
     ticks are in it."""
     late = every_second("late")
     punctual = [every_second(f"now{i}") for i in range(50)]
-    queue = TickQueue({s.id: s for s in [late, *punctual]}, prefix="p")
+    queue = TickQueue({s.id: s for s in [late, *punctual]}, prefix="p", now_ms=lambda: NOW)
     queue.load({late.id: NOW - 300_000, **{s.id: NOW - 1000 for s in punctual}})
     batch = queue.take(NOW, 60)
     on_time = {p.schedule.id for p in batch if p.claim.tick_ms == NOW}
@@ -110,7 +111,7 @@ def test_on_time_ticks_go_before_a_backlog() -> None:
 
 def test_an_on_time_tick_uses_the_message_built_ahead() -> None:
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p", wall=lambda: 123.0)
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: 123_000)
     queue.load({s.id: NOW - 1000})
     grant_all(queue, NOW, 10)  # fires NOW
     queue.build_ahead(NOW)  # what the leader does before it sleeps
@@ -121,21 +122,54 @@ def test_an_on_time_tick_uses_the_message_built_ahead() -> None:
     assert batch[0].message.message_timestamp == NOW + 1000  # stamped with its tick (AgeLimit counts from it)
 
 
+def test_messages_not_built_ahead_are_stamped_by_the_schedulers_clock_not_the_hosts() -> None:
+    """Given a queue whose clock (Redis time) reads a minute later than
+    this host's wall clock, when the first tick after a sync and a backlog
+    of caught-up ticks are planned (no message built ahead), then every
+    message is stamped with the queue's clock: dramatiq's AgeLimit on the
+    consumers counts from the stamp."""
+    s = every_second("job")
+    redis_now = int(time.time() * 1000) + 60_000
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: redis_now)
+    queue.load({s.id: redis_now - 5000})
+    batch = queue.take(redis_now, 10)
+    assert len(batch) == 5
+    assert {p.message.message_timestamp for p in batch if p.message is not None} == {redis_now}
+
+
 @pytest.mark.parametrize("result", [ClaimResult.REFUSED, ClaimResult.LOST], ids=lambda r: r.name.lower())
 def test_an_answer_that_proves_the_picture_stale_takes_the_queue_out_of_sync(result: ClaimResult) -> None:
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p")
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
     queue.load({s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [result], NOW)
     assert not queue.in_sync
 
 
+def test_answers_for_a_queue_that_forgot_its_ticks_are_taken_without_error() -> None:
+    """Given a batch in flight when the queue let go of every tick (a
+    step-down while the claim's reply was lost: the runtime schedules are
+    dropped and the declared ones kept without ticks), when the batch is
+    settled, then its answers are taken without error, nothing is put back
+    on a tick the queue no longer knows, and the queue stays out of sync
+    until a sync reads the ledger."""
+    s = every_second("job")
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue.load({s.id: NOW - 1000})
+    batch = queue.take(NOW, 10)
+    queue.replace_all({s.id: s})  # what a step-down does
+    queue.decided(batch, [ClaimResult.FIRE], NOW)
+    assert not queue.in_sync
+    assert queue.last(s.id) is None
+    assert queue.next_due_ms() is None
+
+
 def test_a_tick_of_a_removed_runtime_definition_drops_the_schedule() -> None:
     """GONE: the definition was removed or replaced since the claim was
     planned; this copy is forgotten (the change feed brings a new one)."""
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p")
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
     queue.load({s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [ClaimResult.GONE], NOW)
@@ -146,7 +180,7 @@ def test_a_tick_asked_too_early_stays_due() -> None:
     """NOT_YET (the server's clock is behind ours) decides nothing: the tick
     is asked for again, once the server has reached it."""
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p")
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
     queue.load({s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [ClaimResult.NOT_YET], NOW)
@@ -156,7 +190,7 @@ def test_a_tick_asked_too_early_stays_due() -> None:
 
 def test_a_removed_schedule_is_never_planned_again() -> None:
     a, b = every_second("a"), every_second("b")
-    queue = TickQueue({a.id: a, b.id: b}, prefix="p")
+    queue = TickQueue({a.id: a, b.id: b}, prefix="p", now_ms=lambda: NOW)
     queue.load({a.id: NOW - 1000, b.id: NOW - 1000})
     queue.discard(a.id)
     assert {p.schedule.id for p in queue.take(NOW, 10)} == {b.id}
@@ -237,3 +271,28 @@ def test_one_failing_schedule_warns_once_and_never_flaps_with_the_others(caplog:
         owed.pay()
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len([w for w in warnings if "works again" in w]) == 1, warnings
+
+
+class ClockReadingBoundary(BrokerBoundary):
+    """Records the clock each send is given (a jittered message's eta is
+    counted from it), and enqueues nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(StubBroker(), Boundary.PLAIN, keys=Keys("p"), mark_ms=60_000)
+        self.clocks: list[int] = []
+
+    def send(self, items, *, now_ms):  # type: ignore[no-untyped-def]
+        self.clocks.append(now_ms)
+        return [None] * len(items)
+
+
+def test_the_eta_of_an_owed_enqueue_counts_from_the_schedulers_clock() -> None:
+    """Given an owed queue on a clock a minute ahead of this host's wall
+    clock, when it sends a jittered tick, then the send is timed by that
+    clock (the consumers compare the eta with their own clocks)."""
+    boundary = ClockReadingBoundary()
+    redis_now = int(time.time() * 1000) + 60_000
+    owed = OwedQueue(boundary=boundary, logger=logging.getLogger("test.owed"), now_ms=lambda: redis_now)
+    s = every_second("job", jitter=500)
+    owed.send([Owed(s, redis_now, message_for(s, redis_now, prefix="p"))])
+    assert boundary.clocks == [redis_now]

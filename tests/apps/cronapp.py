@@ -12,9 +12,13 @@ Configured by environment variables so each test can shape it:
 - ``CRON_APP_TTL``, ``CRON_APP_PREFIX``, ``CRON_APP_CATCH_UP``,
   ``CRON_APP_CATCH_UP_WINDOW``, ``CRON_APP_FAST_TAKEOVER``: middleware
   arguments.
-- ``CRON_APP_WALL_CLOCK_JUMP``: ``"<after s>:<offset s>"`` makes this
-  process's ``time.time`` jump by the offset after that long (a per-process
-  fake wall clock; the machine's clock is never touched).
+- ``CRON_APP_MAX_AGE``: the ``max_age`` of every cron schedule (ms; dramatiq's
+  ``AgeLimit`` drops a message older than that, by the consumer's clock).
+- ``CRON_APP_EVERY``: ``"<every ms>:<offset ms>"`` adds the actor
+  ``long_tick`` on that interval schedule.
+- A process on a wall-clock shim (tests/support/faketime.py: every
+  reader of this process's wall clock moved) still stamps its records with
+  the real wall clock, so the history stays comparable.
 """
 
 from __future__ import annotations
@@ -29,31 +33,30 @@ import dramatiq
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Middleware
 
-from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware import CronMiddleware, Schedule
 
 _RECORD = os.environ.get("CRON_APP_RECORD")
 _LOCK = threading.Lock()
-# Records are stamped with the real wall clock even when the app fakes a
-# jump of its own (CRON_APP_WALL_CLOCK_JUMP), so the history stays comparable.
-_true_time = time.time
+_SHIM = os.environ.get("CRON_WALL_CLOCK_FILE")
 
 
-def _install_wall_clock_jump(spec: str) -> None:
-    """Make this process's ``time.time`` jump by ``offset`` seconds once
-    ``after`` seconds have passed (``"<after>:<offset>"``).  The machine's
-    clock is untouched: only code that reads ``time.time`` in this process
-    sees the jump, which is what the scheduler must not depend on."""
-    after, offset = (float(part) for part in spec.split(":"))
-    started = time.monotonic()
-
-    def jumped() -> float:
-        return _true_time() + (offset if time.monotonic() - started >= after else 0.0)
-
-    time.time = jumped
+def _shim_offset() -> float:
+    assert _SHIM is not None
+    with open(_SHIM) as f:
+        return float(f.read().strip() or 0)
 
 
-if os.environ.get("CRON_APP_WALL_CLOCK_JUMP"):
-    _install_wall_clock_jump(os.environ["CRON_APP_WALL_CLOCK_JUMP"])
+def _true_time() -> float:
+    """The machine's wall clock, also on a clock shim: the shimmed clock
+    less the shim's offset, read on both sides of the clock (a step in
+    between reads again)."""
+    if _SHIM is None:
+        return time.time()
+    while True:
+        offset = _shim_offset()
+        shimmed = time.time()
+        if _shim_offset() == offset:
+            return shimmed - offset
 
 
 def _append(kind: str, record: dict[str, Any]) -> None:
@@ -115,27 +118,34 @@ broker.add_middleware(dramatiq.middleware.CurrentMessage())
 dramatiq.set_broker(broker)
 
 _CRON = os.environ.get("CRON_APP_CRON", "* * * * * *")
+_MAX_AGE = int(os.environ["CRON_APP_MAX_AGE"]) if "CRON_APP_MAX_AGE" in os.environ else None
 
 
-def _make_actor(index: int) -> dramatiq.Actor[Any, Any]:
+def _make_actor(name: str, schedule: Schedule) -> dramatiq.Actor[Any, Any]:
     def tick(*args: Any, **kwargs: Any) -> None:  # (runtime schedules may pass some)
         message = dramatiq.middleware.CurrentMessage.get_current_message()
         _append(
             "runs",
             {
                 "pid": os.getpid(),
-                "actor": f"tick_{index}",
+                "actor": name,
                 "schedule": message.options.get("cron_schedule") if message else None,
                 "tick": message.options.get("cron_tick") if message else None,
                 "at": _true_time(),
             },
         )
 
-    tick.__name__ = f"tick_{index}"
-    return dramatiq.actor(tick, actor_name=f"tick_{index}", cron=_CRON, max_retries=0)
+    tick.__name__ = name
+    return dramatiq.actor(tick, actor_name=name, cron=schedule, max_retries=0)
 
 
-actors = [_make_actor(i) for i in range(int(os.environ.get("CRON_APP_ACTORS", "1")))]
+actors = [
+    _make_actor(f"tick_{i}", Schedule(_CRON, max_age=_MAX_AGE))
+    for i in range(int(os.environ.get("CRON_APP_ACTORS", "1")))
+]
+if "CRON_APP_EVERY" in os.environ:
+    _every, _offset = (int(part) for part in os.environ["CRON_APP_EVERY"].split(":"))
+    actors.append(_make_actor("long_tick", Schedule(every=_every, offset=_offset, max_age=_MAX_AGE)))
 
 
 @dramatiq.actor(max_retries=0)

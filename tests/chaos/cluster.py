@@ -27,7 +27,7 @@ from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware.keys import Keys
-from tests.support.faketime import ClockShim
+from tests.support.faketime import ClockShim, WallClockShim
 from tests.support.instances import History, Instance, Outage, Verdict, now_ms, wait_for
 from tests.support.lifecycle import Lifecycle
 from tests.support.proxy import Proxy
@@ -159,6 +159,11 @@ class Cluster(Lifecycle):
         clock can then be stepped through ``cluster.clock_shim``).
       env: Extra app environment for every instance; ``per_instance`` adds
         environment for instance ``i``.
+      leader_wall_clock: Run instance 0 on a :class:`WallClockShim` (its
+        wall clock can then be stepped through ``cluster.wall_clock``),
+        consuming no queue: it only competes for the lease, so the actors'
+        runs show what consumers on the machine's clock make of its
+        messages.
     """
 
     def __init__(
@@ -174,6 +179,7 @@ class Cluster(Lifecycle):
         shimmed_clock: bool = False,
         env: dict[str, str] | None = None,
         per_instance: dict[int, dict[str, str]] | None = None,
+        leader_wall_clock: bool = False,
     ) -> None:
         self.size = size
         self.ttl_ms = ttl_ms
@@ -181,6 +187,7 @@ class Cluster(Lifecycle):
         self.record_dir = tempfile.mkdtemp(prefix="cron-chaos-")
         self.history = History(self.record_dir)
         self.clock_shim = ClockShim() if shimmed_clock else None
+        self.wall_clock = WallClockShim() if leader_wall_clock else None
         self.redis = RedisServer(
             persistence=persistence, extra=redis_extra, env=self.clock_shim.env() if self.clock_shim else None
         )
@@ -233,6 +240,8 @@ class Cluster(Lifecycle):
             self.proxy.stop()
         if self.clock_shim is not None:
             self.clock_shim.close()
+        if self.wall_clock is not None:
+            self.wall_clock.close()
         if self._sender is not None:
             self._sender.close()
         if self._client is not None:
@@ -257,6 +266,8 @@ class Cluster(Lifecycle):
             **self._env,
             **self._per_instance.get(index, {}),
         }
+        if index == 0 and self.wall_clock is not None:
+            return Instance({**env, **self.wall_clock.env()}, name="chaos0", extra=["--queues", "cron-leader-only"])
         return Instance(env, name=f"chaos{index}")
 
     @staticmethod
@@ -433,19 +444,27 @@ class Cluster(Lifecycle):
         offsets = since.log_offsets if since else {}
         return [i.log()[offsets.get(i.log_path, 0) :] for i in self.instances + self.retired]
 
-    def judge(self, *, start_ms: int, since: Mark | None = None, settle_ms: int = 2000) -> Report:
+    def judge(self, *, start_ms: int, since: Mark | None = None, settle_ms: int = 2000, runs: bool = False) -> Report:
         """Wait until the cluster fires a tick ``settle_ms`` past the last
         fault, then judge every tick between ``start_ms`` and it (faults and
-        log lines from ``since`` on; duplicates over the whole history)."""
+        log lines from ``since`` on; duplicates over the whole history).
+        With ``runs``, the actors' runs are judged (a message a consumer
+        dropped is lost), once every schedule ran a tick past the window."""
         end_ms = max([f.end_ms for f in self.faults] + [now_ms()]) + settle_ms
         self.wait_fired_after(end_ms, timeout=60)
         outages = self.outages()
         schedules = sorted({e.schedule for e in self.history.enqueues()})
+        if runs:
+            wait_for(
+                lambda: {r.schedule for r in self.history.runs() if r.tick_ms > end_ms} >= set(schedules),
+                timeout=30,
+                what=f"every schedule to run a tick after {end_ms}",
+            )
         # (Ticks not expected at all are judged like outages, but not
         # reported as ones: nothing was lost there.)
         unexpected = [span for fault in self.faults for span in fault.unexpected]
         verdict = self.history.judge(
-            schedules=schedules, start_ms=start_ms, end_ms=end_ms, outages=[*outages, *unexpected]
+            schedules=schedules, start_ms=start_ms, end_ms=end_ms, outages=[*outages, *unexpected], runs=runs
         )
         logs = self.logs(since)
         faults = self.faults[since.faults if since else 0 :]

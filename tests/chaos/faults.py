@@ -26,7 +26,7 @@ import redis
 
 from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
-from tests.support.instances import Outage, now_ms, wait_for
+from tests.support.instances import Instance, Outage, now_ms, wait_for
 
 from .cluster import PROFILE, Cluster, Fault, pause
 
@@ -279,6 +279,25 @@ def proxy_reset(cluster: Cluster) -> Fault:
     return cluster.record(fault)
 
 
+def proxy_reply_hold(cluster: Cluster) -> Fault:
+    """From 30 ms before a tick, deliver every request at once and hold
+    every reply for twice the firing deadline (an asymmetric partition, a
+    Redis stalling after it ran the command): the tick's claim runs, the
+    leader steps down before it reads the reply, and settles the batch as a
+    follower once replies flow.  What Redis granted must still be enqueued,
+    once."""
+    assert cluster.proxy is not None
+    hold_ms = 2 * cluster.ttl_ms * 2 // 3
+    pause((0.97 - time.time() % 1) % 1)  # to 30 ms before the next tick
+    fault = Fault("proxy_reply_hold", now_ms(), detail=f"replies held {hold_ms} ms")
+    cluster.proxy.set_reply_delay(hold_ms)
+    try:
+        pause(hold_ms / 1000)
+    finally:
+        cluster.proxy.heal()
+    return cluster.record(fault)
+
+
 # -- eviction pressure -------------------------------------------------------
 
 #: Memory the lease Redis may use above what it used when the pressure began.
@@ -440,6 +459,49 @@ def redis_clock_back(cluster: Cluster) -> Fault:
     cluster.record(fault)
     cluster.replace(instance)
     return fault
+
+
+# -- the leader host's wall clock ----------------------------------------------
+
+
+def _hand_lease_to(cluster: Cluster, target: Instance) -> Instance:
+    """SIGTERM (graceful: the lease is released, prefetched messages go
+    back to the queue) whichever other instance leads, restarting it, until
+    ``target`` leads; returns ``target`` as it is then (restarted if it
+    was the leader: a takeover is what the fault is about)."""
+    for _ in range(len(cluster.instances) + 1):
+        leader, _pid = cluster.leader_instance()
+        was_target = leader is target
+        assert leader.terminate() == 0, f"{leader.name} did not stop cleanly"
+        fresh = cluster.replace(leader)
+        if was_target:
+            target = fresh
+            continue
+        wait_for(
+            lambda t=target: cluster.leader_pid() in t.worker_pids(), timeout=30, interval=0.02, what="the handover"
+        )
+        return target
+    raise AssertionError(f"{target.name} never took the lease")
+
+
+def leader_wall_clock_off(cluster: Cluster) -> Fault:
+    """Step the wall clock of instance 0 (a leader only: it consumes
+    nothing) a minute back and hand it the lease: it takes over, syncs and
+    fires, while the consumers keep the machine's clock.  Every message it
+    sends must be stamped with the scheduler's clock, not its own: with
+    ``max_age`` set, a message stamped a minute old is dropped by
+    ``AgeLimit`` (judged from the actors' runs)."""
+    shim = cluster.wall_clock
+    assert shim is not None, "this fault needs Cluster(leader_wall_clock=True)"
+    fault = Fault("leader_wall_clock_off", now_ms(), detail="-60 s")
+    shim.step_to(-60)
+    try:
+        _hand_lease_to(cluster, cluster.instances[0])
+        cluster.wait_fired_after(now_ms() + 2000, timeout=30)
+        cluster.wait_job_processed()
+    finally:
+        shim.step_to(0)
+    return cluster.record(fault)
 
 
 # -- poisoned values ----------------------------------------------------------
@@ -793,6 +855,7 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
         proxy_latency,
         proxy_blackhole,
         proxy_reset,
+        proxy_reply_hold,
         poisoned_values,
         poisoned_ledger_entries,
         poisoned_batch_record,
@@ -800,6 +863,7 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
         redis_clock_forward,
         redis_clock_back,
         runtime_churn,
+        leader_wall_clock_off,
     )
 }
 
@@ -808,9 +872,9 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
 #: soak until it passes.
 KNOWN_BUGS: dict[str, str] = {}
 
-#: Faults that need a cluster of their own: an evicting ``maxmemory-policy``
-#: or a lease Redis on a clock shim.
-NEEDS_OWN_CLUSTER = {"eviction_pressure", "redis_clock_forward", "redis_clock_back"}
+#: Faults that need a cluster of their own: an evicting ``maxmemory-policy``,
+#: a lease Redis on a clock shim, or a leader on a wall clock of its own.
+NEEDS_OWN_CLUSTER = {"eviction_pressure", "redis_clock_forward", "redis_clock_back", "leader_wall_clock_off"}
 
 #: The faults the mixed sequence draws from (a cluster with a proxy and
 #: persistence supports them all).

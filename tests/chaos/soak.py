@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.faketime import WallClockShim
 from tests.support.instances import now_ms, wait_for
 
 from .cluster import Cluster, Report, assert_sound
@@ -67,27 +68,32 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     command = f"python -m tests.chaos.soak --minutes {args.minutes:g} --seed {seed}"
     print(f"soak: {command}", flush=True)
-    jumps = {0: {"CRON_APP_WALL_CLOCK_JUMP": "30:3600"}}
-    with Cluster(size=3, proxy=True, persistence=True, per_instance=jumps) as cluster:
-        start = cluster.first_tick()
-        began = time.monotonic()
-        deadline = began + args.minutes * 60
-        while time.monotonic() < deadline:
-            kind = rng.choice(MIXABLE)
-            FAULTS[kind](cluster)
-            cluster.wait_fired_after(now_ms())
-            n = cluster.send_job()
-            wait_for(lambda: n in cluster.jobs_done(), timeout=60, what=f"plain job {n}")  # noqa: B023 - called at once
-            quiet = rng.uniform(1.0, 5.0)
-            time.sleep(quiet)  # the quiet spell between faults is part of the sequence
-            elapsed = (time.monotonic() - began) / 60
-            print(
-                f"soak: {elapsed:5.1f} min  faults={len(cluster.faults):4d}  last={kind:<25} "
-                f"enqueues={len(cluster.history.enqueues())}",
-                flush=True,
-            )
-        report = cluster.judge(start_ms=start)
-        minutes = (time.monotonic() - began) / 60
+    shim = WallClockShim()
+    try:
+        with Cluster(size=3, proxy=True, persistence=True, per_instance={0: shim.env()}) as cluster:
+            start = cluster.first_tick()
+            began = time.monotonic()
+            deadline = began + args.minutes * 60
+            while time.monotonic() < deadline:
+                if shim.offset_s == 0 and time.monotonic() - began >= 30:
+                    shim.step_to(3600)  # one instance's wall clock jumps an hour ahead
+                kind = rng.choice(MIXABLE)
+                FAULTS[kind](cluster)
+                cluster.wait_fired_after(now_ms())
+                n = cluster.send_job()
+                wait_for(lambda: n in cluster.jobs_done(), timeout=60, what=f"plain job {n}")  # noqa: B023 - called at once
+                quiet = rng.uniform(1.0, 5.0)
+                time.sleep(quiet)  # the quiet spell between faults is part of the sequence
+                elapsed = (time.monotonic() - began) / 60
+                print(
+                    f"soak: {elapsed:5.1f} min  faults={len(cluster.faults):4d}  last={kind:<25} "
+                    f"enqueues={len(cluster.history.enqueues())}",
+                    flush=True,
+                )
+            report = cluster.judge(start_ms=start)
+            minutes = (time.monotonic() - began) / 60
+    finally:
+        shim.close()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figures = {"command": command, "seed": seed, "minutes": round(minutes, 1), **report.as_dict()}

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.faketime import WallClockShim
 from tests.support.instances import now_ms, wait_for
 
 from .cluster import PROFILE, Cluster, Report, assert_sound
@@ -53,9 +54,9 @@ def _scenarios() -> list[object]:
     return out
 
 
-def run_faults(cluster: Cluster, kinds: list[str]) -> Report:
+def run_faults(cluster: Cluster, kinds: list[str], *, runs: bool = False) -> Report:
     """Inject ``kinds`` in order, each after the cluster fired again, and
-    judge the scenario's window."""
+    judge the scenario's window (from the actors' runs with ``runs``)."""
     mark = cluster.mark()
     cluster.wait_fired_after(now_ms())
     start = now_ms()
@@ -63,7 +64,7 @@ def run_faults(cluster: Cluster, kinds: list[str]) -> Report:
     for kind in kinds:
         FAULTS[kind](cluster)
         cluster.wait_fired_after(now_ms())
-    return cluster.judge(start_ms=start, since=mark)
+    return cluster.judge(start_ms=start, since=mark, runs=runs)
 
 
 @pytest.fixture(scope="module")
@@ -93,25 +94,45 @@ def test_no_duplicate_and_no_loss_outside_declared_outages_under(kind: str, shar
 
 
 def test_a_wall_clock_jump_on_the_workers_changes_nothing() -> None:
-    """Given two instances whose own ``time.time`` jumps, one an hour
-    forward and one an hour back, a few seconds after boot (a per-process
-    fake: the machine's clock is untouched), when the leader is killed so
+    """Given two instances on wall-clock shims (every reader of the
+    process's wall clock moves, whatever bound ``time.time`` at import; the
+    machine's clock is untouched), when once they fire one clock jumps an
+    hour forward and the other an hour back, and the leader is killed so
     that the other one leads with its jumped clock, then every tick still
     fires exactly once, on time.  This proves the lease rests on the
     monotonic clock and ticks on Redis time, not on the workers' wall
     clocks; it does not cover a jump of the Redis host's clock."""
-    jumps = {0: {"CRON_APP_WALL_CLOCK_JUMP": "3:3600"}, 1: {"CRON_APP_WALL_CLOCK_JUMP": "3:-3600"}}
-    with Cluster(per_instance=jumps) as cluster:
-        mark = cluster.mark()
-        start = cluster.first_tick()
-        # Both clocks have jumped 3 s after boot; let the leader fire a few
-        # ticks on its jumped clock before taking it away.
-        cluster.wait_fired_after(start + 4000)
-        FAULTS["leader_kill9"](cluster)
-        report = cluster.judge(start_ms=start, since=mark)
+    ahead, behind = WallClockShim(), WallClockShim()
+    try:
+        with Cluster(per_instance={0: ahead.env(), 1: behind.env()}) as cluster:
+            mark = cluster.mark()
+            start = cluster.first_tick()
+            ahead.step_to(3600)
+            behind.step_to(-3600)
+            # Let the leader fire a few ticks on its jumped clock before
+            # taking it away.
+            cluster.wait_fired_after(start + 4000)
+            FAULTS["leader_kill9"](cluster)
+            report = cluster.judge(start_ms=start, since=mark)
+    finally:
+        ahead.close()
+        behind.close()
     print(f"\n[chaos] wall_clock_jump: {report.line()}")
     assert_sound(report)
     assert report.lag_ms(0.99) < 60_000, "ticks followed a jumped wall clock"
+
+
+def test_a_leader_whose_wall_clock_is_off_by_a_minute_loses_no_run_to_max_age() -> None:
+    """Given actors with ``max_age`` 20 s, consumers on the machine's clock
+    and a leader-only instance, when that instance's wall clock steps a
+    minute back and it takes the lease (graceful handovers), then every
+    tick runs once, judged from the actors' runs: the first ticks after
+    each takeover are built at the fire, and must be stamped by the
+    scheduler's clock, not the leader host's."""
+    with Cluster(leader_wall_clock=True, env={"CRON_APP_MAX_AGE": "20000"}) as cluster:
+        report = run_faults(cluster, ["leader_wall_clock_off"] * REPEATS, runs=True)
+    print(f"\n[chaos] leader_wall_clock_off: {report.line()}")
+    assert_sound(report)
 
 
 def test_mixed_faults_in_a_random_sequence_never_duplicate_or_lose() -> None:

@@ -16,17 +16,30 @@ in front, answers ``malloc`` instead (the server's memory accounting is not
 what these tests look at), so the shim starts cleanly.
 
 Install with ``apt-get install faketime`` (.ci/run does).
+
+A Python process cannot run on libfaketime 0.9.10: with the monotonic
+clock left real, every ``time.sleep`` fails with ``EINVAL`` (its
+``clock_nanosleep`` on an absolute monotonic deadline); with it faked,
+``threading.Event.wait`` never returns.  :class:`WallClockShim` is the
+same idea for such a process, narrowed to what a host's wall clock is: a
+small preload library (built with ``cc`` at first use) that adds the
+file's offset to ``CLOCK_REALTIME`` (``clock_gettime``, ``gettimeofday``,
+``time``) and leaves every other clock alone.  Every reader of the wall
+clock in the process moves (Python's ``time.time``, whoever bound it,
+``datetime.now``, C extensions), and sleeps and waits keep working.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import shutil
+import subprocess
 import tempfile
 
-from tests.support.components import missing
+from tests.support.components import missing, require_binary
 
-__all__ = ["ClockShim", "libfaketime"]
+__all__ = ["ClockShim", "WallClockShim", "libfaketime"]
 
 _LIB_PATTERNS = (
     "/usr/lib/*/faketime/libfaketime.so.1",
@@ -58,11 +71,14 @@ class ClockShim:
     """The offset file a shimmed redis-server follows, and its environment."""
 
     def __init__(self) -> None:
-        self.library = libfaketime()
+        self.library = self._library()
         fd, self.path = tempfile.mkstemp(prefix="cron-faketime-", suffix=".rc")
         os.close(fd)
         self.offset_s = 0
         self.step_to(0)
+
+    def _library(self) -> str:
+        return libfaketime()
 
     def env(self) -> dict[str, str]:
         """The environment that puts a process on this shim's clock."""
@@ -91,3 +107,83 @@ class ClockShim:
                 os.unlink(path)
             except OSError:
                 pass
+
+
+_WALL_CLOCK_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The offset (seconds) in the file CRON_WALL_CLOCK_FILE names, read at every
+   call, so that rewriting the file steps the clock at once. */
+static long long offset_ns(void) {
+    const char *path = getenv("CRON_WALL_CLOCK_FILE");
+    char buf[64];
+    int fd, n;
+    if (path == NULL || (fd = open(path, O_RDONLY)) < 0) return 0;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    return (long long)(strtod(buf, NULL) * 1e9);
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    static int (*real)(clockid_t, struct timespec *);
+    if (real == NULL) real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    int rc = real(id, ts);
+    if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
+        long long ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + offset_ns();
+        ts->tv_sec = ns / 1000000000LL;
+        ts->tv_nsec = ns % 1000000000LL;
+    }
+    return rc;
+}
+
+int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
+    struct timespec ts;
+    (void)tz;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return -1;
+    if (tv != NULL) {
+        tv->tv_sec = ts.tv_sec;
+        tv->tv_usec = ts.tv_nsec / 1000;
+    }
+    return 0;
+}
+
+time_t time(time_t *out) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (out != NULL) *out = ts.tv_sec;
+    return ts.tv_sec;
+}
+"""
+
+
+class WallClockShim(ClockShim):
+    """A wall clock of its own for a Python process (see the module): the
+    same offset file and ``step_to``, through a preload library built here
+    instead of libfaketime."""
+
+    def _library(self) -> str:
+        cc = require_binary("cc", install="apt-get install gcc")
+        self._build_dir = tempfile.mkdtemp(prefix="cron-wallclock-")
+        source = os.path.join(self._build_dir, "wallclock.c")
+        library = os.path.join(self._build_dir, "libwallclock.so")
+        with open(source, "w") as f:
+            f.write(_WALL_CLOCK_SHIM)
+        subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", library, source, "-ldl"], check=True)
+        return library
+
+    def env(self) -> dict[str, str]:
+        """The environment that puts a process on this shim's wall clock."""
+        return {"LD_PRELOAD": self.library, "CRON_WALL_CLOCK_FILE": self.path}
+
+    def close(self) -> None:
+        """Remove the offset file and the library."""
+        super().close()
+        shutil.rmtree(self._build_dir, ignore_errors=True)

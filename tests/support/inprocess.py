@@ -75,6 +75,10 @@ class InProcessApp:
             r.getMessage() for r in self._log.records if r.levelno >= logging.WARNING and containing in r.getMessage()
         ]
 
+    def errors(self) -> list[str]:
+        """ERROR (and worse) lines, and lines logged with a traceback."""
+        return [r.getMessage() for r in self._log.records if r.levelno >= logging.ERROR or r.exc_info]
+
     def logged(self, containing: str) -> list[str]:
         return [r.getMessage() for r in self._log.records if containing in r.getMessage()]
 

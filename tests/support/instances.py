@@ -235,8 +235,16 @@ class History:
 
     def enqueues(self, *, include_manual: bool = False) -> list[Enqueue]:
         """All recorded enqueues, in time order."""
+        return self._read("enqueues", include_manual=include_manual)
+
+    def runs(self) -> list[Enqueue]:
+        """All recorded runs of cron messages (what the actors did, after
+        the consumers' middleware, ``AgeLimit`` included), in time order."""
+        return self._read("runs", include_manual=False)
+
+    def _read(self, kind: str, *, include_manual: bool) -> list[Enqueue]:
         out = []
-        for path in glob.glob(os.path.join(self.record_dir, "enqueues-*.jsonl")):
+        for path in glob.glob(os.path.join(self.record_dir, f"{kind}-*.jsonl")):
             for line in Path(path).read_text().splitlines():
                 if not line.strip():
                     continue
@@ -244,17 +252,17 @@ class History:
                     r = json.loads(line)
                 except ValueError:  # a line cut by SIGKILL mid-write
                     continue
-                if r.get("manual") and not include_manual:
+                if (r.get("manual") and not include_manual) or not r.get("tick"):
                     continue
                 tick_ms = int(dt.datetime.fromisoformat(r["tick"]).timestamp() * 1000)
                 out.append(
                     Enqueue(
                         pid=r["pid"],
                         actor=r["actor"],
-                        schedule=r["schedule"],
+                        schedule=r.get("schedule") or r["actor"],
                         tick=r["tick"],
                         tick_ms=tick_ms,
-                        message_id=r["message_id"],
+                        message_id=r.get("message_id", ""),
                         at=r["at"],
                         manual=bool(r.get("manual")),
                     )
@@ -274,6 +282,7 @@ class History:
         end_ms: int,
         step_ms: int = 1000,
         outages: Iterable[tuple[int, int] | Outage] = (),
+        runs: bool = False,
     ) -> Verdict:
         """Judge every expected (schedule, tick) with ``start_ms < tick <=
         end_ms`` on a fixed ``step_ms`` grid: more than one enqueue is a
@@ -281,9 +290,11 @@ class History:
         ``(from_ms, to_ms)`` or ``(from_ms, to_ms, schedule)``; an enqueue
         recorded more than :data:`EARLY_TOLERANCE_MS` before its tick is an
         early fire.  Duplicates and early fires are judged over the whole
-        history, not just the window."""
+        history, not just the window.  With ``runs``, the actors' runs are
+        judged instead of the enqueues (a message a consumer dropped is
+        lost)."""
         by_key: dict[tuple[str, int], list[Enqueue]] = collections.defaultdict(list)
-        enqueues = self.enqueues()
+        enqueues = self.runs() if runs else self.enqueues()
         for e in enqueues:
             by_key[(e.schedule, e.tick_ms)].append(e)
         spans = [(o[0], o[1], o[2] if len(o) > 2 else "") for o in outages]
