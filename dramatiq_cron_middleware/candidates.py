@@ -41,6 +41,8 @@ class ScheduleSets:
         self.logger = logger
         self.registered = False
         self._mixed: frozenset[str] | None = None
+        #: The fingerprints the published sets were last pruned to.
+        self._pruned: frozenset[str] | None = None
 
     def register(self) -> None:
         """Make this process's schedules known to the ledger and publish the
@@ -54,17 +56,18 @@ class ScheduleSets:
         (server time): one WARNING when they start to differ, naming the
         schedules, and one when they agree again."""
         live = self.lease.live_candidates(since_ms=since_ms)
-        fingerprints = {fp for _, fp, _ in live if fp}
+        fingerprints = frozenset(fp for _, fp, _ in live if fp)
         if len(fingerprints) <= 1:
             if self._mixed is not None:
                 self._mixed = None
                 self.logger.warning("Cron candidates declare the same schedule set again.")
-            self.lease.prune_schedule_sets(fingerprints)
+            if self._pruned != fingerprints:  # once per change, not per renewal
+                self.lease.prune_schedule_sets(set(fingerprints))
+                self._pruned = fingerprints
             return
-        key = frozenset(fingerprints)
-        if key == self._mixed:
+        if fingerprints == self._mixed:
             return
-        self._mixed = key
+        self._mixed = fingerprints
         own = {s.id: s.shape for s in self.declared.values()}
         sets = self.lease.schedule_sets(sorted(fingerprints - {self.lease.fingerprint}))
         versions = {version for _, fp, version in live if fp}

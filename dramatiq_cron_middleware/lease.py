@@ -151,6 +151,21 @@ class Lease:
         )
         return int(result) == 1
 
+    def hand_over_commands(self) -> list[tuple[Any, ...]]:
+        """The shutdown path's commands, for a connection of its own: the
+        release (as :meth:`release`, by the script's source, so no
+        ``NOSCRIPT`` can interrupt it) and a push to this candidate's
+        wake-up list, which ends the leader thread's blocking wait.  Only
+        reads attributes: called from a signal handler."""
+        token = self.token or self._attempt or "-"
+        wake = self.keys.wake_one(self.candidate_id)
+        keys = [self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info]
+        return [
+            ("EVAL", self._release.script, len(keys), *keys, token, self.member, self.ttl_ms),
+            ("RPUSH", wake, 1),
+            ("PEXPIRE", wake, self.ttl_ms),
+        ]
+
     def forget(self) -> None:
         """Drop the local belief of leading, without touching Redis."""
         self.token = None
@@ -236,6 +251,17 @@ class Lease:
             # this is a timeout like any other, not an unreachable server.
             return False
         return popped is not None
+
+    def wait_for_push(self, key: str, timeout_ms: int) -> str | None:
+        """Block until ``key`` or our own wake-up list is pushed, or
+        ``timeout_ms`` passes; the key popped from, or None on timeout.
+        (The leader waits so for runtime schedule changes and a stop.)"""
+        timeout = max(timeout_ms, 1) / 1000
+        try:
+            popped = self._blocking.blpop([key, self.keys.wake_one(self.candidate_id)], timeout=timeout)
+        except redis.TimeoutError:  # the server's clock stepped back: see wait_for_release
+            return None
+        return None if popped is None else str(popped[0])
 
     def wake_self(self) -> None:
         """Interrupt our own ``wait_for_release`` (used at shutdown)."""

@@ -1,6 +1,7 @@
 """The runtime feed against a real redis-server, on an injected monotonic
-clock: a takeover reads everything, then one version read per poll
-interval, only what changed is applied (an added schedule synced alone,
+clock: a takeover reads everything, then a change is read when a write's
+notification wakes the idle leader (or, for a leader too busy to block,
+at most once per poll interval), only what changed is applied (an added schedule synced alone,
 fenced, from the baseline ``add`` wrote), a wipe reads everything again,
 and a follower holds nothing."""
 
@@ -62,8 +63,9 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     assert not feed.stale and set(queue.schedules) == {*declared, first.id}
     queue.load(ledger.sync(lease.token, acquired.epoch, [s for s in queue.schedules]).ticks)
 
-    # An addition: nothing before the poll interval, then it joins, in sync,
-    # from the baseline add wrote.
+    # An addition seen by a leader too busy to block on notifications:
+    # nothing before the poll interval, then it joins, in sync, from the
+    # baseline add wrote.
     second = app.cron.add("report", "30 9 * * *", name="second")
     baseline = int(app.redis.hget(keys.ticks, second.id).split(":")[0])  # type: ignore[union-attr]
     monotonic.now += RUNTIME_POLL / 2
@@ -73,13 +75,24 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     feed.follow(lease.token, acquired.epoch)
     assert queue.schedules[second.id] == second.schedule and queue.in_sync
     assert queue.last(second.id) == baseline
-    assert feed.next_check == monotonic.now + RUNTIME_POLL
 
-    # A removal leaves the queue.
+    # An idle leader blocks on the notification list instead: the add left
+    # a notification (read: nothing new), then a wait times out (as good as
+    # a read), and a removal wakes it and is applied at once, the clock
+    # standing still.
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000))
+    assert feed.pending
+    feed.follow(lease.token, acquired.epoch)
+    assert not feed.pending
+    assert lease.wait_for_push(feed.notify_key, 50) is None
     assert app.cron.remove("report", "first")
-    monotonic.now += RUNTIME_POLL
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000))
     feed.follow(lease.token, acquired.epoch)
     assert first.id not in queue.schedules and second.id in queue.schedules
+    # A stop pushes the candidate's own wake-up list: not a change.
+    lease.wake_self()
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000))
+    assert not feed.pending
 
     # A wipe (the counter goes back): everything is read again, out of sync.
     app.redis.delete(keys.runtime, keys.runtime_revs, keys.runtime_version, keys.runtime_changes, keys.runtime_ids)
