@@ -468,12 +468,13 @@ class LeaderThread(threading.Thread):
         now = self.monotonic()
         if now < self._renew_at:
             return
-        if not self.lease.renew():
+        renewed = self.lease.renew()
+        if renewed is None:
             raise NotLeader()
         self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
         self._deadline = now + self.timing.fire_deadline
         self._renew_at = now + self.timing.renew_interval
-        self.schedule_sets.check(since_ms=self.clock.now_ms() - 2 * self.timing.lease_ms)
+        self.schedule_sets.check(renewed.live)
 
     def _within_deadline(self) -> bool:
         if self.monotonic() < self._deadline:

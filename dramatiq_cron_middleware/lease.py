@@ -22,7 +22,7 @@ from .clock import ServerClock
 from .keys import Keys
 from .protocol import Corrupt, load_script
 
-__all__ = ["Acquired", "Held", "Lease"]
+__all__ = ["Acquired", "Held", "Lease", "Renewed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,14 @@ class Held:
     token: str = ""
     renewals: str = ""
     corrupt: Corrupt = Corrupt.NONE
+
+
+@dataclasses.dataclass(frozen=True)
+class Renewed:
+    """The lease was extended; ``live`` holds ``(fingerprint, version)`` of
+    every candidate seen within two leases (this one included)."""
+
+    live: list[tuple[str, str]]
 
 
 class Lease:
@@ -123,19 +131,23 @@ class Lease:
         self.token = None
         return Held(remaining_ms=int(result[1]), token=str(result[5]), renewals=str(result[6]), corrupt=corrupt)
 
-    def renew(self) -> bool:
-        """Extend the lease; False when Redis no longer holds our token."""
+    def renew(self) -> Renewed | None:
+        """Extend the lease; None when Redis no longer holds our token."""
         if self.token is None:
-            return False
+            return None
         result = self._call(
             self._renew,
-            [self.keys.lease, self.keys.candidates],
-            [self.token, self.ttl_ms, self.member, self.presence_id()],
+            [self.keys.lease, self.keys.candidates, self.keys.candidate_info],
+            [self.token, self.ttl_ms, self.member, self.presence_id(), 2 * self.ttl_ms],
         )
         if int(result[0]) != 1:
             self.token = None
-            return False
-        return True
+            return None
+        live = []
+        for info in result[2:]:
+            fingerprint, _, version = str(info).partition("|")
+            live.append((fingerprint, version))
+        return Renewed(live=live)
 
     def release(self, client: redis.Redis | None = None) -> bool:
         """Give the lease up (compare-and-delete) and wake the followers;
@@ -205,19 +217,6 @@ class Lease:
         candidate has it any more."""
         if self.fingerprint:
             self._client.hsetnx(self.keys.candidate_sets, self.fingerprint, json.dumps(shapes, sort_keys=True))
-
-    def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
-        """``(member, fingerprint, version)`` of every candidate seen since
-        ``since_ms`` (server time)."""
-        members = [str(m) for m in self._client.zrangebyscore(self.keys.candidates, since_ms, "+inf")]
-        if not members:
-            return []
-        infos = self._client.hmget(self.keys.candidate_info, members)
-        out = []
-        for member, info in zip(members, infos, strict=True):
-            fingerprint, _, version = str(info or "").partition("|")
-            out.append((member, fingerprint, version))
-        return out
 
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
         """The published schedule sets (id -> shape) by fingerprint; None
