@@ -114,7 +114,7 @@ class HandOver:
         ``wait`` seconds for one under way (never from a signal handler:
         the caller logs)."""
         deadline = time.monotonic() + wait
-        while self._begun and self._released is None and time.monotonic() < deadline:
+        while self._begun and self.connection is not None and self._released is None and time.monotonic() < deadline:
             time.sleep(0.002)
         if not self._released or self._reported:
             return False
