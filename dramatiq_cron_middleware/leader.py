@@ -651,7 +651,12 @@ class LeaderThread(threading.Thread):
         if self.feed is not None and pause > 2 * BLOCK_MARGIN:
             # Idle: wait on Redis, where a runtime schedule change (or a
             # stop) pushes, instead of polling for changes.
-            self.feed.notified(self.lease.wait_for_push(self.feed.notify_key, int((pause - BLOCK_MARGIN) * 1000)))
+            popped = self.lease.wait_for_push(
+                self.feed.notify_key,
+                int((pause - BLOCK_MARGIN) * 1000),
+                bound_ms=int((self._deadline - self.monotonic()) * 1000),
+            )
+            self.feed.notified(popped)
             if self.stopping.is_set() or self.feed.pending:
                 return
             pause = max(wake - self.monotonic(), 0.0)

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from .clock import ServerClock
+from .connection import pool_for
 from .keys import Keys
 from .protocol import Corrupt, load_script
 
@@ -251,15 +252,29 @@ class Lease:
             return False
         return popped is not None
 
-    def wait_for_push(self, key: str, timeout_ms: int) -> str | None:
+    def wait_for_push(self, key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
         """Block until ``key`` or our own wake-up list is pushed, or
         ``timeout_ms`` passes; the key popped from, or None on timeout.
-        (The leader waits so for runtime schedule changes and a stop.)"""
+        (The leader waits so for runtime schedule changes and a stop.)
+
+        BLPOP times out on the server's clock, which may step back: the
+        reply is awaited at most ``bound_ms`` by this process's clock (the
+        leader's firing deadline), on one pooled connection, never retried.
+        """
         timeout = max(timeout_ms, 1) / 1000
+        pool = pool_for(self._blocking, key)
+        connection = pool.get_connection()
         try:
-            popped = self._blocking.blpop([key, self.keys.wake_one(self.candidate_id)], timeout=timeout)
-        except redis.TimeoutError:  # the server's clock stepped back: see wait_for_release
+            connection.send_command("BLPOP", key, self.keys.wake_one(self.candidate_id), timeout)
+            popped = connection.read_response(timeout=max(bound_ms, timeout_ms) / 1000)
+        except redis.TimeoutError:  # the bound passed first: see above
+            connection.disconnect()
             return None
+        except BaseException:
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
         return None if popped is None else str(popped[0])
 
     def wake_self(self) -> None:

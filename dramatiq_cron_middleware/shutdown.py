@@ -30,9 +30,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.cluster import RedisCluster
 
-from .connection import redact
+from .connection import pool_for, redact
 
 if TYPE_CHECKING:
     from .leader import LeaderThread
@@ -159,11 +158,7 @@ def dedicated_connection(client: Any, key: str) -> Any:
     (and connected, if Redis answers) now: the shutdown path must not wait
     for a pool's lock.  None when none can be made."""
     try:
-        if isinstance(client, RedisCluster):
-            node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
-            pool = node.redis_connection.connection_pool
-        else:
-            pool = client.connection_pool
+        pool = pool_for(client, key)
         connection = pool.connection_class(**pool.connection_kwargs)
     except Exception:  # an unusual client: the lease expires on its own
         return None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 
 import pytest
 
@@ -80,18 +82,18 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     # a notification (read: nothing new), then a wait times out (as good as
     # a read), and a removal wakes it and is applied at once, the clock
     # standing still.
-    feed.notified(lease.wait_for_push(feed.notify_key, 5000))
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000, bound_ms=6000))
     assert feed.pending
     feed.follow(lease.token, acquired.epoch)
     assert not feed.pending
-    assert lease.wait_for_push(feed.notify_key, 50) is None
+    assert lease.wait_for_push(feed.notify_key, 50, bound_ms=6000) is None
     assert app.cron.remove("report", "first")
-    feed.notified(lease.wait_for_push(feed.notify_key, 5000))
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000, bound_ms=6000))
     feed.follow(lease.token, acquired.epoch)
     assert first.id not in queue.schedules and second.id in queue.schedules
     # A stop pushes the candidate's own wake-up list: not a change.
     lease.wake_self()
-    feed.notified(lease.wait_for_push(feed.notify_key, 5000))
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000, bound_ms=6000))
     assert not feed.pending
 
     # A wipe (the counter goes back): everything is read again, out of sync.
@@ -113,3 +115,26 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     # Leadership lost: a follower holds no runtime schedules.
     feed.forget()
     assert feed.stale and set(queue.schedules) == set(declared)
+
+
+def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServer) -> None:
+    """BLPOP times out on the server's clock, which may step back or stall:
+    given a Redis that stalls for two seconds, the leader's wait for runtime
+    changes still returns (as a timeout, not an error) at its own bound,
+    well before the stall ends."""
+    keys = make_app(redis_server.url).store.keys
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
+    lease = Lease(
+        client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=ServerClock(), host="h", pid=1
+    )
+    assert lease.wait_for_push(keys.runtime_notify, 10, bound_ms=1000) is None  # connected, as a leader's is
+    stall = threading.Thread(target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", "2"))
+    stall.start()
+    try:
+        time.sleep(0.1)  # let the stall begin (the assertion is on the bound, not on this)
+        started = time.monotonic()
+        assert lease.wait_for_push(keys.runtime_notify, 50, bound_ms=300) is None
+        waited = time.monotonic() - started
+        assert waited < 1.5, f"the wait followed the stalled server: {waited:.2f} s"
+    finally:
+        stall.join()
