@@ -2,9 +2,11 @@
 
 While following, the thread blocks on Redis until the lease is released or
 is due to expire, then competes for it.  While leading, it sleeps until the
-next tick or renewal, claims what is due in bounded, fenced batches, and
-enqueues what Redis granted.  It stops firing at its own monotonic deadline
-when renewals fail, and steps down the moment Redis refuses its token.
+next tick or renewal (blocked on Redis, where runtime schedule changes and
+a stop push, when the sleep is long), claims what is due in bounded,
+fenced batches, and enqueues what Redis granted.  It stops firing at its
+own monotonic deadline when renewals fail, and steps down the moment Redis
+refuses its token.
 Faults are logged once per state change, never once per retry.
 
 The thread is a state machine over small parts, each tested alone:
