@@ -5,7 +5,7 @@ Every candidate registers its schedules in the ledger before it ever leads
 (so a schedule the code that leads now does not know still catches up from
 the moment its first process started) and publishes its set under a
 fingerprint.  The leader compares the live candidates' fingerprints with
-each renewal: different sets mean a rolling deploy (the app versions
+each renewal (whose reply lists them): different sets mean a rolling deploy (the app versions
 differ) or two apps sharing a prefix (they do not), and it says which,
 naming the schedules that differ, once per state change.
 """
@@ -13,7 +13,7 @@ naming the schedules that differ, once per state change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .lease import Lease
 from .ledger import Ledger, SyncEntry
@@ -41,6 +41,8 @@ class ScheduleSets:
         self.logger = logger
         self.registered = False
         self._mixed: frozenset[str] | None = None
+        #: The fingerprints the published sets were last pruned to.
+        self._pruned: frozenset[str] | None = None
 
     def register(self) -> None:
         """Make this process's schedules known to the ledger and publish the
@@ -49,25 +51,25 @@ class ScheduleSets:
         self.lease.publish_schedule_set({s.id: s.shape for s in self.declared.values()})
         self.registered = True
 
-    def check(self, *, since_ms: int) -> None:
-        """Compare the fingerprints of the candidates seen since ``since_ms``
-        (server time): one WARNING when they start to differ, naming the
-        schedules, and one when they agree again."""
-        live = self.lease.live_candidates(since_ms=since_ms)
-        fingerprints = {fp for _, fp, _ in live if fp}
+    def check(self, live: Sequence[tuple[str, str]]) -> None:
+        """Compare the fingerprints of the live candidates (``(fingerprint,
+        version)`` each, from a renewal): one WARNING when they start to
+        differ, naming the schedules, and one when they agree again."""
+        fingerprints = frozenset(fp for fp, _ in live if fp)
         if len(fingerprints) <= 1:
             if self._mixed is not None:
                 self._mixed = None
                 self.logger.warning("Cron candidates declare the same schedule set again.")
-            self.lease.prune_schedule_sets(fingerprints)
+            if self._pruned != fingerprints:  # once per change, not per renewal
+                self.lease.prune_schedule_sets(set(fingerprints))
+                self._pruned = fingerprints
             return
-        key = frozenset(fingerprints)
-        if key == self._mixed:
+        if fingerprints == self._mixed:
             return
-        self._mixed = key
+        self._mixed = fingerprints
         own = {s.id: s.shape for s in self.declared.values()}
         sets = self.lease.schedule_sets(sorted(fingerprints - {self.lease.fingerprint}))
-        versions = {version for _, fp, version in live if fp}
+        versions = {version for fp, version in live if fp}
         parts = [_difference(fp, theirs, own, live) for fp, theirs in sorted(sets.items())]
         if len(versions) > 1:
             likely = (
@@ -89,10 +91,10 @@ class ScheduleSets:
 
 
 def _difference(
-    fingerprint: str, theirs: dict[str, str] | None, own: dict[str, str], live: list[tuple[str, str, str]]
+    fingerprint: str, theirs: dict[str, str] | None, own: dict[str, str], live: Sequence[tuple[str, str]]
 ) -> str:
-    count = sum(1 for _, fp, _ in live if fp == fingerprint)
-    versions = ", ".join(sorted({v or "no version" for _, fp, v in live if fp == fingerprint}))
+    count = sum(1 for fp, _ in live if fp == fingerprint)
+    versions = ", ".join(sorted({v or "no version" for fp, v in live if fp == fingerprint}))
     if theirs is None:
         return f"{count} process(es) ({versions}) with set {fingerprint} (unpublished)"
     only_here = sorted(set(own) - set(theirs))

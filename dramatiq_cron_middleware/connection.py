@@ -29,6 +29,7 @@ __all__ = [
     "SENTINEL_SCHEME",
     "MasterChanged",
     "describe",
+    "pool_for",
     "redact",
     "refusal",
     "same_server",
@@ -373,3 +374,12 @@ def _cluster_clients(
         return cast(redis.Redis, client)
 
     return build(op_timeout_ms), build(op_timeout_ms + block_timeout_ms)
+
+
+def pool_for(client: Any, key: str) -> Any:
+    """The connection pool of the server that holds ``key``: the client's
+    own, or on Redis Cluster that of the node owning the key's slot."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        return node.redis_connection.connection_pool
+    return client.connection_pool

@@ -115,6 +115,13 @@ class Keys:
         return f"{self.tag}:runtime:version"
 
     @property
+    def runtime_notify(self) -> str:
+        """List holding at most one notification, pushed by every write or
+        removal of a runtime schedule, that the idle leader blocks on;
+        expires after ten minutes (a new leader reads everything anyway)."""
+        return f"{self.tag}:runtime:notify"
+
+    @property
     def runtime_changes(self) -> str:
         """Sorted set: runtime schedule id -> version of its last write or
         removal (a removed id stays as a tombstone)."""

@@ -2,9 +2,11 @@
 
 While following, the thread blocks on Redis until the lease is released or
 is due to expire, then competes for it.  While leading, it sleeps until the
-next tick or renewal, claims what is due in bounded, fenced batches, and
-enqueues what Redis granted.  It stops firing at its own monotonic deadline
-when renewals fail, and steps down the moment Redis refuses its token.
+next tick or renewal (blocked on Redis, where runtime schedule changes and
+a stop push, when the sleep is long), claims what is due in bounded,
+fenced batches, and enqueues what Redis granted.  It stops firing at its
+own monotonic deadline when renewals fail, and steps down the moment Redis
+refuses its token.
 Faults are logged once per state change, never once per retry.
 
 The thread is a state machine over small parts, each tested alone:
@@ -41,6 +43,8 @@ from .runtime import RuntimeSchedules
 from .runtime_feed import RUNTIME_POLL, RuntimeFeed
 from .schedule import BoundSchedule
 from .server import DataLoss, ServerIdentity, classify_loss
+from .shutdown import HandOver
+from .stop_request import StopRequest
 from .tick_queue import Planned, TickQueue
 from .timing import Timing
 
@@ -55,6 +59,11 @@ BATCH_LIMIT = 1000
 #: How long before a tick the leader wakes, to wait out the rest in short
 #: naps: thread wake-ups come up to a millisecond late.
 WAKE_EARLY = 0.002
+
+#: An idle leader waits on Redis for runtime schedule changes (a blocking
+#: pop) until this long before it must wake, and the rest locally: Redis
+#: ends a blocking wait up to a server cron cycle late.
+BLOCK_MARGIN = 0.15
 
 _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -120,11 +129,15 @@ class LeaderThread(threading.Thread):
       boot_check: Run once, at the first turn that reaches Redis (the
         eviction policy check).
       runtime: The runtime schedule store, read in full on every
-        acquisition and for changes every :data:`RUNTIME_POLL` seconds
-        while leading.  Defaults to None: declared schedules only.
+        acquisition and, while leading, for changes whenever a write
+        notifies it (see runtime_feed.py).  Defaults to None: declared
+        schedules only.
       declared_actors: Whether an actor name is declared by this process's
         code (a runtime schedule of another actor fires too, with one
         WARNING).
+      shutdown_connection: A redis-py connection outside any pool, for the
+        release at shutdown (see shutdown.py).  Defaults to None: a signal
+        only stops the thread, which then releases.
     """
 
     def __init__(
@@ -144,6 +157,7 @@ class LeaderThread(threading.Thread):
         boot_check: Callable[[], object] | None = None,
         runtime: RuntimeSchedules | None = None,
         declared_actors: Callable[[str], bool] | None = None,
+        shutdown_connection: Any = None,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.observer = observer or LeaderObserver()
@@ -186,7 +200,9 @@ class LeaderThread(threading.Thread):
         )
         self._identify = identify_server
         self._boot_check = boot_check
-        self.stopping = threading.Event()
+        self.stopping = StopRequest()
+        #: What a signal handler or ``atexit`` calls (see shutdown.py).
+        self.hand_over = HandOver(leader=self, connection=shutdown_connection)
         self.epoch: int | None = None
         self._renew_at = 0.0
         self._deadline = 0.0
@@ -212,34 +228,28 @@ class LeaderThread(threading.Thread):
         return self.epoch is not None
 
     def request_stop(self) -> None:
-        """Ask the loop to stop; safe to call from a signal handler (it only
-        sets an event)."""
+        """Ask the loop to stop.  Safe to call from a signal handler: it
+        sets a flag and writes a byte to a socket, taking no lock.  A local
+        wait ends at once; a wait on Redis (following, or an idle leader's)
+        ends when this candidate's wake-up list is pushed (:meth:`stop`
+        and the shutdown hand-over do) or at its timeout."""
         self.stopping.set()
-
-    def hand_over(self, client: redis.Redis | None = None) -> None:
-        """Stop and release the lease *now*, from the calling thread: the
-        shutdown path, which may be a signal handler or ``atexit`` on a
-        process about to exit before this thread gets another turn.
-        ``client`` is a connection of the caller's own."""
-        self.stopping.set()
-        self._release(client, wait=False)
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the loop and release the lease if held (compare-and-delete)."""
         self.stopping.set()
-        if self.is_alive() and not self.leading:
+        if self.is_alive():
             try:
-                self.lease.wake_self()
+                self.lease.wake_self()  # ends a blocking wait on Redis
             except _FAULTS:
                 pass
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout)
         self._release()
 
-    def _release(self, client: redis.Redis | None = None, *, wait: bool = True) -> None:
-        # A signal handler may run on the main thread while this thread
-        # releases: never block there (the lock is not reentrant).
-        if not self._release_lock.acquire(timeout=1.0 if wait else 0.0):
+    def _release(self) -> None:
+        # stop() on another thread may release while this thread does.
+        if not self._release_lock.acquire(timeout=1.0):
             return
         try:
             if self._released:
@@ -248,7 +258,7 @@ class LeaderThread(threading.Thread):
             if epoch is not None:
                 self.observer.leadership_changed(epoch=epoch, leading=False)
             try:
-                released = self.lease.release(client)
+                released = self.lease.release()
             except (*_FAULTS, redis.RedisError) as exc:
                 if epoch is not None:
                     self.logger.warning(
@@ -259,7 +269,8 @@ class LeaderThread(threading.Thread):
                     )
                 return
             self._released = True
-            if epoch is not None and released:
+            # A signal's hand-over may have released it first (or be at it).
+            if epoch is not None and (released or self.hand_over.claim_report(wait=0.2)):
                 self.logger.info("Released cron leadership (epoch %s).", epoch)
         finally:
             self._release_lock.release()
@@ -291,6 +302,7 @@ class LeaderThread(threading.Thread):
             # collector runs (paused while another leader loads): let go of
             # the runtime schedules now.
             self.feed.forget()
+        self.stopping.close()
 
     def _turn(self) -> None:
         """One pass of the state machine."""
@@ -437,7 +449,7 @@ class LeaderThread(threading.Thread):
         if not self._within_deadline():
             return
         token, epoch = self.lease.token, self.epoch
-        if token is None or epoch is None:  # released by hand_over() on another thread
+        if token is None or epoch is None:  # released by stop() on another thread
             return
         reload = self.feed is not None and self.feed.stale
         if reload or not self.queue.in_sync:
@@ -460,12 +472,13 @@ class LeaderThread(threading.Thread):
         now = self.monotonic()
         if now < self._renew_at:
             return
-        if not self.lease.renew():
+        renewed = self.lease.renew()
+        if renewed is None:
             raise NotLeader()
         self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
         self._deadline = now + self.timing.fire_deadline
         self._renew_at = now + self.timing.renew_interval
-        self.schedule_sets.check(since_ms=self.clock.now_ms() - 2 * self.timing.lease_ms)
+        self.schedule_sets.check(renewed.live)
 
     def _within_deadline(self) -> bool:
         if self.monotonic() < self._deadline:
@@ -641,9 +654,19 @@ class LeaderThread(threading.Thread):
         retry = self.owed.next_try()
         if retry is not None:
             wake = min(wake, retry)
-        if self.feed is not None:
-            wake = min(wake, self.feed.next_check)
         pause = max(wake - now_mono, 0.0)
+        if self.feed is not None and pause > 2 * BLOCK_MARGIN:
+            # Idle: wait on Redis, where a runtime schedule change (or a
+            # stop) pushes, instead of polling for changes.
+            popped = self.lease.wait_for_push(
+                self.feed.notify_key,
+                int((pause - BLOCK_MARGIN) * 1000),
+                bound_ms=int((self._deadline - self.monotonic()) * 1000),
+            )
+            self.feed.notified(popped)
+            if self.stopping.is_set() or self.feed.pending:
+                return
+            pause = max(wake - self.monotonic(), 0.0)
         if due is not None and wake == tick_at and pause > WAKE_EARLY:
             # A thread wakes up to a millisecond after its timeout: wake a
             # little early for a tick and wait out the rest in short naps.
@@ -658,7 +681,9 @@ class LeaderThread(threading.Thread):
 
     def _step_down(self, reason: str) -> None:
         if self.epoch is not None:
-            if self._losses.first_loss_of_lead():
+            if self.stopping.is_set():  # the shutdown hand-over released it
+                self.logger.debug("Cron leadership (epoch %s) ends: stopping.", self.epoch)
+            elif self._losses.first_loss_of_lead():
                 self.logger.warning(
                     "Lost cron leadership (epoch %s): %s; no further ticks fired by this process.", self.epoch, reason
                 )

@@ -19,10 +19,11 @@ from typing import Any
 import redis
 
 from .clock import ServerClock
+from .connection import pool_for
 from .keys import Keys
 from .protocol import Corrupt, load_script
 
-__all__ = ["Acquired", "Held", "Lease"]
+__all__ = ["Acquired", "Held", "Lease", "Renewed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,14 @@ class Held:
     token: str = ""
     renewals: str = ""
     corrupt: Corrupt = Corrupt.NONE
+
+
+@dataclasses.dataclass(frozen=True)
+class Renewed:
+    """The lease was extended; ``live`` holds ``(fingerprint, version)`` of
+    every candidate seen within two leases (this one included)."""
+
+    live: list[tuple[str, str]]
 
 
 class Lease:
@@ -123,19 +132,23 @@ class Lease:
         self.token = None
         return Held(remaining_ms=int(result[1]), token=str(result[5]), renewals=str(result[6]), corrupt=corrupt)
 
-    def renew(self) -> bool:
-        """Extend the lease; False when Redis no longer holds our token."""
+    def renew(self) -> Renewed | None:
+        """Extend the lease; None when Redis no longer holds our token."""
         if self.token is None:
-            return False
+            return None
         result = self._call(
             self._renew,
-            [self.keys.lease, self.keys.candidates],
-            [self.token, self.ttl_ms, self.member, self.presence_id()],
+            [self.keys.lease, self.keys.candidates, self.keys.candidate_info],
+            [self.token, self.ttl_ms, self.member, self.presence_id(), 2 * self.ttl_ms],
         )
         if int(result[0]) != 1:
             self.token = None
-            return False
-        return True
+            return None
+        live = []
+        for info in result[2:]:
+            fingerprint, _, version = str(info).partition("|")
+            live.append((fingerprint, version))
+        return Renewed(live=live)
 
     def release(self, client: redis.Redis | None = None) -> bool:
         """Give the lease up (compare-and-delete) and wake the followers;
@@ -150,6 +163,21 @@ class Lease:
             client=client,
         )
         return int(result) == 1
+
+    def hand_over_commands(self) -> list[tuple[Any, ...]]:
+        """The shutdown path's commands, for a connection of its own: the
+        release (as :meth:`release`, by the script's source, so no
+        ``NOSCRIPT`` can interrupt it) and a push to this candidate's
+        wake-up list, which ends the leader thread's blocking wait.  Only
+        reads attributes: called from a signal handler."""
+        token = self.token or self._attempt or "-"
+        wake = self.keys.wake_one(self.candidate_id)
+        keys = [self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info]
+        return [
+            ("EVAL", self._release.script, len(keys), *keys, token, self.member, self.ttl_ms),
+            ("RPUSH", wake, 1),
+            ("PEXPIRE", wake, self.ttl_ms),
+        ]
 
     def forget(self) -> None:
         """Drop the local belief of leading, without touching Redis."""
@@ -191,19 +219,6 @@ class Lease:
         if self.fingerprint:
             self._client.hsetnx(self.keys.candidate_sets, self.fingerprint, json.dumps(shapes, sort_keys=True))
 
-    def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
-        """``(member, fingerprint, version)`` of every candidate seen since
-        ``since_ms`` (server time)."""
-        members = [str(m) for m in self._client.zrangebyscore(self.keys.candidates, since_ms, "+inf")]
-        if not members:
-            return []
-        infos = self._client.hmget(self.keys.candidate_info, members)
-        out = []
-        for member, info in zip(members, infos, strict=True):
-            fingerprint, _, version = str(info or "").partition("|")
-            out.append((member, fingerprint, version))
-        return out
-
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
         """The published schedule sets (id -> shape) by fingerprint; None
         for one that is missing or unreadable."""
@@ -236,6 +251,31 @@ class Lease:
             # this is a timeout like any other, not an unreachable server.
             return False
         return popped is not None
+
+    def wait_for_push(self, key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
+        """Block until ``key`` or our own wake-up list is pushed, or
+        ``timeout_ms`` passes; the key popped from, or None on timeout.
+        (The leader waits so for runtime schedule changes and a stop.)
+
+        BLPOP times out on the server's clock, which may step back: the
+        reply is awaited at most ``bound_ms`` by this process's clock (the
+        leader's firing deadline), on one pooled connection, never retried.
+        """
+        timeout = max(timeout_ms, 1) / 1000
+        pool = pool_for(self._blocking, key)
+        connection = pool.get_connection()
+        try:
+            connection.send_command("BLPOP", key, self.keys.wake_one(self.candidate_id), timeout)
+            popped = connection.read_response(timeout=max(bound_ms, timeout_ms) / 1000)
+        except redis.TimeoutError:  # the bound passed first: see above
+            connection.disconnect()
+            return None
+        except BaseException:
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+        return None if popped is None else str(popped[0])
 
     def wake_self(self) -> None:
         """Interrupt our own ``wait_for_release`` (used at shutdown)."""

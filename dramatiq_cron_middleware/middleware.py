@@ -3,10 +3,8 @@ that start and stop the leader thread in every worker process."""
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
-import signal
 import socket
 import threading
 from typing import Any, cast
@@ -39,6 +37,7 @@ from .schedule import (
     schedules_for_actor,
 )
 from .server import check_eviction_policy, identify
+from .shutdown import HandOver, dedicated_connection, install
 from .timing import Timing
 
 __all__ = ["CronMiddleware"]
@@ -170,8 +169,7 @@ class CronMiddleware(Middleware):
         self._start_lock = threading.Lock()
         self._marks: RunningMarks | None = None
         self._built: tuple[redis.Redis, redis.Redis] | None = None
-        self._shutdown_client: redis.Redis | None = None
-        self._atexit_registered = False
+        self._hand_over_installed = False
 
     @property
     def actor_options(self) -> set[str]:
@@ -261,73 +259,23 @@ class CronMiddleware(Middleware):
         self._clients(broker)
 
     def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
-        """Start the leader thread (once per process, however often called)."""
+        """Start the leader thread (once per process, however often called),
+        and hand the lease over the moment the process is told to stop
+        (see shutdown.py)."""
         if self.simulator is not None or self._stub_without_redis(broker):
             return
-        if self.start(broker) is not None:
-            self._hand_over_on_signal()
+        if self.start(broker) is not None and not self._hand_over_installed:
+            self._hand_over_installed = True
+            install(self._current_hand_over)
 
     def _stub_without_redis(self, broker: Broker) -> bool:
         """A ``StubBroker`` and no Redis configured: a test of the app, where
         nothing could be scheduled across processes anyway."""
         return isinstance(broker, StubBroker) and self.redis is None and url_from_environment() is None
 
-    def _hand_over_on_signal(self) -> None:
-        """Release the lease the moment the worker process is told to stop.
-
-        dramatiq's worker process notices SIGTERM/SIGHUP only at its next
-        once-a-second poll, and exits at once on a second signal, which is
-        what a systemd control-group stop (every process gets SIGTERM, and
-        dramatiq's main process forwards another) delivers.  So the chained
-        handler releases the lease synchronously, before passing the signal
-        on; an ``atexit`` hook covers an exit that interrupts even that.
-        Only the main thread may install handlers; elsewhere
-        ``before_worker_shutdown`` does the job.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if not self._atexit_registered:
-            self._atexit_registered = True
-            atexit.register(self._hand_over)
-        for name in ("SIGTERM", "SIGHUP", "SIGINT"):
-            signum = getattr(signal, name, None)
-            if signum is None:
-                continue
-            previous = signal.getsignal(signum)
-            if not callable(previous) or getattr(previous, "_cron_chained", False):
-                continue
-
-            def handler(received: int, frame: Any, previous: Any = previous) -> Any:
-                self._hand_over()
-                return previous(received, frame)
-
-            handler._cron_chained = True  # type: ignore[attr-defined]
-            try:
-                signal.signal(signum, handler)
-            except (ValueError, OSError):  # not the main thread of the main interpreter
-                return
-
-    def _hand_over(self) -> None:
-        leader = self.leader
-        if leader is None:
-            return
-        if _gevent_patched():
-            # Under gevent a signal handler runs in the hub, where blocking
-            # is impossible: release from a greenlet, which runs as soon as
-            # the handler returns.
-            import gevent  # type: ignore[import-untyped]
-
-            gevent.spawn(self._release_quietly, leader)
-            return
-        self._release_quietly(leader)
-
-    def _release_quietly(self, leader: LeaderThread) -> None:
-        # Never let the shutdown path raise into dramatiq's signal handling:
-        # the lease expires on its own if this fails.
-        try:
-            leader.hand_over(self._shutdown_client)
-        except Exception as exc:
-            self.logger.warning("Could not release the cron lease at shutdown: %s", redact(str(exc)))
+    def _current_hand_over(self) -> HandOver | None:
+        leader = self.leader  # one read: a signal handler calls this
+        return None if leader is None else leader.hand_over
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the leader thread and release the lease, so a follower takes
@@ -359,9 +307,9 @@ class CronMiddleware(Middleware):
                 presence_client=self._presence_client(broker) if self.fast_takeover else None,
             )
             ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
-            # The signal path releases on a connection of its own: the
-            # leader thread may be mid-command on the pooled ones.
-            self._shutdown_client = scheduler_clients(
+            # The signal path releases on a connection of its own, outside
+            # any pool: the leader thread may be mid-command on the pooled ones.
+            shutdown_client = scheduler_clients(
                 self._source(broker), op_timeout_ms=min(timing.op_timeout_ms, 500), block_timeout_ms=0
             )[0]
             # The scheduler's client and the broker's: the same server means
@@ -392,6 +340,7 @@ class CronMiddleware(Middleware):
                     history_length=self.history_length,
                 ),
                 declared_actors=lambda name: name in broker.actors,
+                shutdown_connection=dedicated_connection(shutdown_client, self.keys.lease),
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms, enqueue %s).",
@@ -451,6 +400,7 @@ class CronMiddleware(Middleware):
             leader, self.leader = self.leader, None
         if leader is not None:
             leader.stop(timeout)
+            leader.hand_over.close()
 
     def _source(self, broker: Broker) -> Any:
         if self.redis is not None:
@@ -621,14 +571,6 @@ class CronMiddleware(Middleware):
             time_limit=_time_limit(broker, declared),
             signature=actor_signature(declared.fn),
         )
-
-
-def _gevent_patched() -> bool:
-    """Whether gevent has monkey-patched sockets in this process."""
-    import sys
-
-    monkey = sys.modules.get("gevent.monkey")
-    return bool(monkey is not None and monkey.is_module_patched("socket"))
 
 
 def fingerprint(schedules: list[BoundSchedule]) -> str:

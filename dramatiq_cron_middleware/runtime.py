@@ -16,6 +16,8 @@ Keys (all under the ``{prefix}`` hash tag, see keys.py and docs/design.md):
 - ``{p}:runtime:changes``: sorted set, schedule id -> version of its last
   write or removal (a removal stays as a tombstone);
 - ``{p}:runtime:ids``: sorted set of stored ids (score 0), for listing.
+- ``{p}:runtime:notify``: list of at most one notification, pushed by
+  every write and removal; the idle leader blocks on it.
 
 Every write of a definition together with its revision, and every
 removal, is one Lua script that checks everything before its first write,
@@ -116,6 +118,15 @@ if version and not tonumber(version) then
 end
 """
 
+# Wake the leader: one notification in a list it blocks on (see
+# runtime_feed.py); the key is only ever written here.
+#   KEYS[9] the notification list
+_NOTIFY = """
+redis.call('DEL', KEYS[9])
+redis.call('RPUSH', KEYS[9], redis.call('GET', KEYS[3]) or '0')
+redis.call('PEXPIRE', KEYS[9], 600000)
+"""
+
 # Create or replace definitions.  Each gets its own revision (the new
 # value of the version counter), written together with its definition,
 # its revision and its change entry; ``created`` survives a replacement.
@@ -128,7 +139,7 @@ end
 # definition fires under the new one and none of the new one's after the
 # write is lost.  The leader's sync reads these entries and never rebases.
 #   KEYS: see _CHECK_KEYS; KEYS[6] the ledger hash, KEYS[7] the shapes
-#     hash, KEYS[8] the history stream
+#     hash, KEYS[8] the history stream, KEYS[9] see _NOTIFY
 #   ARGV[1] - the largest definition accepted, in bytes
 #   ARGV[2] - the history cap
 #   ARGV[3k], ARGV[3k+1], ARGV[3k+2] - a schedule id, its definition JSON
@@ -193,13 +204,16 @@ for i = 3, #ARGV, 3 do
   out[#out + 1] = rev
   out[#out + 1] = tonumber(created)
 end
+"""
+    + _NOTIFY
+    + """
 return out
 """
 )
 
 # Remove one definition: its revision goes with it (so no claim of it is
 # granted any more) and its change entry becomes a tombstone.
-#   KEYS: see _CHECK_KEYS
+#   KEYS: see _WRITE
 #   ARGV[1] - the schedule id
 # Returns the removal's version, or 0 if there was nothing to remove.
 _REMOVE = (
@@ -213,6 +227,9 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZADD', KEYS[4], version, ARGV[1])
+"""
+    + _NOTIFY
+    + """
 return version
 """
 )
@@ -418,6 +435,7 @@ class RuntimeSchedules:
             k.ticks,
             k.shapes,
             k.history,
+            k.runtime_notify,
         ]
 
     # -- writing -------------------------------------------------------------

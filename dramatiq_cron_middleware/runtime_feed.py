@@ -1,12 +1,15 @@
 """The runtime feed: how the leader learns of runtime schedules.
 
 On a takeover it reads every definition (``load_all``, then the changes
-written during the scan); while it leads, one ``GET`` of the version
-counter every :data:`RUNTIME_POLL` seconds, and the changed definitions
-only when the counter moved.  It applies what it learns to the tick queue:
-an added or replaced schedule is synced alone (fenced: it continues from
-its ledger entry, as its write left it) and joins the queue, a removed one
-leaves.  A follower holds no runtime schedules.
+written during the scan).  While it leads, every write and removal pushes
+a notification onto ``{p}:runtime:notify``, which the idle leader blocks
+on (with a stop on its own wake-up list): a change is read when notified,
+by one ``GET`` of the version counter and the changed definitions only
+when the counter moved.  A leader too busy to block reads the counter
+every :data:`RUNTIME_POLL` seconds instead.  It applies what it learns to
+the tick queue: an added or replaced schedule is synced alone (fenced: it
+continues from its ledger entry, as its write left it) and joins the
+queue, a removed one leaves.  A follower holds no runtime schedules.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from .tick_queue import TickQueue
 
 __all__ = ["RUNTIME_POLL", "RuntimeFeed"]
 
-#: While leading, how often the runtime schedules' version counter is read
-#: (one GET): a change takes effect within this long plus a round trip.
+#: How stale a busy leader's view may grow: when it has not waited on the
+#: notification list for this long, it reads the version counter (one GET).
+#: A change takes effect within this long plus a round trip.
 RUNTIME_POLL = 0.5
 
 
@@ -62,7 +66,10 @@ class RuntimeFeed:
         self.report_once = report_once
         #: The store's version the queue is up to date with; None: read all.
         self.version: int | None = None
+        #: When the store was last known unchanged (monotonic seconds).
         self.checked = 0.0
+        #: A change was notified and is not read yet.
+        self.pending = False
 
     @property
     def stale(self) -> bool:
@@ -70,9 +77,19 @@ class RuntimeFeed:
         return self.version is None
 
     @property
-    def next_check(self) -> float:
-        """When (monotonic seconds) the version counter is read next."""
-        return self.checked + RUNTIME_POLL
+    def notify_key(self) -> str:
+        """The list every runtime schedule write pushes a notification onto."""
+        return self.store.keys.runtime_notify
+
+    def notified(self, popped: str | None) -> None:
+        """The leader's blocking wait ended with ``popped`` (the key popped
+        from, None on timeout).  A notification means changes to read at
+        the next :meth:`follow`; a timeout means none was written while it
+        waited, as good as a read of the version counter."""
+        if popped == self.notify_key:
+            self.pending = True
+        elif popped is None:
+            self.checked = self.clock.monotonic()
 
     def forget(self) -> None:
         """Drop the runtime schedules from the queue (leadership lost or
@@ -91,26 +108,29 @@ class RuntimeFeed:
         self.queue.replace_all({**self.declared, **{s.id: s for s in current}})
         self.version = version
         self.checked = self.clock.monotonic()
+        self.pending = False
         self._report_undeclared(current)
 
     def follow(self, token: str, epoch: int) -> None:
-        """While leading: apply what changed since the known version (one
-        ``GET`` every :data:`RUNTIME_POLL` seconds when nothing did)."""
+        """While leading: apply what changed since the known version, when
+        notified of a change or when the store was not known unchanged for
+        :data:`RUNTIME_POLL` seconds (one ``GET`` when nothing changed)."""
         known = self.version
         if known is None:
             self.reload()
             return
         now = self.clock.monotonic()
-        if now - self.checked < RUNTIME_POLL:
+        if not self.pending and now - self.checked < RUNTIME_POLL:
             return
-        self.checked = now
         if self.store.version() == known:
+            self.checked, self.pending = now, False
             return
         version, changes = self.store.changes_since(known)
         if version < known:  # the store was wiped: read it all again
             self.reload()
             return
         self.version = version
+        self.checked, self.pending = now, False
         self._apply(token, epoch, changes)
 
     def _apply(self, token: str, epoch: int, changes: Mapping[str, BoundSchedule | None]) -> None:

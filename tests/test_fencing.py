@@ -79,7 +79,7 @@ def test_a_deposed_leader_is_refused_by_redis_not_by_its_own_belief(redis_server
     with pytest.raises(NotLeader):
         old_ledger.claim(stale_token, acquired.epoch, "b1", [fire("s/x@UTC", baseline + 1000)])
     assert new_ledger.claim(new.token, taken.epoch, "b2", [fire("s/x@UTC", baseline + 1000)]).results == [FIRE]
-    assert old.renew() is False
+    assert old.renew() is None
 
 
 def test_each_tick_is_granted_once_and_never_older_than_the_last(redis_server: RedisServer) -> None:
@@ -251,7 +251,7 @@ def test_fast_takeover_deposes_only_a_leader_whose_connection_is_gone(redis_serv
     assert follower.depose_if_gone()
     assert isinstance(follower.acquire(), Acquired)
     # The old leader, still alive, is refused from now on.
-    assert leader.renew() is False
+    assert leader.renew() is None
 
 
 def test_without_fast_takeover_no_connection_is_registered(redis_server: RedisServer) -> None:

@@ -368,7 +368,9 @@ def test_a_control_group_stop_releases_the_lease_before_the_worker_exits(
         assert takeover < 1.0
         assert victim.proc is not None
         victim.proc.wait(20)
-        assert "Released cron leadership" in victim.log(), victim.log()[-2000:]
+        # The handler does not log (logging takes locks); the worker may be
+        # gone before its leader thread reports the release: the takeover,
+        # well within the lease, is what shows it.
         group[group.index(victim)] = instances(app_env)
     start = now_ms()
     wait_for_ticks(history, 2, after_ms=start)

@@ -1,6 +1,7 @@
 """The runtime feed against a real redis-server, on an injected monotonic
-clock: a takeover reads everything, then one version read per poll
-interval, only what changed is applied (an added schedule synced alone,
+clock: a takeover reads everything, then a change is read when a write's
+notification wakes the idle leader (or, for a leader too busy to block,
+at most once per poll interval), only what changed is applied (an added schedule synced alone,
 fenced, from the baseline ``add`` wrote), a wipe reads everything again,
 and a follower holds nothing."""
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -74,8 +77,9 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     assert not feed.stale and set(queue.schedules) == {*declared, first.id}
     queue.load(ledger.sync(lease.token, acquired.epoch, [s for s in queue.schedules]).ticks)
 
-    # An addition: nothing before the poll interval, then it joins, in sync,
-    # from the baseline add wrote.
+    # An addition seen by a leader too busy to block on notifications:
+    # nothing before the poll interval, then it joins, in sync, from the
+    # baseline add wrote.
     second = app.cron.add("report", "30 9 * * *", name="second")
     baseline = int(app.redis.hget(keys.ticks, second.id).split(":")[0])  # type: ignore[union-attr]
     monotonic.now += RUNTIME_POLL / 2
@@ -85,13 +89,24 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     feed.follow(lease.token, acquired.epoch)
     assert queue.schedules[second.id] == second.schedule and queue.in_sync
     assert queue.last(second.id) == baseline
-    assert feed.next_check == monotonic.now + RUNTIME_POLL
 
-    # A removal leaves the queue.
+    # An idle leader blocks on the notification list instead: the add left
+    # a notification (read: nothing new), then a wait times out (as good as
+    # a read), and a removal wakes it and is applied at once, the clock
+    # standing still.
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000, bound_ms=6000))
+    assert feed.pending
+    feed.follow(lease.token, acquired.epoch)
+    assert not feed.pending
+    assert lease.wait_for_push(feed.notify_key, 50, bound_ms=6000) is None
     assert app.cron.remove("report", "first")
-    monotonic.now += RUNTIME_POLL
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000, bound_ms=6000))
     feed.follow(lease.token, acquired.epoch)
     assert first.id not in queue.schedules and second.id in queue.schedules
+    # A stop pushes the candidate's own wake-up list: not a change.
+    lease.wake_self()
+    feed.notified(lease.wait_for_push(feed.notify_key, 5000, bound_ms=6000))
+    assert not feed.pending
 
     # A wipe (the counter goes back): everything is read again, out of sync.
     app.redis.delete(keys.runtime, keys.runtime_revs, keys.runtime_version, keys.runtime_changes, keys.runtime_ids)
@@ -147,3 +162,26 @@ def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(red
     before = queue.last(stored.id)
     reply = ledger.sync(lease.token, acquired.epoch, [SyncEntry.of(s) for s in queue.schedules.values()])
     assert reply.ticks[stored.id] == before and stored.id not in reply.codes
+
+
+def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServer) -> None:
+    """BLPOP times out on the server's clock, which may step back or stall:
+    given a Redis that stalls for two seconds, the leader's wait for runtime
+    changes still returns (as a timeout, not an error) at its own bound,
+    well before the stall ends."""
+    keys = make_app(redis_server.url).store.keys
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
+    lease = Lease(
+        client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=ServerClock(), host="h", pid=1
+    )
+    assert lease.wait_for_push(keys.runtime_notify, 10, bound_ms=1000) is None  # connected, as a leader's is
+    stall = threading.Thread(target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", "2"))
+    stall.start()
+    try:
+        time.sleep(0.1)  # let the stall begin (the assertion is on the bound, not on this)
+        started = time.monotonic()
+        assert lease.wait_for_push(keys.runtime_notify, 50, bound_ms=300) is None
+        waited = time.monotonic() - started
+        assert waited < 1.5, f"the wait followed the stalled server: {waited:.2f} s"
+    finally:
+        stall.join()

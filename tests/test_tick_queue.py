@@ -86,7 +86,7 @@ def test_a_backlog_shared_by_many_schedules_walks_each_tick_once(monkeypatch: py
             for i in range(200)
         )
     }
-    queue = TickQueue(schedules, prefix="p")
+    queue = TickQueue(schedules, prefix="p", now_ms=lambda: NOW)
     queue.load({sid: NOW - 60_000 for sid in schedules})
     while grant_all(queue, NOW, 1000):
         pass

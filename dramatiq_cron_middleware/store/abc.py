@@ -36,7 +36,7 @@ from typing import Protocol
 from ..clock import ServerClock
 from ..enqueue import Payload
 from ..keys import Keys
-from ..lease import Acquired, Held
+from ..lease import Acquired, Held, Renewed
 from ..ledger import Claim, ClaimReply, SyncEntry, SyncReply
 from ..protocol import ClaimResult
 from ..schedule import BoundSchedule
@@ -84,10 +84,12 @@ class LeaseStore(Protocol):
         :class:`Held` with the holder's token, renewal count and remaining
         time.  Also marks this candidate as seen now."""
 
-    def renew(self) -> bool:
+    def renew(self) -> Renewed | None:
         """Extend the lease to a whole ``ttl_ms`` from now (never more: a
-        retried renewal does not stretch it) if it still holds our token;
-        False, and the local token forgotten, when it does not."""
+        retried renewal does not stretch it) if it still holds our token,
+        answering ``(fingerprint, version)`` of every candidate seen within
+        two leases (the mixed schedule set check needs no other round
+        trip); None, and the local token forgotten, when it does not."""
 
     def release(self) -> bool:
         """Compare-and-delete the lease (also a token whose acquire reply
@@ -112,15 +114,18 @@ class LeaseStore(Protocol):
         wakes as many waiters as candidates were seen within two leases."""
 
     def wake_self(self) -> None:
-        """Interrupt this candidate's own :meth:`wait_for_release`."""
+        """Interrupt this candidate's own :meth:`wait_for_release` or
+        :meth:`wait_for_push`."""
+
+    def wait_for_push(self, key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
+        """Wait until ``key`` (the runtime change notification) or this
+        candidate's own wake-up list is pushed, or ``timeout_ms`` passes;
+        the key popped from, or None.  Never longer than ``bound_ms`` by the
+        caller's own clock."""
 
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         """Publish ``{schedule id: shape}`` under :attr:`fingerprint` (the
         first publication of a fingerprint wins; nothing without one)."""
-
-    def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
-        """``(member, fingerprint, version)`` of every candidate seen at or
-        after ``since_ms`` (store time), oldest sighting first."""
 
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
         """The published sets by fingerprint; None for one missing or unreadable."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from ..clock import ServerClock
 from ..enqueue import Payload
 from ..keys import Keys
-from ..lease import Acquired, Held
+from ..lease import Acquired, Held, Renewed
 from ..ledger import (
     BATCH_RECORD_MS,
     FUTURE_TOLERANCE_MS,
@@ -124,6 +124,9 @@ class MemoryServer:
         self.candidate_info: dict[str, str] = {}
         self.candidate_sets: dict[str, str] = {}
         self.wakes: dict[str, tuple[int, int]] = {}
+        #: A runtime write or removal since a leader last waited for one
+        #: (the notification list of runtime.py's scripts).
+        self.runtime_notified = False
         self.runtime: dict[str, BoundSchedule] = {}
         self.runtime_revs: dict[str, int] = {}
         self.runtime_version = 0
@@ -242,6 +245,7 @@ class MemoryServer:
             self.runtime_revs[sid] = rev
             self.runtime_changes[sid] = rev
             out.append(stored)
+        self.runtime_notified = True
         return out
 
     def remove_runtime(self, schedule_id: str) -> bool:
@@ -252,6 +256,7 @@ class MemoryServer:
         self.runtime.pop(schedule_id, None)
         self.runtime_revs.pop(schedule_id, None)
         self.runtime_changes[schedule_id] = self.runtime_version
+        self.runtime_notified = True
         return True
 
 
@@ -341,25 +346,30 @@ class _MemoryLease:
         self.token = token if isinstance(result, Acquired) else None
         return result
 
-    def renew(self) -> bool:
+    def renew(self) -> Renewed | None:
         token = self.token
         if token is None:
-            return False
+            return None
 
-        def run() -> tuple[int, bool]:
+        def run() -> tuple[int, Renewed | None]:
             s = self.server
             now = s.now_ms()
             lease = s.lease_fields()
             s.candidates[self.member] = now
             if lease is None or lease["token"] != token:
-                return now, False
+                return now, None
             assert s._lease is not None
             s._lease.expires_ms = now + self.ttl_ms
             lease.update(renewed=str(now), conn=self.presence_id(), seq=str(int(lease["seq"]) + 1))
-            return now, True
+            live = []
+            for _, member in sorted((at, m) for m, at in s.candidates.items() if at >= now - 2 * self.ttl_ms):
+                fingerprint, _, version = s.candidate_info.get(member, "").partition("|")
+                live.append((fingerprint, version))
+            return now, Renewed(live=live)
 
-        renewed = bool(self._observe("renew", run))
-        if not renewed:
+        renewed = self._observe("renew", run)
+        assert renewed is None or isinstance(renewed, Renewed)
+        if renewed is None:
             self.token = None
         return renewed
 
@@ -424,6 +434,29 @@ class _MemoryLease:
 
         return bool(self.server._call("wait_for_release", run))
 
+    def wait_for_push(self, key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
+        def pop() -> str | None:
+            now = self.server.now_ms()
+            if self.server.runtime_notified:
+                self.server.runtime_notified = False
+                return key
+            count, expires = self.server.wakes.get(self.candidate_id, (0, 0))
+            if count > 0 and expires >= now:
+                self.server.wakes[self.candidate_id] = (count - 1, expires)
+                return self.candidate_id
+            return None
+
+        def run() -> str | None:
+            popped = pop()
+            if popped is None and self.server.wait is not None:
+                self.server.wait(max(min(timeout_ms, bound_ms), 1) / 1000)
+                popped = pop()
+            return popped
+
+        popped = self.server._call("wait_for_push", run)
+        assert popped is None or isinstance(popped, str)
+        return popped
+
     def wake_self(self) -> None:
         def run() -> None:
             now = self.server.now_ms()
@@ -436,19 +469,6 @@ class _MemoryLease:
         if self.fingerprint:
             sets, text = self.server.candidate_sets, json.dumps(shapes, sort_keys=True)
             self.server._call("publish_schedule_set", lambda: sets.setdefault(self.fingerprint, text))
-
-    def live_candidates(self, *, since_ms: int) -> list[tuple[str, str, str]]:
-        def run() -> list[tuple[str, str, str]]:
-            s = self.server
-            out = []
-            for _, member in sorted((at, m) for m, at in s.candidates.items() if at >= since_ms):
-                fingerprint, _, version = s.candidate_info.get(member, "").partition("|")
-                out.append((member, fingerprint, version))
-            return out
-
-        live = self.server._call("live_candidates", run)
-        assert isinstance(live, list)
-        return live
 
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
         values = self.server._call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])

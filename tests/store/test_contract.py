@@ -99,7 +99,7 @@ def test_a_renewal_extends_the_lease_to_a_whole_ttl_from_now(harness: StoreHarne
     a, b = harness.candidate("a", ttl_ms=400), harness.candidate("b", ttl_ms=400)
     lead(a)
     harness.pass_time(250)
-    assert a.lease.renew() is True
+    assert a.lease.renew() is not None
     harness.pass_time(250)  # past the first TTL: held only thanks to the renewal
     held = b.lease.acquire()
     assert isinstance(held, Held) and held.renewals == "2" and 0 < held.remaining_ms <= 400
@@ -111,7 +111,7 @@ def test_an_expired_lease_goes_to_the_next_candidate_with_the_next_epoch(harness
     harness.pass_time(250)
     taken = b.lease.acquire()
     assert isinstance(taken, Acquired) and taken.epoch == epoch + 1 and not taken.epoch_was_missing
-    assert a.lease.renew() is False and a.lease.token is None
+    assert a.lease.renew() is None and a.lease.token is None
 
 
 def test_release_is_compare_and_delete_and_wakes_a_follower(harness: StoreHarness) -> None:
@@ -145,7 +145,7 @@ def test_depose_deletes_the_lease_only_if_the_field_still_reads_what_was_seen(ha
     assert b.lease.depose(held.token, "seq", held.renewals) is False
     assert b.lease.depose("another", "seq", "2") is False
     assert b.lease.depose(held.token, "seq", "2") is True
-    assert a.lease.renew() is False
+    assert a.lease.renew() is None
     assert isinstance(b.lease.acquire(), Acquired)
 
 
@@ -163,11 +163,10 @@ def test_a_lost_epoch_counter_restarts_above_every_epoch_the_ledger_names(harnes
 def test_candidates_and_their_schedule_sets(harness: StoreHarness) -> None:
     a = harness.candidate("a", fingerprint="f1", version="1.0")
     b = harness.candidate("b", fingerprint="f2", version="1.1")
-    since = harness.now_ms()
     lead(a)
     b.lease.acquire()
-    live = a.lease.live_candidates(since_ms=since)
-    assert [(fp, v) for _, fp, v in live] == [("f1", "1.0"), ("f2", "1.1")]
+    renewed = a.lease.renew()
+    assert renewed is not None and sorted(renewed.live) == [("f1", "1.0"), ("f2", "1.1")]
     a.lease.publish_schedule_set({SID: "s1"})
     a.lease.publish_schedule_set({SID: "other"})  # the first publication stays
     b.lease.publish_schedule_set({"job/b": "s2"})
@@ -175,7 +174,8 @@ def test_candidates_and_their_schedule_sets(harness: StoreHarness) -> None:
     a.lease.prune_schedule_sets({"f1"})
     assert a.lease.schedule_sets(["f1", "f2"]) == {"f1": {SID: "s1"}, "f2": None}
     b.lease.release()
-    assert [fp for _, fp, _ in a.lease.live_candidates(since_ms=since)] == ["f1"]
+    renewed = a.lease.renew()
+    assert renewed is not None and renewed.live == [("f1", "1.0")]
 
 
 def test_every_reply_that_carries_the_stores_time_is_observed_on_the_clock(harness: StoreHarness) -> None:
@@ -358,7 +358,7 @@ def test_a_wiped_store_restarts_the_epoch_and_reports_the_ledger_lost(harness: S
     assert b.lease.token is not None
     reply = b.ledger.sync(b.lease.token, acquired.epoch, [SID], expect_ledger=True)
     assert reply.ledger_lost and reply.codes == {SID: SyncCode.BASELINE}
-    assert a.lease.renew() is False
+    assert a.lease.renew() is None
 
 
 # -- sync and register -------------------------------------------------------------
@@ -562,7 +562,7 @@ def test_memory_fast_takeover_deposes_a_leader_whose_presence_connection_closed(
     assert a.lease.presence is not None
     harness.server.disconnect(a.lease.presence)
     assert b.lease.depose_if_gone() is True
-    assert a.lease.renew() is False and isinstance(b.lease.acquire(), Acquired)
+    assert a.lease.renew() is None and isinstance(b.lease.acquire(), Acquired)
 
 
 def test_memory_a_lease_lives_until_its_expiry_instant_as_a_redis_key_does() -> None:
@@ -587,4 +587,21 @@ def test_memory_a_lost_renewal_reply_still_renewed() -> None:
     harness.pass_time(800)
     held = b.lease.acquire()
     assert isinstance(held, Held) and held.renewals == "2"
-    assert a.lease.renew() is True  # the token was kept across the lost reply
+    assert a.lease.renew() is not None  # the token was kept across the lost reply
+
+
+def test_a_runtime_write_or_removal_wakes_a_leader_waiting_for_changes(harness: StoreHarness) -> None:
+    """Given a leader waiting for runtime changes, a write and a removal
+    each end its wait once (the notification is consumed), and its own
+    wake-up list ends it too; with nothing pushed the wait times out."""
+    a = harness.candidate("a")
+    lead(a)
+    notify = a.keys.runtime_notify
+    harness.add_runtime("job", "* * * * *", name="r")
+    assert a.lease.wait_for_push(notify, 1000, bound_ms=2000) == notify
+    assert a.lease.wait_for_push(notify, 20, bound_ms=2000) is None
+    assert harness.remove_runtime("job", "r")
+    assert a.lease.wait_for_push(notify, 1000, bound_ms=2000) == notify
+    a.lease.wake_self()
+    popped = a.lease.wait_for_push(notify, 1000, bound_ms=2000)
+    assert popped is not None and popped != notify

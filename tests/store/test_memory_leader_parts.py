@@ -24,7 +24,7 @@ def test_each_minute_fires_once_across_a_lost_reply_on_a_fake_clock() -> None:
     acquired = store.lease.acquire()
     assert isinstance(acquired, Acquired) and store.lease.token is not None
     token, epoch = store.lease.token, acquired.epoch
-    queue = TickQueue({schedule.id: schedule}, prefix="contract", wall=harness.time.wall)
+    queue = TickQueue({schedule.id: schedule}, prefix="contract", now_ms=store.clock.now_ms)
     queue.begin_load()
     store.ledger.sync(token, epoch, [SyncEntry.of(schedule)], on_chunk=queue.load_part)
     queue.end_load()
