@@ -89,9 +89,14 @@ _SCRIPT_SUFFIX = re.compile(r"\s*script: \w+, on @user_script:\d+\.?$")
 def refusal(exc: BaseException) -> str | None:
     """``"<CODE>: <reason>"`` when ``exc`` is Redis refusing a command for a
     while (see :data:`_REFUSALS`; redis-py's ``ClusterError`` after its
-    retries of a slot in migration counts as ``TRYAGAIN``), else None."""
+    retries of a slot in migration, and a redirection met on a connection of
+    our own, count as ``TRYAGAIN``), else None."""
     if isinstance(exc, redis.exceptions.ClusterError) and not isinstance(exc, redis.ResponseError):
         return f"TRYAGAIN: {exc} (a cluster slot kept refusing: a slot migration or a failover)"
+    if isinstance(exc, (redis.exceptions.AskError, redis.exceptions.MovedError)):
+        # A redirection met on a connection of our own (the leader's
+        # blocking wait), which no cluster client follows for us.
+        return f"TRYAGAIN: slot {exc.slot_id} is served elsewhere (a cluster slot migration or a failover)"
     if not isinstance(exc, redis.ResponseError):
         return None
     text = _SCRIPT_SUFFIX.sub("", str(exc))
