@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import redis
 
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.planner import message_for, message_id_for
-from dramatiq_cron_middleware.schedule import schedules_for_actor
+from dramatiq_cron_middleware.schedules.planner import message_for, message_id_for
+from dramatiq_cron_middleware.schedules.schedule import schedules_for_actor
+from dramatiq_cron_middleware.store.keys import Keys
 
 # KEYS[1] - the ledger hash
 # KEYS[2] - the history stream

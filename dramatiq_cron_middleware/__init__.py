@@ -10,8 +10,8 @@ once per tick.
 from .dedup import CronDeduplication
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .middleware import CronMiddleware
-from .runtime import RuntimeSchedule
-from .schedule import Schedule
+from .schedules.schedule import Schedule
+from .store.runtime import RuntimeSchedule
 
 __all__ = [
     "CronConfigurationError",

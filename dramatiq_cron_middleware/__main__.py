@@ -1,5 +1,5 @@
 """``python -m dramatiq_cron_middleware``: the ``dramatiq-cron`` command."""
 
-from .cli import run
+from .ops.cli import run
 
 run()

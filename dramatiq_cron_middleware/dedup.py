@@ -25,10 +25,10 @@ from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import SkipMessage
 
-from .connection import redact, scheduler_clients
 from .errors import CronConfigurationError
-from .keys import Keys
 from .middleware import CronMiddleware
+from .store.connection import redact, scheduler_clients
+from .store.keys import Keys
 
 __all__ = ["DEFAULT_QUEUE_WAIT", "CronDeduplication"]
 

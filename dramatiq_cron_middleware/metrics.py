@@ -30,7 +30,7 @@ from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 
 from .errors import CronConfigurationError
-from .leader import LeaderObserver
+from .leader.thread import LeaderObserver
 from .middleware import CronMiddleware
 
 __all__ = ["CronMetrics", "ENV_DIR", "ENV_HOST", "ENV_PORT", "serve_metrics"]

@@ -17,17 +17,10 @@ from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis.cluster import RedisCluster
 
-from .clock import ServerClock
-from .connection import ENV_URL, describe, redact, same_server, scheduler_clients, url_from_environment
-from .enqueue import BrokerBoundary, boundary_for
 from .errors import CronConfigurationError, CronScheduleError
-from .keys import Keys
-from .leader import LeaderObserver, LeaderThread
-from .lease import Lease
-from .ledger import Ledger
+from .leader.thread import LeaderObserver, LeaderThread
 from .overlap import RunningMarks
-from .runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
-from .schedule import (
+from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
     BoundSchedule,
     CatchUp,
@@ -36,9 +29,16 @@ from .schedule import (
     parse_timezone,
     schedules_for_actor,
 )
-from .server import check_eviction_policy, identify
 from .shutdown import HandOver, dedicated_connection, install
-from .timing import Timing
+from .store.boundary import BrokerBoundary, boundary_for
+from .store.clock import ServerClock
+from .store.connection import ENV_URL, describe, redact, same_server, scheduler_clients, url_from_environment
+from .store.keys import Keys
+from .store.lease import Lease
+from .store.ledger import Ledger
+from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
+from .store.server_identity import check_eviction_policy, identify
+from .store.timing import Timing
 
 __all__ = ["CronMiddleware"]
 

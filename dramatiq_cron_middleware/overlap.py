@@ -18,8 +18,8 @@ from typing import Any
 
 import redis
 
-from .connection import redact
-from .keys import Keys
+from .store.connection import redact
+from .store.keys import Keys
 
 __all__ = ["RunningMarks"]
 

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from .connection import pool_for, redact
+from .store.connection import pool_for, redact
 
 if TYPE_CHECKING:
-    from .leader import LeaderThread
+    from .leader.thread import LeaderThread
 
 __all__ = ["HandOver", "dedicated_connection", "install"]
 

@@ -34,9 +34,9 @@ from dramatiq.logging import get_logger
 
 from .errors import CronConfigurationError, CronScheduleError
 from .middleware import CronMiddleware
-from .planner import due_decisions, jitter_ms, message_for
-from .runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id
-from .schedule import BoundSchedule, Schedule
+from .schedules.planner import due_decisions, jitter_ms, message_for
+from .schedules.schedule import BoundSchedule, Schedule
+from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id
 
 __all__ = ["CronSimulator", "Instant", "SimulatedRuntime", "cron_middleware_of", "ticks_between"]
 

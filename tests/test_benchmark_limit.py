@@ -6,7 +6,7 @@ asserted."""
 from __future__ import annotations
 
 from benchmarks.limit import QUEUE, bare_hset, bare_reads, bare_work, round_trip_us
-from dramatiq_cron_middleware.keys import Keys
+from dramatiq_cron_middleware.store.keys import Keys
 from tests.support.redis_server import RedisServer
 
 

@@ -15,7 +15,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import MiddlewareError
 
 from dramatiq_cron_middleware import CronConfigurationError, CronMiddleware
-from dramatiq_cron_middleware.connection import redact
+from dramatiq_cron_middleware.store.connection import redact
 from tests.support.inprocess import in_process_app
 from tests.support.instances import ROOT, stop_group, wait_for
 from tests.support.redis_server import RedisServer

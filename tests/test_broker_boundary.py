@@ -23,7 +23,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dramatiq_cron_middleware.enqueue import Boundary
+from dramatiq_cron_middleware.store.boundary import Boundary
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import wait_for
 from tests.support.proxy import Proxy

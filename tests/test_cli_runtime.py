@@ -13,9 +13,9 @@ import json
 
 import redis
 
-from dramatiq_cron_middleware.control import Control
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
+from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.redis_server import RedisServer, free_port
 from tests.test_cli import APP, cli, cli_json
 

@@ -3,7 +3,7 @@ in-process, with injected monotonic and wall clocks."""
 
 from __future__ import annotations
 
-from dramatiq_cron_middleware.clock import ServerClock, StepKind
+from dramatiq_cron_middleware.store.clock import ServerClock, StepKind
 
 T0 = 1_800_000_000_000  # server ms at monotonic 0
 

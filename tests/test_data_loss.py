@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dramatiq_cron_middleware.server import DataLoss, ServerIdentity, classify_loss
+from dramatiq_cron_middleware.store.server_identity import DataLoss, ServerIdentity, classify_loss
 from tests.support.inprocess import in_process_app
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer

@@ -13,8 +13,8 @@ from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware.enqueue import Boundary, BrokerBoundary, boundary_for
-from dramatiq_cron_middleware.keys import Keys
+from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary, boundary_for
+from dramatiq_cron_middleware.store.keys import Keys
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 

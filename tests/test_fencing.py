@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.connection import scheduler_clients
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.lease import Acquired, Held, Lease
-from dramatiq_cron_middleware.ledger import Claim, Ledger, NotLeader
-from dramatiq_cron_middleware.protocol import ClaimResult, whole_actor
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.codes import ClaimResult, whole_actor
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Acquired, Held, Lease
+from dramatiq_cron_middleware.store.ledger import Claim, Ledger, NotLeader
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 

@@ -142,10 +142,10 @@ def test_an_idle_leader_applies_an_add_and_a_remove_within_a_second(
 def test_an_idle_follower_costs_about_two_commands_per_lease(redis_server: RedisServer) -> None:
     """A follower blocks on Redis until the lease would expire or is
     released; it does not poll faster than the lease."""
-    from dramatiq_cron_middleware.clock import ServerClock
-    from dramatiq_cron_middleware.connection import scheduler_clients
-    from dramatiq_cron_middleware.keys import Keys
-    from dramatiq_cron_middleware.lease import Lease
+    from dramatiq_cron_middleware.store.clock import ServerClock
+    from dramatiq_cron_middleware.store.connection import scheduler_clients
+    from dramatiq_cron_middleware.store.keys import Keys
+    from dramatiq_cron_middleware.store.lease import Lease
 
     broker, middleware = new_year_app(redis_server.url, lock_ttl=1500)
 
@@ -219,7 +219,7 @@ def test_a_jittered_schedule_still_enqueues_each_tick_once_with_a_bounded_delay(
     [0, 800] ms that is the same function of the tick everywhere, and the
     message still names the scheduled tick."""
     from dramatiq_cron_middleware import Schedule
-    from dramatiq_cron_middleware.planner import jitter_ms
+    from dramatiq_cron_middleware.schedules.planner import jitter_ms
 
     broker = StubBroker()
     middleware = CronMiddleware(redis=redis_server.url, lock_ttl=1500)

@@ -9,7 +9,7 @@ import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
-from dramatiq_cron_middleware.planner import message_for
+from dramatiq_cron_middleware.schedules.planner import message_for
 
 
 def declared(cron: object) -> CronMiddleware:

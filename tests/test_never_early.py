@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.connection import scheduler_clients
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.lease import Acquired, Lease
-from dramatiq_cron_middleware.ledger import Claim, Ledger
-from dramatiq_cron_middleware.protocol import ClaimResult, SyncCode
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.codes import ClaimResult, SyncCode
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from tests.support.inprocess import in_process_app
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer

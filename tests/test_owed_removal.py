@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import redis
 
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 

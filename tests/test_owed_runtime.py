@@ -14,12 +14,12 @@ import pytest
 from dramatiq import Message
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware.enqueue import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.errors import CronUnavailableError
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.owed import Owed, OwedQueue
-from dramatiq_cron_middleware.planner import message_for
-from dramatiq_cron_middleware.schedule import BoundSchedule, Schedule, schedules_for_actor
+from dramatiq_cron_middleware.leader.owed import Owed, OwedQueue
+from dramatiq_cron_middleware.schedules.planner import message_for
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, Schedule, schedules_for_actor
+from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
+from dramatiq_cron_middleware.store.keys import Keys
 
 NOW = 1_800_000_000_000
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.prefetch import read_ahead
-from dramatiq_cron_middleware.schedule import schedules_for_actor
+from dramatiq_cron_middleware.schedules.schedule import schedules_for_actor
+from dramatiq_cron_middleware.store.read_ahead import read_ahead
 
 
 def readers() -> list[threading.Thread]:

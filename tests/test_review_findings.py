@@ -15,15 +15,15 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.errors import ConnectionClosed
 
 from dramatiq_cron_middleware import CronMiddleware
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.errors import CronConfigurationError
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.lease import Acquired, Lease
-from dramatiq_cron_middleware.ledger import Claim, Ledger
-from dramatiq_cron_middleware.planner import due_decisions
-from dramatiq_cron_middleware.protocol import ClaimResult
-from dramatiq_cron_middleware.schedule import Schedule, schedules_for_actor
+from dramatiq_cron_middleware.schedules.planner import due_decisions
+from dramatiq_cron_middleware.schedules.schedule import Schedule, schedules_for_actor
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.codes import ClaimResult
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from tests.support.instances import wait_for
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer

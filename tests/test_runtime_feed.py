@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.connection import scheduler_clients
-from dramatiq_cron_middleware.lease import Acquired, Lease
-from dramatiq_cron_middleware.ledger import Ledger, SyncEntry
-from dramatiq_cron_middleware.reports import OnceReports
-from dramatiq_cron_middleware.runtime_feed import RUNTIME_POLL, RuntimeFeed
-from dramatiq_cron_middleware.tick_queue import TickQueue
+from dramatiq_cron_middleware.leader.reports import OnceReports
+from dramatiq_cron_middleware.leader.runtime_feed import RUNTIME_POLL, RuntimeFeed
+from dramatiq_cron_middleware.leader.tick_queue import TickQueue
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.ledger import Ledger, SyncEntry
 from tests.support.redis_server import RedisServer
 from tests.test_runtime_store import make_app
 

@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.instances import History, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 from tests.test_cli import APP, cli_json

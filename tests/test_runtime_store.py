@@ -28,8 +28,8 @@ from dramatiq_cron_middleware import (
     CronUnavailableError,
     Schedule,
 )
-from dramatiq_cron_middleware.runtime import MAX_DEFINITION_BYTES, RuntimeSchedule, RuntimeSchedules, _bind_fully
-from dramatiq_cron_middleware.schedule import NEVER, BoundSchedule
+from dramatiq_cron_middleware.schedules.schedule import NEVER, BoundSchedule
+from dramatiq_cron_middleware.store.runtime import MAX_DEFINITION_BYTES, RuntimeSchedule, RuntimeSchedules, _bind_fully
 from tests.support.redis_server import RedisServer, free_port
 
 P = "{dramatiq-cron}"

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dramatiq_cron_middleware.schedule import BoundSchedule, schedules_for_actor
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, schedules_for_actor
 
 # fmt: off
 CASES = [

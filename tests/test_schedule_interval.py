@@ -16,8 +16,8 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
-from dramatiq_cron_middleware.planner import message_for
-from dramatiq_cron_middleware.schedule import NEVER, BoundSchedule
+from dramatiq_cron_middleware.schedules.planner import message_for
+from dramatiq_cron_middleware.schedules.schedule import NEVER, BoundSchedule
 from dramatiq_cron_middleware.testing import CronSimulator, cron_middleware_of
 
 UTC = dt.timezone.utc

@@ -10,8 +10,8 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import AgeLimit
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.planner import jitter_ms, message_for
-from dramatiq_cron_middleware.schedule import BoundSchedule, schedules_for_actor
+from dramatiq_cron_middleware.schedules.planner import jitter_ms, message_for
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, schedules_for_actor
 
 TICK = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -18,7 +18,7 @@ from cronsim import CronSim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dramatiq_cron_middleware.schedule import BoundSchedule, schedules_for_actor
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, schedules_for_actor
 
 ZONES = [
     "UTC",

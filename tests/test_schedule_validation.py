@@ -16,7 +16,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import MiddlewareError
 
 from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
-from dramatiq_cron_middleware.planner import message_for
+from dramatiq_cron_middleware.schedules.planner import message_for
 
 
 def declare(cron: Any, *, name: str = "nightly_report", **middleware: Any) -> CronMiddleware:

@@ -10,7 +10,7 @@ import pytest
 from redis.sentinel import Sentinel
 
 from dramatiq_cron_middleware import CronConfigurationError
-from dramatiq_cron_middleware.connection import describe, scheduler_clients
+from dramatiq_cron_middleware.store.connection import describe, scheduler_clients
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import SentinelGroup
 

@@ -23,7 +23,7 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware.enqueue import Boundary
+from dramatiq_cron_middleware.store.boundary import Boundary
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import wait_for
 from tests.support.proxy import Proxy

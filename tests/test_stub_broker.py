@@ -20,8 +20,8 @@ from dramatiq import Worker
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
-from dramatiq_cron_middleware.connection import ENV_URL
 from dramatiq_cron_middleware.errors import CronConfigurationError
+from dramatiq_cron_middleware.store.connection import ENV_URL
 from dramatiq_cron_middleware.testing import CronSimulator
 from tests.support.instances import ROOT, stop_group, wait_for
 

@@ -13,14 +13,14 @@ import pytest
 import redis
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.connection import scheduler_clients
 from dramatiq_cron_middleware.errors import CronScheduleError
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.lease import Acquired, Lease
-from dramatiq_cron_middleware.ledger import SYNC_CHUNK, SYNC_WINDOW, BadRequest, Ledger, NotLeader, SyncEntry
-from dramatiq_cron_middleware.protocol import SyncCode, parse_ledger_value
-from dramatiq_cron_middleware.schedule import bind_schedule
+from dramatiq_cron_middleware.schedules.schedule import bind_schedule
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.codes import SyncCode, parse_ledger_value
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.ledger import SYNC_CHUNK, SYNC_WINDOW, BadRequest, Ledger, NotLeader, SyncEntry
 from tests.support.redis_server import RedisServer
 from tests.support.redis_topologies import ClusterGroup
 

@@ -10,13 +10,13 @@ import time
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware.enqueue import Boundary, BrokerBoundary
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.owed import Owed, OwedQueue
-from dramatiq_cron_middleware.planner import ON_TIME_MS, message_for, plan
-from dramatiq_cron_middleware.protocol import ClaimResult, Outcome
-from dramatiq_cron_middleware.schedule import BoundSchedule, Schedule, schedules_for_actor
-from dramatiq_cron_middleware.tick_queue import TickQueue
+from dramatiq_cron_middleware.leader.owed import Owed, OwedQueue
+from dramatiq_cron_middleware.leader.tick_queue import TickQueue
+from dramatiq_cron_middleware.schedules.planner import ON_TIME_MS, message_for, plan
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, Schedule, schedules_for_actor
+from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
+from dramatiq_cron_middleware.store.codes import ClaimResult, Outcome
+from dramatiq_cron_middleware.store.keys import Keys
 
 NOW = 1_800_000_000_000  # a whole minute
 

@@ -10,9 +10,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dramatiq_cron_middleware.protocol import ClaimResult
-from dramatiq_cron_middleware.schedule import BoundSchedule, Schedule, schedules_for_actor
-from dramatiq_cron_middleware.tick_queue import Planned, TickQueue
+from dramatiq_cron_middleware.leader.tick_queue import Planned, TickQueue
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, Schedule, schedules_for_actor
+from dramatiq_cron_middleware.store.codes import ClaimResult
 
 NOW = 1_800_000_000_000  # a whole minute
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dramatiq_cron_middleware import CronMiddleware
-from dramatiq_cron_middleware.timing import Timing
+from dramatiq_cron_middleware.store.timing import Timing
 
 
 @pytest.mark.parametrize("lease_ms", [300, 2000, 15_000, 60_000])

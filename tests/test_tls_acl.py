@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from dramatiq_cron_middleware.connection import scheduler_clients
+from dramatiq_cron_middleware.store.connection import scheduler_clients
 from tests.support.components import require_binary, require_redis_feature
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import TlsRedis

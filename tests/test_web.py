@@ -246,7 +246,7 @@ def test_pages_of_schedules_follow_each_other_without_gaps_or_repeats(redis_serv
 
 
 def test_runtime_schedules_are_added_edited_and_removed_with_the_apis_own_errors(app: App) -> None:
-    pytest.importorskip("dramatiq_cron_middleware.runtime")
+    pytest.importorskip("dramatiq_cron_middleware.store.runtime")
     from dramatiq_cron_middleware.errors import CronScheduleError
 
     browser = app.dashboard()
@@ -317,7 +317,7 @@ def test_pages_run_from_declared_into_runtime_schedules_and_search_both(redis_se
     """Given 60 declared and 70 runtime schedules, When a visitor follows
     the next links 20 rows at a time, Then every schedule shows once, the
     declared ones first, and a search finds names of both kinds."""
-    pytest.importorskip("dramatiq_cron_middleware.runtime")
+    pytest.importorskip("dramatiq_cron_middleware.store.runtime")
     made = _app(redis_server, actors=58)  # + every_second and the <script> one
     made.middleware.runtime.add_many((f"bulk_{i % 3:04d}", "0 4 * * *", f"r{i:03d}") for i in range(70))
     browser = made.dashboard()
@@ -349,7 +349,7 @@ def test_an_unreachable_redis_is_shown_not_raised(redis_server: RedisServer) -> 
 
 
 def test_editing_a_runtime_schedule_keeps_the_options_the_form_does_not_show(app: App) -> None:
-    pytest.importorskip("dramatiq_cron_middleware.runtime")
+    pytest.importorskip("dramatiq_cron_middleware.store.runtime")
     app.middleware.runtime.add(
         "every_second", Schedule("0 5 * * *", jitter=500, overlap="skip", max_age=60_000), name="kept"
     )
@@ -391,7 +391,7 @@ def test_an_h_field_is_described_by_the_minute_the_schedule_really_fires_at() ->
 
 
 def test_the_chart_draws_one_mark_per_entry_coloured_by_outcome() -> None:
-    from dramatiq_cron_middleware.control import HistoryEntry
+    from dramatiq_cron_middleware.ops.control import HistoryEntry
     from dramatiq_cron_middleware.web.chart import lag_chart
 
     entries = [

@@ -33,13 +33,13 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from ..clock import ServerClock
-from ..enqueue import Payload
-from ..keys import Keys
-from ..lease import Acquired, Held, Renewed
-from ..ledger import Claim, ClaimReply, SyncEntry, SyncReply
-from ..protocol import ClaimResult
-from ..schedule import BoundSchedule
+from ..schedules.schedule import BoundSchedule
+from .boundary import Payload
+from .clock import ServerClock
+from .codes import ClaimResult
+from .keys import Keys
+from .lease import Acquired, Held, Renewed
+from .ledger import Claim, ClaimReply, SyncEntry, SyncReply
 
 __all__ = ["LeaseStore", "LedgerStore", "RuntimeReads", "Settled", "Store"]
 

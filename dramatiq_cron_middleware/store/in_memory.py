@@ -24,11 +24,14 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..clock import ServerClock
-from ..enqueue import Payload
-from ..keys import Keys
-from ..lease import Acquired, Held, Renewed
-from ..ledger import (
+from ..schedules.schedule import BoundSchedule
+from .abc import Settled
+from .boundary import Payload
+from .clock import ServerClock
+from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
+from .keys import Keys
+from .lease import Acquired, Held, Renewed
+from .ledger import (
     BATCH_RECORD_MS,
     FUTURE_TOLERANCE_MS,
     BadRequest,
@@ -38,9 +41,6 @@ from ..ledger import (
     SyncEntry,
     SyncReply,
 )
-from ..protocol import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
-from ..schedule import BoundSchedule
-from .abc import Settled
 
 if TYPE_CHECKING:
     from .abc import Store

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..clock import ServerClock
-from ..enqueue import Payload
-from ..keys import Keys
-from ..lease import Lease
-from ..ledger import Claim, ClaimReply, Ledger, SyncEntry, SyncReply
-from ..runtime import RuntimeSchedules
 from .abc import Settled
+from .boundary import Payload
+from .clock import ServerClock
+from .keys import Keys
+from .lease import Lease
+from .ledger import Claim, ClaimReply, Ledger, SyncEntry, SyncReply
+from .runtime import RuntimeSchedules
 
 if TYPE_CHECKING:
     from .abc import Store

@@ -20,11 +20,11 @@ import dramatiq
 import redis
 from dramatiq.logging import get_logger
 
-from ..connection import describe as describe_client
-from ..connection import redact, scheduler_clients
-from ..control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
 from ..middleware import CronMiddleware
-from ..schedule import BoundSchedule
+from ..ops.control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
+from ..schedules.schedule import BoundSchedule
+from ..store.connection import describe as describe_client
+from ..store.connection import redact, scheduler_clients
 from . import forms, pages
 from .chart import OUTCOME_COLOURS
 from .format import iso, span, when

@@ -12,8 +12,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from ..control import HistoryEntry
-from ..protocol import Outcome
+from ..ops.control import HistoryEntry
+from ..store.codes import Outcome
 from .format import span, when
 
 __all__ = ["lag_chart", "OUTCOME_COLOURS"]

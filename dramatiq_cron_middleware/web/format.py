@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..control import human_span
+from ..ops.control import human_span
 
 __all__ = ["iso", "span", "when"]
 

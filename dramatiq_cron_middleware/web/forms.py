@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import CronConfigurationError, CronScheduleError
 from ..middleware import CronMiddleware
-from ..schedule import BoundSchedule, Schedule
+from ..schedules.schedule import BoundSchedule, Schedule
 
 __all__ = ["RuntimeForm", "runtime_of", "save"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from ..control import (
+from ..ops.control import (
     Candidate,
     Control,
     HistoryEntry,
@@ -27,7 +27,7 @@ from ..control import (
     find_runtime,
     paused_by,
 )
-from ..schedule import NEVER, BoundSchedule
+from ..schedules.schedule import NEVER, BoundSchedule
 from .chart import lag_chart, lag_ms
 from .describe import describe
 from .format import span

@@ -26,7 +26,7 @@ import redis
 from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_cron_middleware.keys import Keys
+from dramatiq_cron_middleware.store.keys import Keys
 from tests.support.faketime import ClockShim, WallClockShim
 from tests.support.instances import History, Instance, Outage, Verdict, now_ms, wait_for
 from tests.support.lifecycle import Lifecycle

@@ -25,7 +25,7 @@ from pathlib import Path
 import redis
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
+from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.instances import Instance, Outage, now_ms, wait_for
 
 from .cluster import PROFILE, Cluster, Fault, pause

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.connection import scheduler_clients
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Acquired, Lease
 from tests.support.instances import wait_for
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer

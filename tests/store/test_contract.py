@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.lease import Acquired, Held
-from dramatiq_cron_middleware.ledger import Claim, NotLeader, SyncEntry
-from dramatiq_cron_middleware.protocol import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
 from dramatiq_cron_middleware.store.abc import Store
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.lease import Acquired, Held
+from dramatiq_cron_middleware.store.ledger import Claim, NotLeader, SyncEntry
 from tests.support.redis_server import RedisServer
 from tests.support.stores import MemoryHarness, RedisHarness, StoreHarness
 

@@ -4,11 +4,11 @@ and a fake clock: in-process, no thread, no Redis."""
 from __future__ import annotations
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.lease import Acquired
-from dramatiq_cron_middleware.ledger import SyncEntry
-from dramatiq_cron_middleware.protocol import ClaimResult
-from dramatiq_cron_middleware.schedule import bind_schedule
-from dramatiq_cron_middleware.tick_queue import TickQueue
+from dramatiq_cron_middleware.leader.tick_queue import TickQueue
+from dramatiq_cron_middleware.schedules.schedule import bind_schedule
+from dramatiq_cron_middleware.store.codes import ClaimResult
+from dramatiq_cron_middleware.store.lease import Acquired
+from dramatiq_cron_middleware.store.ledger import SyncEntry
 from tests.support.stores import MemoryHarness
 
 

@@ -20,7 +20,7 @@ from dramatiq import Middleware
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware
-from dramatiq_cron_middleware.keys import Keys
+from dramatiq_cron_middleware.store.keys import Keys
 
 __all__ = ["InProcessApp", "in_process_app"]
 

@@ -18,16 +18,16 @@ from typing import Any
 import redis
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.clock import ServerClock
-from dramatiq_cron_middleware.connection import scheduler_clients
-from dramatiq_cron_middleware.keys import Keys
-from dramatiq_cron_middleware.lease import Lease
-from dramatiq_cron_middleware.ledger import Claim, Ledger
-from dramatiq_cron_middleware.runtime import ActorInfo, RuntimeSchedules
-from dramatiq_cron_middleware.schedule import BoundSchedule, bind_schedule
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_schedule
 from dramatiq_cron_middleware.store.abc import Store
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Lease
+from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from dramatiq_cron_middleware.store.redis_store import RedisStore
+from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.redis_server import RedisServer
 
 __all__ = ["FakeTime", "MemoryHarness", "RedisHarness", "StoreHarness", "runtime_schedule"]

@@ -21,11 +21,11 @@ from typing import Any
 
 from dramatiq import Message
 
-from .enqueue import Payload
-from .ledger import Claim
-from .planner import ON_TIME_MS, Decision, message_for, plan
-from .protocol import ClaimResult
-from .schedule import BoundSchedule
+from ..schedules.planner import ON_TIME_MS, Decision, message_for, plan
+from ..schedules.schedule import BoundSchedule
+from ..store.boundary import Payload
+from ..store.codes import ClaimResult
+from ..store.ledger import Claim
 
 __all__ = ["Planned", "TickQueue"]
 

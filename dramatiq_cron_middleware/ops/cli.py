@@ -30,7 +30,12 @@ from typing import Any, NoReturn
 import dramatiq
 import redis
 
-from .connection import describe, redact, scheduler_clients
+from ..errors import CronConfigurationError, CronError, CronScheduleError
+from ..middleware import CronMiddleware
+from ..schedules.schedule import NEVER, BoundSchedule, Schedule
+from ..store.codes import Outcome
+from ..store.connection import describe, redact, scheduler_clients
+from ..store.runtime import RuntimeSchedule, RuntimeSchedules
 from .control import (
     AmbiguousTarget,
     Control,
@@ -42,11 +47,6 @@ from .control import (
     paused_by,
     resolve_target,
 )
-from .errors import CronConfigurationError, CronError, CronScheduleError
-from .middleware import CronMiddleware
-from .protocol import Outcome
-from .runtime import RuntimeSchedule, RuntimeSchedules
-from .schedule import NEVER, BoundSchedule, Schedule
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
 
@@ -462,9 +462,9 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
 
 
 def _web(app: _App, args: argparse.Namespace) -> int:
-    from .web import CronDashboard
-    from .web.security import LOOPBACK_HOSTS
-    from .web.server import Unsafe, is_loopback, parse_bind, start
+    from ..web import CronDashboard
+    from ..web.security import LOOPBACK_HOSTS
+    from ..web.server import Unsafe, is_loopback, parse_bind, start
 
     try:
         host, port = parse_bind(args.bind)

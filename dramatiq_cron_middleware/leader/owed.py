@@ -25,10 +25,10 @@ from typing import Any
 
 from dramatiq import Message
 
-from .connection import redact
-from .enqueue import BrokerBoundary
-from .planner import jitter_ms
-from .schedule import BoundSchedule
+from ..schedules.planner import jitter_ms
+from ..schedules.schedule import BoundSchedule
+from ..store.boundary import BrokerBoundary
+from ..store.connection import redact
 
 __all__ = ["Owed", "OwedQueue"]
 

@@ -21,7 +21,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection
 
-from .errors import CronConfigurationError
+from ..errors import CronConfigurationError
 
 __all__ = [
     "CLUSTER_SCHEME",

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from .clock import ServerClock
-from .ledger import Ledger, SyncEntry
+from ..schedules.schedule import BoundSchedule
+from ..store.clock import ServerClock
+from ..store.ledger import Ledger, SyncEntry
+from ..store.runtime import RuntimeSchedules
 from .reports import OnceReports
-from .runtime import RuntimeSchedules
-from .schedule import BoundSchedule
 from .tick_queue import TickQueue
 
 __all__ = ["RUNTIME_POLL", "RuntimeFeed"]

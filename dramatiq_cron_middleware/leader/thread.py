@@ -28,25 +28,25 @@ from typing import Any
 
 import redis
 
+from ..schedules.planner import jitter_ms
+from ..schedules.schedule import BoundSchedule
+from ..shutdown import HandOver
+from ..stop_request import StopRequest
+from ..store.boundary import Boundary, BrokerBoundary, Payload
+from ..store.clock import ClockStep, ServerClock
+from ..store.codes import ClaimResult, Corrupt, Outcome, SyncCode
+from ..store.collector import collector_paused
+from ..store.connection import redact, refusal
+from ..store.lease import Acquired, Held, Lease
+from ..store.ledger import BadRequest, Ledger, NotLeader, SyncEntry
+from ..store.runtime import RuntimeSchedules
+from ..store.server_identity import DataLoss, ServerIdentity, classify_loss
+from ..store.timing import Timing
 from .candidates import ScheduleSets
-from .clock import ClockStep, ServerClock
-from .connection import redact, refusal
-from .enqueue import Boundary, BrokerBoundary, Payload
-from .lease import Acquired, Held, Lease
-from .ledger import BadRequest, Ledger, NotLeader, SyncEntry
-from .memory import collector_paused
 from .owed import Owed, OwedQueue, names_of
-from .planner import jitter_ms
-from .protocol import ClaimResult, Corrupt, Outcome, SyncCode
 from .reports import OnceReports
-from .runtime import RuntimeSchedules
 from .runtime_feed import RUNTIME_POLL, RuntimeFeed
-from .schedule import BoundSchedule
-from .server import DataLoss, ServerIdentity, classify_loss
-from .shutdown import HandOver
-from .stop_request import StopRequest
 from .tick_queue import Planned, TickQueue
-from .timing import Timing
 
 __all__ = ["BATCH_LIMIT", "RUNTIME_POLL", "LeaderObserver", "LeaderThread"]
 

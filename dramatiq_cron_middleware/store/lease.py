@@ -19,9 +19,9 @@ from typing import Any
 import redis
 
 from .clock import ServerClock
+from .codes import Corrupt, load_script
 from .connection import pool_for
 from .keys import Keys
-from .protocol import Corrupt, load_script
 
 __all__ = ["Acquired", "Held", "Lease", "Renewed"]
 

@@ -4,7 +4,7 @@ A runtime schedule is added, replaced and removed while the app runs (from
 a worker, a web view, a script or the ``dramatiq-cron`` command) instead of
 being declared with the ``cron`` actor option.  Its definition is JSON
 under the scheduler's prefix, never pickle, validated at the call by the
-same rules as ``cron=`` (:func:`~dramatiq_cron_middleware.schedule.bind_schedule`).
+same rules as ``cron=`` (:func:`~dramatiq_cron_middleware.schedules.schedule.bind_schedule`).
 
 Keys (all under the ``{prefix}`` hash tag, see keys.py and docs/design.md):
 
@@ -44,14 +44,9 @@ from typing import Any
 import redis
 from dramatiq.logging import get_logger
 
-from .connection import describe, redact
-from .errors import CronConfigurationError, CronScheduleError, CronUnavailableError
-from .keys import Keys
-from .memory import collector_paused
-from .prefetch import read_ahead
-from .protocol import Outcome
-from .schedule import _UTC as UTC_ZONE
-from .schedule import (
+from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError
+from ..schedules.schedule import _UTC as UTC_ZONE
+from ..schedules.schedule import (
     DEFAULT_TIME_LIMIT,
     NEVER,
     BoundSchedule,
@@ -62,6 +57,11 @@ from .schedule import (
     interval_label,
     parse_timezone,
 )
+from .codes import Outcome
+from .collector import collector_paused
+from .connection import describe, redact
+from .keys import Keys
+from .read_ahead import read_ahead
 
 _decode: Callable[[str], Any]
 try:  # a third of the stdlib decoder's time per definition (a takeover decodes 100,000)
@@ -378,7 +378,7 @@ class RuntimeSchedules:
     Parameters:
       client(redis.Redis): A client with short timeouts and
         ``decode_responses=True`` (see
-        :func:`~dramatiq_cron_middleware.connection.scheduler_clients`).
+        :func:`~dramatiq_cron_middleware.store.connection.scheduler_clients`).
       keys(Keys): The scheduler's key names.
       resolve_actor(callable): Given an actor or an actor name, returns its
         :class:`ActorInfo`, or raises :class:`CronScheduleError` when the

@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from .lease import Lease
-from .ledger import Ledger, SyncEntry
+from ..schedules.schedule import BoundSchedule
+from ..store.lease import Lease
+from ..store.ledger import Ledger, SyncEntry
 from .owed import names_of
-from .schedule import BoundSchedule
 
 __all__ = ["ScheduleSets"]
 

@@ -20,12 +20,12 @@ from typing import Any, NamedTuple
 import redis
 from redis.cluster import RedisCluster
 
+from ..schedules.schedule import BoundSchedule
+from .boundary import Payload
 from .clock import ServerClock
-from .enqueue import Payload
+from .codes import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value, whole_actor
 from .keys import Keys
-from .prefetch import read_ahead
-from .protocol import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value, whole_actor
-from .schedule import BoundSchedule
+from .read_ahead import read_ahead
 
 __all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "SyncEntry", "SyncReply"]
 

@@ -19,12 +19,12 @@ import redis
 from dramatiq import Broker
 from dramatiq.brokers.stub import StubBroker
 
-from .connection import redact
-from .errors import CronScheduleError
-from .keys import Keys
-from .planner import message_for
-from .protocol import ClaimResult, Outcome, parse_ledger_value, whole_actor
-from .schedule import BoundSchedule
+from ..errors import CronScheduleError
+from ..schedules.planner import message_for
+from ..schedules.schedule import BoundSchedule
+from ..store.codes import ClaimResult, Outcome, parse_ledger_value, whole_actor
+from ..store.connection import redact
+from ..store.keys import Keys
 
 __all__ = [
     "AmbiguousTarget",
@@ -138,7 +138,7 @@ class Control:
 
     Parameters:
       client: A client with short timeouts and ``decode_responses=True``
-        (see :func:`~dramatiq_cron_middleware.connection.scheduler_clients`).
+        (see :func:`~dramatiq_cron_middleware.store.connection.scheduler_clients`).
       keys: The scheduler's key names.
       history_length: Approximate cap of the history stream, honoured when
         a manual trigger is appended.
@@ -346,7 +346,7 @@ class Control:
 
 class RuntimeCatalogue(Protocol):
     """What operator tools need of the runtime schedules: the part of
-    :class:`~dramatiq_cron_middleware.runtime.RuntimeSchedules` they call."""
+    :class:`~dramatiq_cron_middleware.store.runtime.RuntimeSchedules` they call."""
 
     def list(
         self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100

@@ -44,7 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter.croniter import CroniterError
 
-from .errors import CronScheduleError
+from ..errors import CronScheduleError
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",

@@ -35,8 +35,8 @@ import dramatiq
 import redis
 from dramatiq import Broker, Message
 
+from .codes import load_script
 from .keys import Keys
-from .protocol import load_script
 
 __all__ = ["Boundary", "BrokerBoundary", "Payload", "boundary_for", "enqueue_many"]
 
