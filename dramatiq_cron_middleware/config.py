@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -26,17 +26,21 @@ DEFAULT_CATCH_UP_WINDOW = 300_000
 class CronConfig:
     """The middleware's arguments, checked once when it is built: a bad one
     raises :class:`CronConfigurationError` naming the argument and the
-    value.  See :class:`CronMiddleware` for what each one means."""
+    value.  See :class:`CronMiddleware` for what each one means and its
+    default."""
 
-    redis: Any = None
-    lock_ttl: int = DEFAULT_LOCK_TTL
-    catch_up: CatchUp = "each"
-    catch_up_window: int = DEFAULT_CATCH_UP_WINDOW
-    timezone: str = "UTC"
-    prefix: str = "dramatiq-cron"
-    history_length: int = 10_000
-    fast_takeover: int | None = None
-    app_version: str | None = None
+    redis: Any
+    lock_ttl: int
+    catch_up: CatchUp
+    catch_up_window: int
+    timezone: str
+    prefix: str
+    history_length: int
+    fast_takeover: int | None
+    app_version: str | None
+    #: ``app_version``, else ``DRAMATIQ_CRON_APP_VERSION`` (cut to 100
+    #: characters) as it is when the middleware is built, else empty.
+    version: str = field(init=False)
 
     def __post_init__(self) -> None:
         _require("lock_ttl", _is_int(self.lock_ttl, 300), "an int of at least 300 ms", self.lock_ttl)
@@ -52,6 +56,8 @@ class CronConfig:
         version = self.app_version
         well_formed = version is None or (isinstance(version, str) and "|" not in version and len(version) <= 100)
         _require("app_version", well_formed, "a string of at most 100 characters without '|'", version)
+        resolved = version if version is not None else os.environ.get(ENV_VERSION, "")[:100]
+        object.__setattr__(self, "version", resolved)  # a derived field of a frozen value
 
     @cached_property
     def keys(self) -> Keys:
@@ -62,12 +68,6 @@ class CronConfig:
     def timing(self) -> Timing:
         """Every duration, derived once from ``lock_ttl``."""
         return Timing.for_lease(self.lock_ttl)
-
-    @cached_property
-    def version(self) -> str:
-        """``app_version``, else ``DRAMATIQ_CRON_APP_VERSION`` (cut to 100
-        characters), else empty."""
-        return self.app_version if self.app_version is not None else os.environ.get(ENV_VERSION, "")[:100]
 
 
 def _is_int(value: object, minimum: int) -> bool:

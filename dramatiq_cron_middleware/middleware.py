@@ -128,6 +128,11 @@ class CronMiddleware(Middleware):
         self._marks: RunningMarks | None = None
         self._built: tuple[Redis, Redis] | None = None
         self._hand_over_installed = False
+        self._broker: Broker | None = None  # runtime schedules check actors against it
+        self._runtime: RuntimeSchedules | None = None
+        # Not the start lock: a web request asking for the runtime schedules
+        # need not wait for a leader thread starting.
+        self._runtime_lock = threading.Lock()
 
     # -- the configuration, read-only -----------------------------------------
 
@@ -433,14 +438,7 @@ class CronMiddleware(Middleware):
             f"set {ENV_URL}, or use a RedisBroker (the broker is {type(broker).__name__})."
         )
 
-    # -- runtime schedules (runtime.py) -----------------------------------------
-
-    _runtime: RuntimeSchedules | None = None
-    _broker: Broker | None = None
-    # Not the start lock: start() may hand the runtime schedules to the
-    # leader while it holds that one.  Shared by all instances; building
-    # the store takes microseconds.
-    _runtime_lock = threading.Lock()
+    # -- runtime schedules (store/runtime.py) ---------------------------------
 
     def after_declare_actor(self, broker: Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         """Remember the broker, which runtime schedules check actors against

@@ -45,9 +45,11 @@ def test_the_configuration_is_one_frozen_value_read_through_the_middleware() -> 
         middleware.lock_ttl = 1  # type: ignore[misc]
 
 
-def test_the_app_version_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_app_version_defaults_to_the_environment_read_when_built(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DRAMATIQ_CRON_APP_VERSION", "v" * 120)
-    assert CronMiddleware().config.version == "v" * 100
+    middleware = CronMiddleware()
+    monkeypatch.setenv("DRAMATIQ_CRON_APP_VERSION", "later")
+    assert middleware.config.version == "v" * 100
     assert CronMiddleware(app_version="given").config.version == "given"
 
 
