@@ -9,7 +9,7 @@ once per tick.
 
 from .dedup import CronDeduplication
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
-from .middleware import CronMiddleware
+from .middleware import CronMiddleware, find_middleware
 from .schedules.schedule import Schedule
 from .store.runtime import RuntimeSchedule
 
@@ -23,6 +23,7 @@ __all__ = [
     "RuntimeSchedule",
     "Schedule",
     "__version__",
+    "find_middleware",
 ]
 
 __version__ = "0.1.0"

@@ -26,7 +26,7 @@ from dramatiq.logging import get_logger
 from dramatiq.middleware import SkipMessage
 
 from .errors import CronConfigurationError
-from .middleware import CronMiddleware
+from .middleware import CronMiddleware, find_middleware
 from .store.connection import redact, scheduler_clients
 from .store.keys import Keys
 
@@ -156,14 +156,9 @@ class CronDeduplication(Middleware):
 
     def _cron_middleware(self, broker: Broker) -> CronMiddleware:
         if self._cron is None:
-            found = [m for m in broker.middleware if isinstance(m, CronMiddleware)]
-            if not found:
-                raise CronConfigurationError(
-                    "CronDeduplication needs a CronMiddleware on the same broker: "
-                    "its marks live in the CronMiddleware's Redis, under its prefix"
-                )
-            self._cron = found[0]
-            self._keys = found[0].keys
+            # Its marks live in the CronMiddleware's Redis, under its prefix.
+            self._cron = find_middleware(broker, needed_by="CronDeduplication")
+            self._keys = self._cron.keys
         return self._cron
 
     def effective_ttl(self, broker: Broker) -> int:
@@ -232,11 +227,10 @@ class CronDeduplication(Middleware):
         with self._lock:
             if self._script is None:
                 cron = self._cron_middleware(broker)
-                # The CronMiddleware's own resolution (argument, environment,
-                # RedisBroker client), so the marks sit beside its ledger.
+                # The CronMiddleware's Redis, so the marks sit beside its ledger.
                 client = _pooled(
                     scheduler_clients(
-                        cron._source(broker), op_timeout_ms=cron.timing.op_timeout_ms, block_timeout_ms=0
+                        cron.redis_source(broker), op_timeout_ms=cron.timing.op_timeout_ms, block_timeout_ms=0
                     )[0],
                     threads=self._threads,
                     timeout_ms=cron.timing.op_timeout_ms,

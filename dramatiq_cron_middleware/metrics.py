@@ -31,7 +31,7 @@ from dramatiq.logging import get_logger
 
 from .errors import CronConfigurationError
 from .leader.thread import LeaderObserver
-from .middleware import CronMiddleware
+from .middleware import find_middleware
 
 __all__ = ["CronMetrics", "ENV_DIR", "ENV_HOST", "ENV_PORT", "serve_metrics"]
 
@@ -95,9 +95,7 @@ class CronMetrics(Middleware):
     def after_process_boot(self, broker: Broker) -> None:
         """Choose the multiprocess directory, create the metrics and attach
         them to the broker's CronMiddleware."""
-        cron = next((m for m in broker.middleware if isinstance(m, CronMiddleware)), None)
-        if cron is None:
-            raise CronConfigurationError("CronMetrics: add a CronMiddleware to the broker too")
+        cron = find_middleware(broker, needed_by="CronMetrics")
         if any(type(m).__name__ == "Prometheus" for m in broker.middleware):
             from dramatiq.middleware.prometheus import DB_PATH
 
@@ -112,7 +110,7 @@ class CronMetrics(Middleware):
                 json.dump({"host": self.host, "port": self.port}, f)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.directory
         self.observer = _Observer(logger=self.logger)
-        cron.observer = self.observer
+        cron.observe_leader(self.observer)
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Drop this process's live gauges from the exposition."""

@@ -15,8 +15,10 @@ from dramatiq import Broker, Middleware, Worker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
+from redis import Redis
 from redis.cluster import RedisCluster
 
+from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
 from .leader.thread import LeaderObserver, LeaderThread
 from .overlap import RunningMarks
@@ -26,7 +28,6 @@ from .schedules.schedule import (
     CatchUp,
     Schedule,
     actor_signature,
-    parse_timezone,
     schedules_for_actor,
 )
 from .shutdown import HandOver, dedicated_connection, install
@@ -40,12 +41,7 @@ from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSched
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
 
-__all__ = ["CronMiddleware"]
-
-_DEFAULT_TTL = 15_000
-#: The environment variable read when ``CronMiddleware(app_version=...)`` is omitted.
-ENV_VERSION = "DRAMATIQ_CRON_APP_VERSION"
-_DEFAULT_WINDOW = 300_000
+__all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
 
 
 class CronMiddleware(Middleware):
@@ -101,9 +97,9 @@ class CronMiddleware(Middleware):
         self,
         *,
         redis: Any = None,
-        lock_ttl: int = _DEFAULT_TTL,
+        lock_ttl: int = DEFAULT_LOCK_TTL,
         catch_up: CatchUp = "each",
-        catch_up_window: int = _DEFAULT_WINDOW,
+        catch_up_window: int = DEFAULT_CATCH_UP_WINDOW,
         timezone: str = "UTC",
         prefix: str = "dramatiq-cron",
         history_length: int = 10_000,
@@ -111,65 +107,90 @@ class CronMiddleware(Middleware):
         app_version: str | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
-        if isinstance(lock_ttl, bool) or not isinstance(lock_ttl, int) or lock_ttl < 300:
-            raise CronConfigurationError(
-                f"CronMiddleware: lock_ttl must be an int of at least 300 ms, got {lock_ttl!r}"
-            )
-        if catch_up not in ("each", "latest", "none"):
-            raise CronConfigurationError(
-                f"CronMiddleware: catch_up must be 'each', 'latest' or 'none', got {catch_up!r}"
-            )
-        if isinstance(catch_up_window, bool) or not isinstance(catch_up_window, int) or catch_up_window < 0:
-            raise CronConfigurationError(
-                f"CronMiddleware: catch_up_window must be a non-negative int of ms, got {catch_up_window!r}"
-            )
-        parse_timezone(timezone, what="CronMiddleware(timezone=...)")
-        if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}"):
-            raise CronConfigurationError(
-                f"CronMiddleware: prefix must be a non-empty string without braces, got {prefix!r}"
-            )
-        if isinstance(history_length, bool) or not isinstance(history_length, int) or history_length < 1:
-            raise CronConfigurationError(
-                f"CronMiddleware: history_length must be a positive int, got {history_length!r}"
-            )
-        self.redis = redis
-        self.lock_ttl = lock_ttl
-        self.catch_up: CatchUp = catch_up
-        self.catch_up_window = catch_up_window
-        self.timezone = timezone
-        self.prefix = prefix
-        self.keys = Keys(prefix)
-        self.history_length = history_length
-        if fast_takeover is not None and (
-            isinstance(fast_takeover, bool) or not isinstance(fast_takeover, int) or fast_takeover < 50
-        ):
-            raise CronConfigurationError(
-                f"CronMiddleware: fast_takeover must be None or an int of at least 50 ms, got {fast_takeover!r}"
-            )
-        self.fast_takeover = fast_takeover
-        if app_version is not None and (
-            not isinstance(app_version, str) or "|" in app_version or len(app_version) > 100
-        ):
-            raise CronConfigurationError(
-                f"CronMiddleware: app_version must be a string of at most 100 characters without '|', "
-                f"got {app_version!r}"
-            )
-        self.app_version = app_version if app_version is not None else os.environ.get(ENV_VERSION, "")[:100]
+        #: The checked arguments; read them through the properties below.
+        self.config = CronConfig(
+            redis=redis,
+            lock_ttl=lock_ttl,
+            catch_up=catch_up,
+            catch_up_window=catch_up_window,
+            timezone=timezone,
+            prefix=prefix,
+            history_length=history_length,
+            fast_takeover=fast_takeover,
+            app_version=app_version,
+        )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread | None = None
-        #: Told what the leader thread does (``CronMetrics`` sets it).
-        self.observer: LeaderObserver | None = None
-        #: The attached ``testing.CronSimulator``, if any: it fires the ticks
-        #: (workers start no leader thread and need no Redis) and keeps the
-        #: runtime schedules.
-        self.simulator: Any = None
+        self._observer: LeaderObserver | None = None
+        self._simulator: Any = None
         self._off_logged = False
-        #: Every duration, derived once from ``lock_ttl``.
-        self.timing = Timing.for_lease(lock_ttl)
         self._start_lock = threading.Lock()
         self._marks: RunningMarks | None = None
-        self._built: tuple[redis.Redis, redis.Redis] | None = None
+        self._built: tuple[Redis, Redis] | None = None
         self._hand_over_installed = False
+        self._broker: Broker | None = None  # runtime schedules check actors against it
+        self._runtime: RuntimeSchedules | None = None
+        # Not the start lock: a web request asking for the runtime schedules
+        # need not wait for a leader thread starting.
+        self._runtime_lock = threading.Lock()
+
+    # -- the configuration, read-only -----------------------------------------
+
+    @property
+    def redis(self) -> Any:
+        """The ``redis=`` argument (None: found at boot, see :meth:`redis_source`)."""
+        return self.config.redis
+
+    @property
+    def lock_ttl(self) -> int:
+        """The lease length in milliseconds."""
+        return self.config.lock_ttl
+
+    @property
+    def catch_up(self) -> CatchUp:
+        """The catch-up policy of schedules that name none."""
+        return self.config.catch_up
+
+    @property
+    def catch_up_window(self) -> int:
+        """The catch-up window, in milliseconds, of schedules that name none."""
+        return self.config.catch_up_window
+
+    @property
+    def timezone(self) -> str:
+        """The time zone of schedules that name none."""
+        return self.config.timezone
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every key in Redis."""
+        return self.config.prefix
+
+    @property
+    def history_length(self) -> int:
+        """The approximate length of the history stream."""
+        return self.config.history_length
+
+    @property
+    def keys(self) -> Keys:
+        """The scheduler's keys in Redis."""
+        return self.config.keys
+
+    @property
+    def timing(self) -> Timing:
+        """Every duration, derived once from ``lock_ttl``."""
+        return self.config.timing
+
+    def attach_simulator(self, simulator: Any) -> None:
+        """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
+        keep the runtime schedules (workers then start no leader thread and
+        need no Redis), or no simulator again (None)."""
+        self._simulator = simulator
+
+    def observe_leader(self, observer: LeaderObserver | None) -> None:
+        """Tell ``observer`` what the leader thread started from now on does
+        (``CronMetrics`` uses it)."""
+        self._observer = observer
 
     @property
     def actor_options(self) -> set[str]:
@@ -217,7 +238,7 @@ class CronMiddleware(Middleware):
         self._clear_running_mark(broker, message)
 
     def _clear_running_mark(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        if self.simulator is not None or message.options.get("cron_overlap") != "skip":
+        if self._simulator is not None or message.options.get("cron_overlap") != "skip":
             return
         schedule_id = message.options.get("cron_schedule")
         if not isinstance(schedule_id, str):
@@ -228,7 +249,7 @@ class CronMiddleware(Middleware):
                     self._marks = RunningMarks(
                         keys=self.keys,
                         client_factory=lambda: scheduler_clients(
-                            self._source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
+                            self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
                         )[0],
                         logger=self.logger,
                     )
@@ -245,7 +266,7 @@ class CronMiddleware(Middleware):
         clear error when none is configured or the URL is malformed.  On a
         ``StubBroker`` with no Redis configured (an app's own tests) the
         scheduler stays off instead, saying so once."""
-        if self.simulator is not None:
+        if self._simulator is not None:
             return
         if self._stub_without_redis(broker):
             if not self._off_logged:
@@ -262,7 +283,7 @@ class CronMiddleware(Middleware):
         """Start the leader thread (once per process, however often called),
         and hand the lease over the moment the process is told to stop
         (see shutdown.py)."""
-        if self.simulator is not None or self._stub_without_redis(broker):
+        if self._simulator is not None or self._stub_without_redis(broker):
             return
         if self.start(broker) is not None and not self._hand_over_installed:
             self._hand_over_installed = True
@@ -303,14 +324,14 @@ class CronMiddleware(Middleware):
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 fingerprint=fingerprint(schedules),
-                version=self.app_version.replace("|", "/"),
-                presence_client=self._presence_client(broker) if self.fast_takeover else None,
+                version=self.config.version.replace("|", "/"),
+                presence_client=self._presence_client(broker) if self.config.fast_takeover else None,
             )
             ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
             # The signal path releases on a connection of its own, outside
             # any pool: the leader thread may be mid-command on the pooled ones.
             shutdown_client = scheduler_clients(
-                self._source(broker), op_timeout_ms=min(timing.op_timeout_ms, 500), block_timeout_ms=0
+                self.redis_source(broker), op_timeout_ms=min(timing.op_timeout_ms, 500), block_timeout_ms=0
             )[0]
             # The scheduler's client and the broker's: the same server means
             # the claim script can enqueue in the same atomic step.
@@ -326,19 +347,11 @@ class CronMiddleware(Middleware):
                 timing=timing,
                 prefix=self.prefix,
                 logger=self.logger,
-                observer=self.observer,
-                fast_takeover_ms=self.fast_takeover if lease.presence_client is not None else None,
+                observer=self._observer,
+                fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
-                runtime=RuntimeSchedules(
-                    client,
-                    self.keys,
-                    resolve_actor=lambda actor: self._runtime_actor(broker, actor),
-                    timezone=self.timezone,
-                    catch_up=self.catch_up,
-                    catch_up_window=self.catch_up_window,
-                    history_length=self.history_length,
-                ),
+                runtime=self._runtime_store(client, broker),
                 declared_actors=lambda name: name in broker.actors,
                 shutdown_connection=dedicated_connection(shutdown_client, self.keys.lease),
             )
@@ -358,22 +371,23 @@ class CronMiddleware(Middleware):
         windows = [s.catch_up_window for s in self.all_schedules()] or [self.catch_up_window]
         return max(windows) + 600_000
 
-    def _clients(self, broker: Broker) -> tuple[redis.Redis, redis.Redis]:
+    def _clients(self, broker: Broker) -> tuple[Redis, Redis]:
         """The scheduler's command and blocking clients, built (and the
         source parsed) once."""
         if self._built is None:
             self._built = scheduler_clients(
-                self._source(broker),
+                self.redis_source(broker),
                 op_timeout_ms=self.timing.op_timeout_ms,
                 block_timeout_ms=self.timing.block_timeout_ms,
             )
         return self._built
 
-    def _presence_client(self, broker: Broker) -> redis.Redis | None:
+    def _presence_client(self, broker: Broker) -> Redis | None:
         """One dedicated connection whose id the leader registers (fast
         takeover): it closes when the process dies.  None, with one
         WARNING, where fast takeover cannot work."""
-        client, _ = scheduler_clients(self._source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0)
+        source = self.redis_source(broker)
+        client, _ = scheduler_clients(source, op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0)
         if not isinstance(client, redis.Redis) or isinstance(client, RedisCluster):
             self.logger.warning(
                 "fast_takeover is not available on Redis Cluster (connection ids are per node); "
@@ -402,7 +416,15 @@ class CronMiddleware(Middleware):
             leader.stop(timeout)
             leader.hand_over.close()
 
-    def _source(self, broker: Broker) -> Any:
+    def redis_source(self, broker: Broker) -> Any:
+        """Where the scheduler's Redis is, for ``broker``: the ``redis=``
+        argument, else ``DRAMATIQ_CRON_REDIS_URL``, else the client of a
+        ``RedisBroker`` (a URL or a redis-py client, for
+        ``store.connection.scheduler_clients``).
+
+        Raises:
+          CronConfigurationError: none of the three is there.
+        """
         if self.redis is not None:
             return self.redis
         url = url_from_environment()
@@ -416,14 +438,7 @@ class CronMiddleware(Middleware):
             f"set {ENV_URL}, or use a RedisBroker (the broker is {type(broker).__name__})."
         )
 
-    # -- runtime schedules (runtime.py) -----------------------------------------
-
-    _runtime: RuntimeSchedules | None = None
-    _broker: Broker | None = None
-    # Not the start lock: start() may hand the runtime schedules to the
-    # leader while it holds that one.  Shared by all instances; building
-    # the store takes microseconds.
-    _runtime_lock = threading.Lock()
+    # -- runtime schedules (store/runtime.py) ---------------------------------
 
     def after_declare_actor(self, broker: Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         """Remember the broker, which runtime schedules check actors against
@@ -445,9 +460,9 @@ class CronMiddleware(Middleware):
             attach a CronSimulator), or no actor was declared on the
             middleware's broker yet.
         """
-        if self.simulator is not None:
+        if self._simulator is not None:
             # The simulator's in-memory store answers the same calls.
-            return cast(RuntimeSchedules, self.simulator.runtime)
+            return cast(RuntimeSchedules, self._simulator.runtime)
         with self._runtime_lock:
             if self._runtime is None:
                 broker = self._broker
@@ -465,16 +480,8 @@ class CronMiddleware(Middleware):
                     )
                 # A fixed 2 s bound, as for the CLI: these calls come from web
                 # requests and scripts, not from lease traffic.
-                client, _ = scheduler_clients(self._source(broker), op_timeout_ms=2000, block_timeout_ms=0)
-                self._runtime = RuntimeSchedules(
-                    client,
-                    self.keys,
-                    resolve_actor=lambda actor: self._runtime_actor(broker, actor),
-                    timezone=self.timezone,
-                    catch_up=self.catch_up,
-                    catch_up_window=self.catch_up_window,
-                    history_length=self.history_length,
-                )
+                client, _ = scheduler_clients(self.redis_source(broker), op_timeout_ms=2000, block_timeout_ms=0)
+                self._runtime = self._runtime_store(client, broker)
             return self._runtime
 
     def add(self, actor: Any, schedule: str | Schedule, *, name: str) -> RuntimeSchedule:
@@ -543,14 +550,22 @@ class CronMiddleware(Middleware):
 
             CronMiddleware.of().add(send_report, Schedule("0 9 * * mon", kwargs={"tenant_id": 42}), name="tenant-42")
 
-        Raises:
-          CronConfigurationError: the broker has no CronMiddleware.
+        The same as :func:`find_middleware`.
         """
-        broker = broker if broker is not None else dramatiq.get_broker()
-        for middleware in broker.middleware:
-            if isinstance(middleware, cls):
-                return middleware
-        raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no {cls.__name__}")
+        return find_middleware(broker)
+
+    def _runtime_store(self, client: Redis, broker: Broker) -> RuntimeSchedules:
+        """The runtime schedules in Redis through ``client``, checked
+        against ``broker``'s actors and defaulting to this configuration."""
+        return RuntimeSchedules(
+            client,
+            self.keys,
+            resolve_actor=lambda actor: self._runtime_actor(broker, actor),
+            timezone=self.timezone,
+            catch_up=self.catch_up,
+            catch_up_window=self.catch_up_window,
+            history_length=self.history_length,
+        )
 
     @staticmethod
     def _runtime_actor(broker: Broker, actor: object) -> ActorInfo:
@@ -571,6 +586,29 @@ class CronMiddleware(Middleware):
             time_limit=_time_limit(broker, declared),
             signature=actor_signature(declared.fn),
         )
+
+
+def find_middleware(broker: Broker | None = None, *, needed_by: str | None = None) -> CronMiddleware:
+    """The :class:`CronMiddleware` added to ``broker`` (by default
+    dramatiq's global broker): the one way every integration finds it.
+
+    Parameters:
+      broker: The broker.  Defaults to None, meaning ``dramatiq.get_broker()``.
+      needed_by(str): Who asks (``"CronMetrics"``), named in the error.
+        Defaults to None.
+
+    Raises:
+      CronConfigurationError: the broker has no CronMiddleware.
+    """
+    broker = broker if broker is not None else dramatiq.get_broker()
+    for middleware in broker.middleware:
+        if isinstance(middleware, CronMiddleware):
+            return middleware
+    if needed_by is not None:
+        raise CronConfigurationError(
+            f"{needed_by} needs a CronMiddleware, and the broker ({type(broker).__name__}) has none"
+        )
+    raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no CronMiddleware")
 
 
 def fingerprint(schedules: list[BoundSchedule]) -> str:

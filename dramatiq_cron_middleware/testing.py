@@ -32,8 +32,8 @@ from typing import Any
 from dramatiq import Broker, Message
 from dramatiq.logging import get_logger
 
-from .errors import CronConfigurationError, CronScheduleError
-from .middleware import CronMiddleware
+from .errors import CronScheduleError
+from .middleware import CronMiddleware, find_middleware
 from .schedules.planner import due_decisions, jitter_ms, message_for
 from .schedules.schedule import BoundSchedule, Schedule
 from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id
@@ -45,11 +45,9 @@ Instant = dt.datetime | int
 
 
 def cron_middleware_of(broker: Broker) -> CronMiddleware:
-    """The :class:`CronMiddleware` added to ``broker``."""
-    for middleware in broker.middleware:
-        if isinstance(middleware, CronMiddleware):
-            return middleware
-    raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no CronMiddleware")
+    """The :class:`CronMiddleware` added to ``broker`` (see
+    :func:`~dramatiq_cron_middleware.find_middleware`)."""
+    return find_middleware(broker)
 
 
 def ticks_between(broker: Broker, start: Instant, end: Instant) -> list[Message[Any]]:
@@ -88,7 +86,7 @@ class CronSimulator:
         #: The runtime schedules of the simulation, in memory; the
         #: middleware's runtime calls come here while it is attached.
         self.runtime = SimulatedRuntime(self.middleware, broker, clock=lambda: self._now)
-        self.middleware.simulator = self
+        self.middleware.attach_simulator(self)
         self._declared = {s.id: s for s in self.middleware.all_schedules()}
         self._schedules = dict(self._declared)
         self._last = {sid: self._now for sid in self._schedules}
@@ -192,7 +190,7 @@ class CronSimulator:
 
     def close(self) -> None:
         """Detach from the middleware: workers start leader threads again."""
-        self.middleware.simulator = None
+        self.middleware.attach_simulator(None)
 
 
 class SimulatedRuntime(RuntimeSchedules):

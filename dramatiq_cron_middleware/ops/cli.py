@@ -31,7 +31,7 @@ import dramatiq
 import redis
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
-from ..middleware import CronMiddleware
+from ..middleware import CronMiddleware, find_middleware
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule
 from ..store.codes import Outcome
 from ..store.connection import describe, redact, scheduler_clients
@@ -144,12 +144,9 @@ def _load(spec: str, paths: Sequence[str]) -> _App:
     for path in reversed(paths):
         sys.path.insert(0, path)
     broker = _import_broker(spec)
-    middleware = next((m for m in broker.middleware if isinstance(m, CronMiddleware)), None)
-    if middleware is None:
-        raise _Failure(f"the broker of {spec!r} has no CronMiddleware")
     try:
-        source = middleware._source(broker)
-        client, _ = scheduler_clients(source, op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
+        middleware = find_middleware(broker, needed_by=f"the app {spec!r}")
+        client, _ = scheduler_clients(middleware.redis_source(broker), op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
     except Exception as exc:
         raise _Failure(redact(str(exc))) from None
     control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)

@@ -20,7 +20,7 @@ import dramatiq
 import redis
 from dramatiq.logging import get_logger
 
-from ..middleware import CronMiddleware
+from ..middleware import find_middleware
 from ..ops.control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
 from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
@@ -141,9 +141,9 @@ class CronDashboard:
         meaning this machine's loopback names only (``localhost``,
         ``127.0.0.1``, ``[::1]``).
       redis(str|redis.Redis): Where the scheduler's keys live.  Defaults to
-        None, meaning wherever the middleware finds them (its ``redis=``,
-        ``DRAMATIQ_CRON_REDIS_URL``, the RedisBroker's client).
-      runtime: The runtime schedules (issue 12), as a
+        None, meaning the middleware's (see ``CronMiddleware.redis_source``:
+        its ``redis=``, ``DRAMATIQ_CRON_REDIS_URL``, the RedisBroker's client).
+      runtime: The runtime schedules, as a
         :class:`~dramatiq_cron_middleware.web.pages.RuntimeCatalogue` that
         can also add and remove.  Defaults to None, meaning the middleware's
         own when it has them.
@@ -173,9 +173,7 @@ class CronDashboard:
         from ..errors import CronConfigurationError
 
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
-        middleware = next((m for m in broker.middleware if isinstance(m, CronMiddleware)), None)
-        if middleware is None:
-            raise CronConfigurationError("CronDashboard: the broker has no CronMiddleware")
+        middleware = find_middleware(broker, needed_by="CronDashboard")
         credentials = auth is not None or token is not None
         if unauthenticated and credentials:
             raise CronConfigurationError("CronDashboard: unauthenticated=True contradicts auth= or token=; pass one")
@@ -198,7 +196,7 @@ class CronDashboard:
         self.read_only = read_only
         self.access = Access(auth=auth, token=token)
         self.refresh_ms = refresh_ms
-        source = redis if redis is not None else middleware._source(broker)
+        source = redis if redis is not None else middleware.redis_source(broker)
         client, _ = scheduler_clients(source, op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)

@@ -1,0 +1,79 @@
+"""The middleware's arguments as one value, checked once when it is built."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from .errors import CronConfigurationError
+from .schedules.schedule import CatchUp, parse_timezone
+from .store.keys import Keys
+from .store.timing import Timing
+
+__all__ = ["DEFAULT_CATCH_UP_WINDOW", "DEFAULT_LOCK_TTL", "ENV_VERSION", "CronConfig"]
+
+#: The lease length when ``lock_ttl`` is omitted (Kubernetes' lease).
+DEFAULT_LOCK_TTL = 15_000
+#: The environment variable read when ``CronMiddleware(app_version=...)`` is omitted.
+ENV_VERSION = "DRAMATIQ_CRON_APP_VERSION"
+#: How far back missed ticks are caught up when no window is given: a failover, a restart or a deploy.
+DEFAULT_CATCH_UP_WINDOW = 300_000
+
+
+@dataclass(frozen=True)
+class CronConfig:
+    """The middleware's arguments, checked once when it is built: a bad one
+    raises :class:`CronConfigurationError` naming the argument and the
+    value.  See :class:`CronMiddleware` for what each one means and its
+    default."""
+
+    redis: Any
+    lock_ttl: int
+    catch_up: CatchUp
+    catch_up_window: int
+    timezone: str
+    prefix: str
+    history_length: int
+    fast_takeover: int | None
+    app_version: str | None
+    #: ``app_version``, else ``DRAMATIQ_CRON_APP_VERSION`` (cut to 100
+    #: characters) as it is when the middleware is built, else empty.
+    version: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        _require("lock_ttl", _is_int(self.lock_ttl, 300), "an int of at least 300 ms", self.lock_ttl)
+        _require("catch_up", self.catch_up in ("each", "latest", "none"), "'each', 'latest' or 'none'", self.catch_up)
+        _require("catch_up_window", _is_int(self.catch_up_window, 0), "a non-negative int of ms", self.catch_up_window)
+        parse_timezone(self.timezone, what="CronMiddleware(timezone=...)")
+        prefix = self.prefix
+        well_formed = isinstance(prefix, str) and bool(prefix) and not any(c in prefix for c in "{}")
+        _require("prefix", well_formed, "a non-empty string without braces", prefix)
+        _require("history_length", _is_int(self.history_length, 1), "a positive int", self.history_length)
+        ms = self.fast_takeover
+        _require("fast_takeover", ms is None or _is_int(ms, 50), "None or an int of at least 50 ms", ms)
+        version = self.app_version
+        well_formed = version is None or (isinstance(version, str) and "|" not in version and len(version) <= 100)
+        _require("app_version", well_formed, "a string of at most 100 characters without '|'", version)
+        resolved = version if version is not None else os.environ.get(ENV_VERSION, "")[:100]
+        object.__setattr__(self, "version", resolved)  # a derived field of a frozen value
+
+    @cached_property
+    def keys(self) -> Keys:
+        """Every key of the scheduler in Redis, under ``prefix``."""
+        return Keys(self.prefix)
+
+    @cached_property
+    def timing(self) -> Timing:
+        """Every duration, derived once from ``lock_ttl``."""
+        return Timing.for_lease(self.lock_ttl)
+
+
+def _is_int(value: object, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _require(argument: str, ok: bool, wanted: str, value: object) -> None:
+    if not ok:
+        raise CronConfigurationError(f"CronMiddleware: {argument} must be {wanted}, got {value!r}")
