@@ -9,7 +9,7 @@ import json
 import pytest
 
 from dramatiq_cron_middleware.store.clock import ServerClock
-from dramatiq_cron_middleware.store.codes import ClaimResult, parse_ledger_value
+from dramatiq_cron_middleware.store.codes import ClaimResult, Corrupt, parse_ledger_value
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Acquired, Lease
@@ -163,3 +163,21 @@ def test_an_unusable_batch_record_is_reported_and_the_results_are_read_back(redi
     assert ledger.batch_results("lost", epoch=epoch, claims=claims) == [ClaimResult.FIRE, ClaimResult.RECORDED]
     assert ledger.last_settle_corrupt
     assert redis_server.client().get(Keys("t").batch("lost")) == "void"
+
+
+def test_a_runtime_revisions_key_of_the_wrong_type_is_reported(redis_server: RedisServer) -> None:
+    """Given the runtime revisions hash overwritten with a string, when a
+    runtime schedule's tick is claimed, then it is not fired (its definition
+    cannot be proven current) and the reply flags the key, so the leader
+    names it in one WARNING instead of dropping every runtime tick in
+    silence."""
+    lease, ledger, epoch = lead(redis_server)
+    assert lease.token
+    redis_server.client().set(Keys("t").runtime_revs, "garbage")
+    base = ledger.sync(lease.token, epoch, ["report:r1"], now_ms=0).last["report:r1"].tick_ms
+    claim = Claim(
+        schedule_id="report:r1", tick_ms=base + 1000, outcome="fired", fire=True, actor_name="report", revision=1
+    )
+    reply = ledger.claim(lease.token, epoch, "b1", [claim])
+    assert reply.results == [ClaimResult.GONE]
+    assert reply.corrupt & Corrupt.RUNTIME_REVS

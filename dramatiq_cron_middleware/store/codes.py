@@ -105,6 +105,8 @@ class Corrupt(enum.IntFlag):
     PAUSED = 32
     BATCH = 64
     WAKE = 128
+    #: The runtime definitions' revisions: every runtime tick is GONE.
+    RUNTIME_REVS = 256
 
 
 #: Outcome recorded in the ledger value per claim result.

@@ -700,13 +700,23 @@ class _MemoryLedger:
             if prior is None or prior == "void":
                 s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
                 return Settled(None)
-            # Unusable: read back from the ledger what this epoch was granted.
+            # Unusable: read back from the ledger what this epoch was granted
+            # (as settle.lua does: a newest tick of this batch decided by
+            # this epoch proves its earlier ticks of that schedule decided).
+            in_batch = {(c.schedule_id, c.tick_ms) for c in claims}
             results = []
             for c in claims:
                 parsed = _parse_entry(s.ticks.get(c.schedule_id))
                 result = ClaimResult.REFUSED
-                if parsed is not None and parsed[0] == c.tick_ms and parsed[1] == str(epoch) and parsed[2] is not None:
-                    result = ClaimResult(parsed[2])
+                if parsed is not None and parsed[1] == str(epoch) and parsed[2] is not None:
+                    stored = ClaimResult(parsed[2])
+                    if parsed[0] == c.tick_ms:
+                        result = stored
+                    elif parsed[0] > c.tick_ms and (c.schedule_id, parsed[0]) in in_batch:
+                        if not c.fire:
+                            result = ClaimResult.RECORDED
+                        elif stored in (ClaimResult.FIRE, ClaimResult.PAUSED, ClaimResult.SKIPPED):
+                            result = stored
                 results.append(result)
             s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
             return Settled(results, record_corrupt=True)

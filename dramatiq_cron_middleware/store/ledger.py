@@ -365,7 +365,7 @@ class Ledger:
         flight is refused).  An unusable batch record is reported in
         :attr:`last_settle_corrupt` and the results are read back from the
         ledger (what ``epoch`` was granted of ``claims``)."""
-        entries = json.dumps([[c.schedule_id, c.tick_ms] for c in claims], separators=(",", ":"))
+        entries = json.dumps([[c.schedule_id, c.tick_ms, int(c.fire)] for c in claims], separators=(",", ":"))
         reply = self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
         status = int(reply[0])
         self.last_settle_corrupt = status == 2

@@ -482,6 +482,21 @@ def test_an_unusable_batch_record_is_read_back_from_the_ledger_by_epoch(harness:
     assert a.ledger.claim(token, epoch, "ran", claims).results == [REFUSED, REFUSED]
 
 
+def test_an_unusable_batch_record_settles_every_granted_tick_of_one_schedule(harness: StoreHarness) -> None:
+    """Given a catch-up batch ("each") holding a missed tick and two granted
+    ticks of one schedule, whose reply was lost and whose record was then
+    overwritten, when the leader settles it, then every tick comes back as
+    it was decided (the ledger holds only the newest: the earlier grant was
+    settled as refused, and never enqueued)."""
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID)
+    claims = [missed(base + 1000), fire(base + 2000), fire(base + 3000)]
+    assert a.ledger.claim(token, epoch, "each", claims).results == [RECORDED, FIRE, FIRE]
+    harness.set_batch_record("each", "garbage")
+    settled = a.ledger.settle("each", epoch=epoch, claims=claims)
+    assert settled.results == [RECORDED, FIRE, FIRE] and settled.record_corrupt
+
+
 # -- runtime reads ------------------------------------------------------------------
 
 

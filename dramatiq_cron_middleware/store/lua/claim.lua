@@ -21,8 +21,6 @@
 -- ARGV[4] - how far in the future a ledger entry may lie before it counts
 --           as a clock-step artefact, ms
 -- ARGV[5] - how long the result record is kept, ms
--- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
---           future only after both it and the server's time
 -- ARGV[6] - a JSON array of entries, each an array:
 --           schedule id, tick ms, outcome, fire (1/0), detail, message id,
 --           overlap ttl ms, the paused-set member of its whole actor
@@ -31,6 +29,8 @@
 --           and for a message to enqueue when granted (RedisBroker on this
 --           Redis): the index in KEYS of its queue list and of its message
 --           hash (0 and 0 without), its redis message id and its body
+-- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
+--           future only after both it and the server's time
 -- Returns {1, now, flags, result...} (one result per entry, ClaimResult),
 -- {0, now} when the lease holds another token, {-2, now, message} for a
 -- malformed request.
@@ -77,6 +77,7 @@ if not history_ok then flags = flags + C_HISTORY end
 local paused_ok = usable(KEYS[4], 'set')
 if not paused_ok then flags = flags + C_PAUSED end
 local revs_ok = usable(KEYS[6], 'hash')
+if not revs_ok then flags = flags + C_RUNTIME_REVS end
 local epoch = ARGV[2]
 local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[4])
 -- Most of the time nothing is paused: skip two lookups per entry then.
