@@ -1,8 +1,9 @@
 """The vocabulary shared by the Lua scripts and the Python that calls them.
 
-Result codes, outcomes and the ledger's value format are written once,
-here: the Lua side gets the same constants through a generated preamble
-(see :func:`load_script`), so a reader never matches magic numbers across
+Result codes and the ledger's value format are written once, here (the
+outcomes of a tick are domain vocabulary, in ``schedules/outcome.py``): the
+Lua side gets the same constants through a generated preamble (see
+:func:`load_script`), so a reader never matches magic numbers across
 languages.  The scripts themselves live in ``lua/*.lua`` beside this module,
 each with a legend of its KEYS and ARGV.
 """
@@ -16,6 +17,8 @@ from importlib import resources
 from typing import Any
 
 import redis
+
+from ..schedules.outcome import Outcome
 
 __all__ = [
     "ClaimResult",
@@ -48,29 +51,6 @@ class ClaimResult(enum.IntEnum):
     GONE = 6
     #: Not decided: the ledger entry is missing or unusable; sync again.
     LOST = -1
-
-
-class Outcome(str, enum.Enum):
-    """The outcomes recorded in the history stream."""
-
-    FIRED = "fired"
-    CAUGHT_UP = "caught_up"
-    MISSED = "missed"
-    SKIPPED = "skipped"
-    PAUSED = "paused"
-    TRIGGERED = "triggered"
-    #: The ledger vanished (eviction, FLUSHALL, a restart without data):
-    #: schedules restart from the server's now.
-    LEDGER_LOST = "ledger_lost"
-    #: A ledger entry was unusable (unparsable, or in the future after a
-    #: clock step) and was replaced by a baseline at the server's now.
-    REBASED = "rebased"
-    #: A granted tick whose enqueue had failed, dropped before a retry
-    #: because its runtime definition was removed or replaced since.
-    DROPPED = "dropped"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class SyncCode(enum.IntEnum):
@@ -167,7 +147,7 @@ def whole_actor(actor_name: str) -> str:
 
 
 def _preamble() -> str:
-    lines = ["-- Generated from protocol.py: the constants the Python side uses."]
+    lines = ["-- Generated from store/codes.py: the constants the Python side uses."]
     for member in ClaimResult:
         lines.append(f"local R_{member.name} = {member.value}")
     for sync in SyncCode:

@@ -16,7 +16,7 @@ local function usable(key, wanted)
 end
 
 -- Parse a ledger value '<tick>:<epoch>[:<result>|:baseline]' (the grammar
--- of protocol.py).  Returns tick, epoch (a string), result (a number or
+-- of codes.py).  Returns tick, epoch (a string), result (a number or
 -- nil) or nil when the value does not follow the grammar.
 local function parse_entry(v)
   if type(v) ~= 'string' or #v > 40 then return nil end
