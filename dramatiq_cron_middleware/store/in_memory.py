@@ -538,14 +538,8 @@ class _MemoryLedger:
                 detail = "the ledger was gone; schedules restart from now"
                 s._record(self.history_length, "*", base, Outcome.LEDGER_LOST.value, now, epoch, detail, "")
             events: list[tuple[str, str]] = []
-            for sid, legacy, shape in entries:
+            for sid, shape in entries:
                 value = s.ticks.get(sid)
-                if value is None and legacy and legacy in s.ticks:
-                    value = s.ticks.pop(legacy)
-                    s.ticks[sid] = value
-                    if legacy in s.paused:
-                        s.paused.discard(legacy)
-                        s.paused.add(sid)
                 code = SyncCode.OK
                 parsed = _parse_entry(value)
                 if value is None:
@@ -592,15 +586,9 @@ class _MemoryLedger:
             s = self.server
             now = s.now_ms()
             created = 0
-            for sid, legacy, shape in schedules:
+            for sid, shape in schedules:
                 if sid not in s.ticks:
-                    if legacy and legacy in s.ticks:
-                        s.ticks[sid] = s.ticks.pop(legacy)
-                        if legacy in s.paused:
-                            s.paused.discard(legacy)
-                            s.paused.add(sid)
-                    else:
-                        s.ticks[sid] = f"{now}:0:baseline"
+                    s.ticks[sid] = f"{now}:0:baseline"
                     created += 1
                 if shape:
                     s.shapes.setdefault(sid, shape)

@@ -73,13 +73,11 @@ class Claim:
 
 
 class SyncEntry(NamedTuple):
-    """A schedule as the ledger sees it: its identity, the identity an older
-    version gave it (its entry is migrated), and its shape digest.  (A
+    """A schedule as the ledger sees it: its identity and its shape digest.  (A
     tuple: a takeover builds one per schedule, 100,000 of them for a large
     runtime set.)"""
 
     schedule_id: str
-    legacy_id: str = ""
     shape: str = ""
 
     @classmethod
@@ -88,7 +86,7 @@ class SyncEntry(NamedTuple):
         left out: its write keeps its ledger entry and shape consistent (see
         runtime.py), so the leader never rebases it, and need not digest
         100,000 of them."""
-        return cls(schedule.id, schedule.legacy_id, "" if schedule.source == "runtime" else schedule.shape)
+        return cls(schedule.id, "" if schedule.source == "runtime" else schedule.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +225,6 @@ class Ledger:
                         FUTURE_TOLERANCE_MS,
                         trusted_ms,
                         _column(ids),
-                        _column([e.legacy_id for e in chunk]),
                         _column([e.shape for e in chunk]),
                     ]
                     for n, (chunk, ids) in enumerate(zip(window, columns, strict=True))
@@ -264,15 +261,14 @@ class Ledger:
 
     def register(self, schedules: Sequence[SyncEntry]) -> int:
         """Make a candidate's schedules known to the ledger before it leads
-        (unfenced: only missing entries are written, migrated from a legacy
-        identity or baselined at now).  Returns how many were written."""
+        (unfenced: only missing entries are written, baselined at now).  Returns how many were written."""
         written = 0
         for start in range(0, len(schedules), SYNC_CHUNK):
             chunk = schedules[start : start + SYNC_CHUNK]
             written += int(
                 self._register(
-                    keys=[self.keys.ticks, self.keys.shapes, self.keys.paused],
-                    args=[field for e in chunk for field in (e.schedule_id, e.legacy_id, e.shape)],
+                    keys=[self.keys.ticks, self.keys.shapes],
+                    args=[field for e in chunk for field in (e.schedule_id, e.shape)],
                 )
             )
         return written

@@ -401,16 +401,14 @@ def test_sync_replaces_corrupt_and_future_entries_by_baselines_and_records_them(
     ]
 
 
-def test_sync_restarts_a_reshaped_schedule_and_moves_a_legacy_entry(harness: StoreHarness) -> None:
+def test_sync_restarts_a_reshaped_schedule(harness: StoreHarness) -> None:
     a = harness.candidate("a")
     token, epoch = lead(a)
     base = harness.now_ms() - 600_000
     a.ledger.sync(token, epoch, [SyncEntry(SID, shape="s1")], now_ms=base)
     harness.set_ledger_value(SID, "1000:1:1")
-    harness.set_ledger_value("job/old@UTC", "2000:1:1")
-    reply = a.ledger.sync(token, epoch, [SyncEntry(SID, shape="s2"), SyncEntry("job/b", legacy_id="job/old@UTC")])
+    reply = a.ledger.sync(token, epoch, [SyncEntry(SID, shape="s2")])
     assert reply.codes == {SID: SyncCode.RESHAPED}
-    assert reply.ticks["job/b"] == 2000 and harness.ledger_value("job/old@UTC") is None
     assert [e.outcome for e in harness.history()] == ["rebased"]
 
 
@@ -431,15 +429,8 @@ def test_register_writes_only_missing_entries_unfenced(harness: StoreHarness) ->
     value = harness.ledger_value("job/b")
     assert value is not None and value.endswith(":0:baseline")
     assert a.ledger.register([SyncEntry("job/b")]) == 0
-    # An entry under a legacy id moves, with its paused mark.
-    harness.set_ledger_value("job/old@UTC", "2000:1:1")
-    harness.pause("job/old@UTC")
-    assert a.ledger.register([SyncEntry("job/c", legacy_id="job/old@UTC")]) == 1
-    assert harness.ledger_value("job/c") == "2000:1:1" and harness.ledger_value("job/old@UTC") is None
-    token, epoch = lead(a)
-    a.ledger.sync(token, epoch, ["job/c"])
-    assert a.ledger.claim(token, epoch, "b1", [fire(3000, "job/c")]).results == [PAUSED]
     # The registered shape is known: a sync with another one restarts it.
+    token, epoch = lead(a)
     assert a.ledger.sync(token, epoch, [SyncEntry("job/b", shape="t")]).codes == {"job/b": SyncCode.RESHAPED}
 
 

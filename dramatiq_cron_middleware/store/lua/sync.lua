@@ -3,16 +3,15 @@
 -- nothing proves it unfired.  An entry that does not parse, or that lies
 -- in the future (the server's clock was stepped forward when it was
 -- written), is replaced by a baseline too and reported, so that one bad
--- value never stops a schedule for long.  An entry kept under the
--- schedule's identity of an older version is moved to the current one, and
--- an entry whose schedule changed shape (expression, zone, interval,
--- bounds) restarts from now: no burst of the new shape's ticks.
+-- value never stops a schedule for long.  An entry whose schedule changed
+-- shape (expression, zone, interval, bounds) restarts from now: no burst of
+-- the new shape's ticks.
 --
 -- KEYS[1] - the lease hash
 -- KEYS[2] - the ledger hash
 -- KEYS[3] - the history stream
 -- KEYS[4] - the schedules' shapes hash
--- KEYS[5] - the paused set (moved with a migrated entry)
+-- KEYS[5] - the paused set (only checked: a wrong-typed one is removed)
 -- ARGV[1] - the caller's token
 -- ARGV[2] - the caller's epoch
 -- ARGV[3] - the caller's estimate of now, ms (baselines never lie after
@@ -28,9 +27,7 @@
 -- ARGV[8] - the schedule ids, each followed by a newline (one string: the
 --           script reads 5,000 at a time, and a triple of arguments each
 --           cost the caller more than the script's whole lookup)
--- ARGV[9] - their legacy ids in the same order, each followed by a
---           newline ('' for none), or '' when none has one
--- ARGV[10] - their shapes in the same order, each followed by a newline,
+-- ARGV[9] - their shapes in the same order, each followed by a newline,
 --           or '' when none has one
 -- Returns {1, now, flags, lost, values, codes} or {0, now}: values is the
 -- entries (as written back) joined by newlines, codes one digit per
@@ -50,10 +47,10 @@ local function lines(text)
   for item in string.gmatch(text or '', '([^\n]*)\n') do out[#out + 1] = item end
   return out
 end
-local ids, legacies, shapes_in = lines(ARGV[8]), lines(ARGV[9]), lines(ARGV[10])
+local ids, shapes_in = lines(ARGV[8]), lines(ARGV[9])
 local n = #ids
-if (ARGV[9] ~= '' and #legacies ~= n) or (ARGV[10] ~= '' and #shapes_in ~= n) then
-  return {-2, now, 'ids, legacy ids and shapes differ in number'}
+if ARGV[9] ~= '' and #shapes_in ~= n then
+  return {-2, now, 'ids and shapes differ in number'}
 end
 local base = math.min(tonumber(ARGV[3]) or now, now)
 local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[6])
@@ -61,18 +58,14 @@ local existed = ticks_ok and redis.call('EXISTS', KEYS[2]) == 1
 -- One HMGET per chunk: a call per schedule costs more than the rest.
 local current, known_shapes = {}, {}
 if n > 0 and ticks_ok then current = redis.call('HMGET', KEYS[2], unpack(ids)) end
-if n > 0 and shapes_ok and ARGV[10] ~= '' then known_shapes = redis.call('HMGET', KEYS[4], unpack(ids)) end
+if n > 0 and shapes_ok and ARGV[9] ~= '' then known_shapes = redis.call('HMGET', KEYS[4], unpack(ids)) end
 local out_values, out_codes = {}, {}
-local values, shapes, migrated, rebased, reshaped = {}, {}, {}, {}, {}
+local values, shapes, rebased, reshaped = {}, {}, {}, {}
 for i = 1, n do
-  local sid, legacy, shape = ids[i], legacies[i] or '', shapes_in[i] or ''
+  local sid, shape = ids[i], shapes_in[i] or ''
   local v = current[i]
   if not v then v = nil end
   local code = S_OK
-  if not v and legacy ~= '' and ticks_ok then
-    v = redis.call('HGET', KEYS[2], legacy)
-    if v then migrated[#migrated + 1] = {sid, legacy, v} end
-  end
   if not v then
     code = S_BASELINE
   else
@@ -110,11 +103,6 @@ if ARGV[4] == '1' and not existed and n > 0 then
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', '*', 'tick', base,
              'outcome', O_LEDGER_LOST, 'at', now, 'epoch', ARGV[2],
              'detail', 'the ledger was gone; schedules restart from now', 'message_id', '')
-end
-for _, m in ipairs(migrated) do
-  redis.call('HSET', KEYS[2], m[1], m[3])
-  redis.call('HDEL', KEYS[2], m[2])
-  if redis.call('SREM', KEYS[5], m[2]) == 1 then redis.call('SADD', KEYS[5], m[1]) end
 end
 for _, sid in ipairs(rebased) do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', sid, 'tick', base,
