@@ -155,11 +155,10 @@ def _preamble() -> str:
     for flag in Corrupt:
         if flag.name and flag.value:
             lines.append(f"local C_{flag.name} = {flag.value}")
-    for code, outcome in RESULT_OUTCOMES.items():
-        lines.append(f"local O_{code.name} = '{outcome.value}'")
-    lines.append(f"local O_CAUGHT_UP = '{Outcome.CAUGHT_UP.value}'")
-    lines.append(f"local O_LEDGER_LOST = '{Outcome.LEDGER_LOST.value}'")
-    lines.append(f"local O_REBASED = '{Outcome.REBASED.value}'")
+    outcomes = {f"O_{outcome.name}": outcome for outcome in Outcome}
+    outcomes.update((f"O_{code.name}", outcome) for code, outcome in RESULT_OUTCOMES.items())
+    for name, outcome in outcomes.items():
+        lines.append(f"local {name} = '{outcome.value}'")
     return "\n".join(lines) + "\n" + _read("common.lua")
 
 
