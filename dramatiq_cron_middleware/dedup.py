@@ -27,7 +27,7 @@ from dramatiq.middleware import SkipMessage
 
 from .errors import CronConfigurationError
 from .middleware import CronMiddleware
-from .store.codes import load_script
+from .store.codes import decode, load_script
 from .store.connection import redact, scheduler_clients
 from .store.keys import Keys
 
@@ -163,7 +163,7 @@ class CronDeduplication(Middleware):
             attempt = 0
         try:
             script, keys, ttl = self._claim_script(broker)
-            claimed = bool(script(keys=[keys.dedup(message.message_id)], args=[attempt, os.urandom(8).hex(), ttl]))
+            claimed = decode(script(keys=[keys.dedup(message.message_id)], args=[attempt, os.urandom(8).hex(), ttl])).ok
         except Exception as exc:  # Redis down, a bad URL...: run it unchecked
             self._report_failure(exc)
             return

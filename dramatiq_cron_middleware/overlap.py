@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from .store.codes import load_script
+from .store.codes import decode, load_script
 from .store.connection import redact
 from .store.keys import Keys
 
@@ -51,7 +51,7 @@ class RunningMarks:
         """
         try:
             script = self._get_script()
-            removed = bool(script(keys=[self.keys.running(schedule_id)], args=[message_id]))
+            removed = decode(script(keys=[self.keys.running(schedule_id)], args=[message_id])).ok
         except Exception as exc:  # Redis down, a bad URL...: never fail the message
             with self._lock:
                 first, self._failing = not self._failing, True

@@ -22,7 +22,7 @@ from dramatiq.brokers.stub import StubBroker
 from ..errors import CronScheduleError
 from ..schedules.planner import message_for
 from ..schedules.schedule import BoundSchedule
-from ..store.codes import ClaimResult, Outcome, load_script, parse_ledger_value, whole_actor
+from ..store.codes import ClaimResult, Outcome, decode, load_script, parse_ledger_value, whole_actor
 from ..store.connection import redact
 from ..store.keys import Keys
 
@@ -238,7 +238,7 @@ class Control:
         """Append a manual trigger to the history; returns its server time.
         The ledger is left alone, so the schedule fires as before."""
         args: list[Any] = [self.history_length, schedule_id, tick_ms, Outcome.TRIGGERED, "manual", message_id]
-        return int(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args))
+        return decode(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
 
     # -- reads and actions for the web dashboard --------------------------
     #

@@ -6,6 +6,11 @@ Lua side gets the same constants through a generated preamble (see
 :func:`load_script`), so a reader never matches magic numbers across
 languages.  The scripts themselves live in ``lua/*.lua`` beside this module,
 each with a legend of its KEYS and ARGV.
+
+Every script answers in one convention, ``{status, server time ms, corrupt
+flags, payload...}``, read by :func:`decode`: the status is a
+:class:`Status`, the server time feeds the clock, the flags name keys found
+unusable (:class:`Corrupt`), and the payload is the script's own answer.
 """
 
 from __future__ import annotations
@@ -14,22 +19,68 @@ import enum
 import functools
 import re
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 from ..schedules.outcome import Outcome
 
 __all__ = [
+    "BadRequest",
     "ClaimResult",
     "Corrupt",
     "LedgerValue",
     "Outcome",
+    "Reply",
+    "Status",
     "SyncCode",
+    "decode",
     "load_script",
     "parse_ledger_value",
     "whole_actor",
 ]
+
+
+class Status(enum.IntEnum):
+    """A script's verdict: the first element of every reply."""
+
+    #: Done as asked.
+    OK = 1
+    #: Declined, nothing decided: the lease holds another token, the batch
+    #: never ran (now void), the message or mark was already there...
+    DECLINED = 0
+    #: A malformed request, refused before any write (the payload says why).
+    BAD_REQUEST = -2
+
+
+class BadRequest(Exception):
+    """A script refused a malformed request, writing nothing."""
+
+
+class Reply(NamedTuple):
+    """A script's reply: see :func:`decode`."""
+
+    status: Status
+    server_ms: int
+    corrupt: Corrupt
+    payload: list[Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+
+def decode(raw: Any) -> Reply:
+    """Read a script's reply ``{status, server time ms, corrupt flags,
+    payload...}``: the one reading every caller shares.
+
+    Raises:
+      BadRequest: the script refused a malformed request.
+    """
+    status = Status(int(raw[0]))
+    if status == Status.BAD_REQUEST:
+        raise BadRequest(str(raw[3]))
+    return Reply(status, int(raw[1]), Corrupt(int(raw[2])), raw[3:])
 
 
 class ClaimResult(enum.IntEnum):
@@ -148,6 +199,8 @@ def whole_actor(actor_name: str) -> str:
 
 def _preamble() -> str:
     lines = ["-- Generated from store/codes.py: the constants the Python side uses."]
+    for status in Status:
+        lines.append(f"local ST_{status.name} = {status.value}")
     for member in ClaimResult:
         lines.append(f"local R_{member.name} = {member.value}")
     for sync in SyncCode:

@@ -23,7 +23,18 @@ from redis.cluster import RedisCluster
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
-from .codes import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value, whole_actor
+from .codes import (
+    BadRequest,
+    ClaimResult,
+    Corrupt,
+    LedgerValue,
+    Reply,
+    SyncCode,
+    decode,
+    load_script,
+    parse_ledger_value,
+    whole_actor,
+)
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -49,10 +60,6 @@ SYNC_WINDOW = 4
 
 class NotLeader(Exception):
     """Redis refused a fenced operation: the lease holds another token."""
-
-
-class BadRequest(Exception):
-    """The claim script refused a malformed batch, writing nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +140,12 @@ def _column(items: Sequence[str]) -> str:
     return text
 
 
-def _granted(result: Any) -> list[Any]:
+def _granted(raw: Any) -> Reply:
     """A fenced script's reply, or the refusal it stands for."""
-    status = int(result[0])
-    if status == -2:
-        raise BadRequest(str(result[2]))
-    if status != 1:
+    reply = decode(raw)
+    if not reply.ok:
         raise NotLeader()
-    return list(result)
+    return reply
 
 
 def _tick_of(value: str) -> int:
@@ -210,7 +215,7 @@ class Ledger:
         keys = [self.keys.lease, self.keys.ticks, self.keys.history, self.keys.shapes, self.keys.paused]
         chunks = [entries[i : i + SYNC_CHUNK] for i in range(0, max(len(entries), 1), SYNC_CHUNK)]
 
-        def windows() -> Iterator[list[tuple[list[SyncEntry], list[str], list[Any]]]]:
+        def windows() -> Iterator[list[tuple[list[SyncEntry], list[str], Reply]]]:
             for first in range(0, len(chunks), SYNC_WINDOW):
                 window = chunks[first : first + SYNC_WINDOW]
                 trusted_ms = self.clock.trusted_ms()
@@ -235,12 +240,13 @@ class Ledger:
         # scripts run while this thread reads the current replies.
         replies = read_ahead(windows()) if len(chunks) > SYNC_WINDOW else windows()
         for window_replies in replies:
-            for chunk, ids, result in window_replies:
-                server_ms = int(result[1])
-                corrupt |= Corrupt(int(result[2]))
-                lost = lost or int(result[3]) == 1
-                chunk_values = str(result[4]).split("\n") if chunk else []
-                chunk_codes = str(result[5])
+            for chunk, ids, reply in window_replies:
+                server_ms = reply.server_ms
+                corrupt |= reply.corrupt
+                chunk_lost, chunk_text, chunk_codes = reply.payload
+                lost = lost or int(chunk_lost) == 1
+                chunk_values = str(chunk_text).split("\n") if chunk else []
+                chunk_codes = str(chunk_codes)
                 if len(chunk_values) != len(chunk) or len(chunk_codes) != len(chunk):
                     raise BadRequest(f"sync answered {len(chunk_values)} entries for {len(chunk)} schedules")
                 try:
@@ -265,12 +271,13 @@ class Ledger:
         written = 0
         for start in range(0, len(schedules), SYNC_CHUNK):
             chunk = schedules[start : start + SYNC_CHUNK]
-            written += int(
+            reply = decode(
                 self._register(
                     keys=[self.keys.ticks, self.keys.shapes],
                     args=[field for e in chunk for field in (e.schedule_id, e.shape)],
                 )
             )
+            written += int(reply.payload[0])
         return written
 
     def claim(
@@ -348,11 +355,11 @@ class Ledger:
             entries,
             self.clock.trusted_ms(),
         ]
-        result = self._run(self._claim, keys, args)
+        reply = self._run(self._claim, keys, args)
         return ClaimReply(
-            results=[ClaimResult(int(r)) for r in result[3:]],
-            server_ms=int(result[1]),
-            corrupt=Corrupt(int(result[2])),
+            results=[ClaimResult(int(r)) for r in reply.payload],
+            server_ms=reply.server_ms,
+            corrupt=reply.corrupt,
         )
 
     def batch_results(self, batch_id: str, *, epoch: int = 0, claims: Sequence[Claim] = ()) -> list[ClaimResult] | None:
@@ -362,14 +369,15 @@ class Ledger:
         :attr:`last_settle_corrupt` and the results are read back from the
         ledger (what ``epoch`` was granted of ``claims``)."""
         entries = json.dumps([[c.schedule_id, c.tick_ms, int(c.fire)] for c in claims], separators=(",", ":"))
-        reply = self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
-        status = int(reply[0])
-        self.last_settle_corrupt = status == 2
-        if status == 0:
+        reply = decode(
+            self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
+        )
+        self.last_settle_corrupt = bool(reply.corrupt & Corrupt.BATCH)
+        if not reply.ok:
             return None
-        return [ClaimResult(int(r)) for r in str(reply[1]).split(",") if r]
+        return [ClaimResult(int(r)) for r in str(reply.payload[0]).split(",") if r]
 
-    def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[list[Any]]:
+    def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[Reply]:
         """Several calls of one script in one pipeline: Redis runs the next
         while this process reads the previous reply.  Only the last reply
         is observed by the clock: its server time was read nearest to the
@@ -384,7 +392,7 @@ class Ledger:
         self.clock.observe(int(results[-1][1]), sent, self.clock.monotonic())
         return [_granted(result) for result in results]
 
-    def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> list[Any]:
+    def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> Reply:
         sent = self.clock.monotonic()
         result = script(keys=keys, args=args)
         self.clock.observe(int(result[1]), sent, self.clock.monotonic())

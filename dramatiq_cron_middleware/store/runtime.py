@@ -57,7 +57,7 @@ from ..schedules.schedule import (
     interval_label,
     parse_timezone,
 )
-from .codes import load_script
+from .codes import decode, load_script
 from .collector import collector_paused
 from .connection import describe, redact
 from .keys import Keys
@@ -287,11 +287,11 @@ class RuntimeSchedules:
                 args: list[Any] = [MAX_DEFINITION_BYTES, self.history_length]
                 for bound, body in batch:
                     args += [bound.id, body, bound.shape]
-                reply: Any = self._write(keys=self._write_keys, args=args)
-                now = int(reply[0])
+                reply = decode(self._write(keys=self._write_keys, args=args))
+                now, written = reply.server_ms, reply.payload
                 for i, (bound, _) in enumerate(batch):
-                    stored = dataclasses.replace(bound, revision=int(reply[1 + 2 * i]))
-                    out.append(_stored(stored, created=int(reply[2 + 2 * i]), updated=now, now=now))
+                    stored = dataclasses.replace(bound, revision=int(written[2 * i]))
+                    out.append(_stored(stored, created=int(written[1 + 2 * i]), updated=now, now=now))
         return out
 
     def remove(self, actor: object, name: str) -> bool:
@@ -315,8 +315,8 @@ class RuntimeSchedules:
         """
         schedule_id = _schedule_id(actor, name)
         with self._store("remove a runtime schedule"):
-            version = self._remove(keys=self._write_keys, args=[schedule_id])
-        return bool(version)
+            removed = decode(self._remove(keys=self._write_keys, args=[schedule_id]))
+        return removed.ok
 
     # -- reading -------------------------------------------------------------
 
@@ -334,10 +334,11 @@ class RuntimeSchedules:
         """
         schedule_id = _schedule_id(actor, name)
         with self._store("read a runtime schedule"):
-            now, text = self._read(keys=[self.keys.runtime], args=[schedule_id])
+            read = decode(self._read(keys=[self.keys.runtime], args=[schedule_id]))
+        (text,) = read.payload
         if text is None:
             return None
-        return self._record(schedule_id, text, now=int(now))
+        return self._record(schedule_id, text, now=read.server_ms)
 
     def list(
         self,
@@ -384,8 +385,8 @@ class RuntimeSchedules:
             ids = self._page_ids(low, high, search, limit + 1)
             more = len(ids) > limit
             ids = ids[:limit]
-            reply: Any = self._read(keys=[self.keys.runtime], args=ids)
-            now, texts = int(reply[0]), reply[1:]
+            reply = decode(self._read(keys=[self.keys.runtime], args=ids))
+            now, texts = reply.server_ms, reply.payload
             if search is None:
                 count: Any = (
                     self.client.zcard(self.keys.runtime_ids)
@@ -484,9 +485,11 @@ class RuntimeSchedules:
         k = self.keys
         with self._store("read runtime schedule changes"):
             while True:
-                reply: Any = self._changes(keys=[k.runtime_changes, k.runtime, k.runtime_version], args=[after, _PAGE])
-                current = int(reply[0])
-                rows = reply[1:]
+                page = decode(
+                    self._changes(keys=[k.runtime_changes, k.runtime, k.runtime_version], args=[after, _PAGE])
+                )
+                current = int(page.payload[0])
+                rows = page.payload[1:]
                 if current < version:
                     return current, {}
                 for i in range(0, len(rows), 3):
@@ -509,8 +512,8 @@ class RuntimeSchedules:
         for schedule, tick, message_id in ticks:
             args += [schedule.id, schedule.revision, tick, message_id]
         with self._store("check owed runtime ticks"):
-            reply: Any = self._drop_stale(keys=[self.keys.runtime_revs, self.keys.history], args=args)
-        return [bool(flag) for flag in reply]
+            reply = decode(self._drop_stale(keys=[self.keys.runtime_revs, self.keys.history], args=args))
+        return [bool(int(flag)) for flag in reply.payload]
 
     def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
         """Every stored runtime schedule: ``(version, {schedule id: schedule})``.

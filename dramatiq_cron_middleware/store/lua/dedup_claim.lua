@@ -9,17 +9,19 @@
 -- ARGV[1] - the attempt: dramatiq's retries option (0, then 1, 2... per retry)
 -- ARGV[2] - the caller's claim token, random per processing of a delivery
 -- ARGV[3] - the mark's TTL, ms
--- Returns 1 when the caller may run the message, 0 when another delivery
--- claimed this attempt or a later one (a duplicate).
+-- Returns {OK, now, 0} when the caller may run the message, {DECLINED,
+-- now, 0} when another delivery claimed this attempt or a later one (a
+-- duplicate).
+local now = server_now()
 local mark = redis.call('GET', KEYS[1])
 if mark then
   local attempt, token = string.match(mark, '^(%d+)|(.*)$')
   if attempt and tonumber(attempt) >= tonumber(ARGV[1]) then
     if token == ARGV[2] then
-      return 1
+      return {ST_OK, now, 0}
     end
-    return 0
+    return {ST_DECLINED, now, 0}
   end
 end
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])
-return 1
+return {ST_OK, now, 0}

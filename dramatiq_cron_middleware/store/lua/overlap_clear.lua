@@ -4,8 +4,10 @@
 --
 -- KEYS[1] - the running mark, {prefix}:running:<schedule id>
 -- ARGV[1] - the message id
--- Returns 1 when the mark was removed, 0 otherwise.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+-- Returns {OK, now, 0} when the mark was removed, {DECLINED, now, 0}
+-- otherwise.
+local now = server_now()
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('DEL', KEYS[1]) == 1 then
+  return {ST_OK, now, 0}
 end
-return 0
+return {ST_DECLINED, now, 0}

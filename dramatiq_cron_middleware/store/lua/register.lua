@@ -8,14 +8,15 @@
 -- KEYS[1] - the ledger hash
 -- KEYS[2] - the schedules' shapes hash
 -- ARGV[1...] - pairs: schedule id, its shape ('' for none)
--- Returns the number of entries created.
+-- Returns {OK, now, flags, the number of entries created}; nothing is
+-- written when the ledger or the shapes hold the wrong type (C_TICKS).
 local now = server_now()
-if not usable(KEYS[1], 'hash') or not usable(KEYS[2], 'hash') then return 0 end
-if #ARGV % 2 ~= 0 then return 0 end
+if not usable(KEYS[1], 'hash') or not usable(KEYS[2], 'hash') then return {ST_OK, now, C_TICKS, 0} end
+if #ARGV % 2 ~= 0 then return {ST_BAD_REQUEST, now, 0, 'schedule ids and shapes differ in number'} end
 local created = 0
 for i = 1, #ARGV, 2 do
   local sid, shape = ARGV[i], ARGV[i + 1]
   if redis.call('HSETNX', KEYS[1], sid, now .. ':0:baseline') == 1 then created = created + 1 end
   if shape ~= '' then redis.call('HSETNX', KEYS[2], sid, shape) end
 end
-return created
+return {ST_OK, now, 0, created}

@@ -7,10 +7,12 @@
 -- ARGV[1] - the history cap
 -- ARGV[4k-2..4k+1] - a schedule id, the revision its tick was claimed
 --           under, the tick (ms) and the message id
--- Returns one 1 (dropped) or 0 (still current) per tick.
+-- Returns {OK, now, flags, then one 1 (dropped) or 0 (still current) per
+-- tick}.
 local now = server_now()
 local history_ok = usable(KEYS[2], 'stream')
-local out = {}
+local out = {ST_OK, now, 0}
+if not history_ok then out[3] = C_HISTORY end
 for i = 2, #ARGV, 4 do
   if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
     out[#out + 1] = 0

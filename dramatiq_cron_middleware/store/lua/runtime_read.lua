@@ -4,9 +4,9 @@
 --
 -- KEYS[1] - the runtime hash
 -- ARGV - schedule ids
--- Returns {server now ms, definition1 or nil (none), ...}.
-local out = {server_now()}
+-- Returns {OK, now, 0, definition1 or nil (none), ...}.
+local out = {ST_OK, server_now(), 0}
 for i = 1, #ARGV do
-  out[i + 1] = redis.call('HGET', KEYS[1], ARGV[i])
+  out[i + 3] = redis.call('HGET', KEYS[1], ARGV[i])
 end
 return out

@@ -24,7 +24,7 @@
 -- ARGV[3k], ARGV[3k+1], ARGV[3k+2] - a schedule id, its definition JSON
 --           without the closing brace (the script appends rev, created and
 --           updated), and its shape digest
--- Returns {server now ms, rev1, created1, rev2, created2, ...}; an error
+-- Returns {OK, now, flags, rev1, created1, rev2, created2, ...}; an error
 -- (nothing written) for a foreign value under KEYS[1..5] or a malformed
 -- definition.
 local refused = runtime_keys_refusal()
@@ -39,7 +39,10 @@ end
 local now = server_now()
 local ledger_ok = usable(KEYS[6], 'hash') and usable(KEYS[7], 'hash')
 local history_ok = usable(KEYS[8], 'stream')
-local out = {now}
+local flags = 0
+if not ledger_ok then flags = flags + C_TICKS end
+if not history_ok then flags = flags + C_HISTORY end
+local out = {ST_OK, now, flags}
 for i = 3, #ARGV, 3 do
   local id, body, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local created = string.format('%d', now)

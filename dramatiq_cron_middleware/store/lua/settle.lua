@@ -10,17 +10,18 @@
 -- ARGV[2] - the caller's epoch
 -- ARGV[3] - a JSON array of the batch's [schedule id, tick ms, fire (1/0)]
 --           ('[]' if unknown)
--- Returns {1, results} when it ran, {0} when it never ran (now void), or
--- {2, results} when the record was unusable and the results were read
--- back from the ledger.
+-- Returns {OK, now, flags, results} when it ran (results joined by commas;
+-- flags has C_BATCH when the record was unusable and the results were read
+-- back from the ledger), {DECLINED, now, 0} when it never ran (now void).
+local now = server_now()
 local record_ok = usable(KEYS[1], 'string')
 local v = nil
 if record_ok then v = redis.call('GET', KEYS[1]) end
-if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then return {1, v} end
-if v == 'void' then return {0} end
+if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then return {ST_OK, now, 0, v} end
+if v == 'void' then return {ST_DECLINED, now, 0} end
 if not v and record_ok then
   redis.call('SET', KEYS[1], 'void', 'PX', tonumber(ARGV[1]))
-  return {0}
+  return {ST_DECLINED, now, 0}
 end
 -- Unusable: reconstruct from the ledger what this epoch was granted.  The
 -- ledger holds only a schedule's newest decided tick: when that tick is
@@ -60,4 +61,4 @@ if ok and type(entries) == 'table' and usable(KEYS[2], 'hash') then
 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[1], 'void', 'PX', tonumber(ARGV[1]))
-return {2, table.concat(out, ',')}
+return {ST_OK, now, C_BATCH, table.concat(out, ',')}

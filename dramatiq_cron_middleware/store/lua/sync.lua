@@ -29,11 +29,12 @@
 --           cost the caller more than the script's whole lookup)
 -- ARGV[9] - their shapes in the same order, each followed by a newline,
 --           or '' when none has one
--- Returns {1, now, flags, lost, values, codes} or {0, now}: values is the
--- entries (as written back) joined by newlines, codes one digit per
--- schedule (the SyncCode).
+-- Returns {OK, now, flags, lost, values, codes}: values is the entries (as
+-- written back) joined by newlines, codes one digit per schedule (the
+-- SyncCode); {DECLINED, now, 0} when the lease holds another token;
+-- {BAD_REQUEST, now, 0, message} for a malformed request.
 local now = server_now()
-if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
+if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {ST_DECLINED, now, 0} end
 local flags = 0
 local ticks_ok = usable(KEYS[2], 'hash')
 if not ticks_ok then flags = flags + C_TICKS end
@@ -50,7 +51,7 @@ end
 local ids, shapes_in = lines(ARGV[8]), lines(ARGV[9])
 local n = #ids
 if ARGV[9] ~= '' and #shapes_in ~= n then
-  return {-2, now, 'ids and shapes differ in number'}
+  return {ST_BAD_REQUEST, now, 0, 'ids and shapes differ in number'}
 end
 local base = math.min(tonumber(ARGV[3]) or now, now)
 local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[6])
@@ -121,4 +122,4 @@ end
 for j = 1, #shapes, 1000 do
   redis.call('HSET', KEYS[4], unpack(shapes, j, math.min(j + 999, #shapes)))
 end
-return {1, now, flags, lost, table.concat(out_values, '\n'), table.concat(out_codes)}
+return {ST_OK, now, flags, lost, table.concat(out_values, '\n'), table.concat(out_codes)}

@@ -9,10 +9,10 @@
 -- ARGV[4] - the outcome
 -- ARGV[5] - the detail
 -- ARGV[6] - the message id
--- Returns the server's now, ms.
+-- Returns {OK, now, 0}.
 local now = server_now()
 local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
            'schedule', ARGV[2], 'tick', ARGV[3], 'outcome', ARGV[4], 'at', now,
            'epoch', epoch, 'detail', ARGV[5], 'message_id', ARGV[6])
-return now
+return {ST_OK, now, 0}
