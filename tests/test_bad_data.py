@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import dramatiq
 import pytest
 
 from dramatiq_cron_middleware.store.clock import ServerClock
@@ -181,3 +182,19 @@ def test_a_runtime_revisions_key_of_the_wrong_type_is_reported(redis_server: Red
     reply = ledger.claim(lease.token, epoch, "b1", [claim])
     assert reply.results == [ClaimResult.GONE]
     assert reply.corrupt & Corrupt.RUNTIME_REVS
+
+
+def test_the_leader_names_a_runtime_revisions_key_of_the_wrong_type_once(redis_server: RedisServer) -> None:
+    """Given a leader firing a declared and a runtime schedule, when the
+    runtime revisions hash is overwritten with a string, then the runtime
+    schedule stops firing (its definition cannot be proven current), one
+    WARNING names the key, and the declared schedule keeps firing."""
+    with in_process_app(redis_server.url, {"healthy": "* * * * * *"}, start=False) as app:
+        dramatiq.actor(lambda: None, actor_name="tenant", broker=app.broker)
+        app.middleware.start(app.broker)
+        app.middleware.add("tenant", "* * * * * *", name="acme")
+        fires_again(app, "tenant", 1)
+        redis_server.client().set(app.keys.runtime_revs, "garbage")
+        fires_again(app, "healthy", 3)
+        assert len(app.warnings(app.keys.runtime_revs)) == 1, app.warnings()
+        assert app.duplicates() == []
