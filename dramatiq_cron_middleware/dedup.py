@@ -27,6 +27,7 @@ from dramatiq.middleware import SkipMessage
 
 from .errors import CronConfigurationError
 from .middleware import CronMiddleware, find_middleware
+from .store.codes import decode, load_script
 from .store.connection import redact, scheduler_clients
 from .store.keys import Keys
 
@@ -35,34 +36,6 @@ __all__ = ["DEFAULT_QUEUE_WAIT", "CronDeduplication"]
 #: How long a cron message is assumed to wait in a queue at most when its
 #: schedule sets no ``max_age`` (which ``AgeLimit`` would enforce).
 DEFAULT_QUEUE_WAIT = 3_600_000
-
-# Claim one attempt of a cron message for the calling worker.
-#
-# KEYS[1] - the message's mark, {prefix}:dedup:<message id>
-# ARGV[1] - the attempt: dramatiq's ``retries`` option (0, then 1, 2... per retry)
-# ARGV[2] - the caller's claim token, random per processing of a delivery
-# ARGV[3] - the mark's TTL in ms
-#
-# The mark is "<attempt>|<token>".  Returns 1 when the caller may run the
-# message: no mark for this attempt or a later one (a retry claims over the
-# failed attempt's mark), or the mark is the caller's own (its first claim
-# ran but the reply was lost and redis-py resent it).  Returns 0 when
-# another delivery claimed this attempt or a later one: a duplicate.  A mark
-# that does not parse is taken for missing and overwritten.
-_CLAIM = """
-local mark = redis.call('GET', KEYS[1])
-if mark then
-  local attempt, token = string.match(mark, '^(%d+)|(.*)$')
-  if attempt and tonumber(attempt) >= tonumber(ARGV[1]) then
-    if token == ARGV[2] then
-      return 1
-    end
-    return 0
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])
-return 1
-"""
 
 # dramatiq's worker logs every SkipMessage at WARNING ("Message ... was
 # skipped.").  For the duplicates skipped here that would be a warning per
@@ -185,7 +158,7 @@ class CronDeduplication(Middleware):
             attempt = 0
         try:
             script, keys, ttl = self._claim_script(broker)
-            claimed = bool(script(keys=[keys.dedup(message.message_id)], args=[attempt, os.urandom(8).hex(), ttl]))
+            claimed = decode(script(keys=[keys.dedup(message.message_id)], args=[attempt, os.urandom(8).hex(), ttl])).ok
         except Exception as exc:  # Redis down, a bad URL...: run it unchecked
             self._report_failure(exc)
             return
@@ -236,7 +209,7 @@ class CronDeduplication(Middleware):
                     timeout_ms=cron.timing.op_timeout_ms,
                 )
                 self._ttl_ms = self.effective_ttl(broker)
-                self._script = client.register_script(_CLAIM)
+                self._script = load_script(client, "dedup_claim")
             assert self._keys is not None
             return self._script, self._keys, self._ttl_ms
 

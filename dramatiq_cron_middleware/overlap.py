@@ -18,19 +18,11 @@ from typing import Any
 
 import redis
 
+from .store.codes import decode, load_script
 from .store.connection import redact
 from .store.keys import Keys
 
 __all__ = ["RunningMarks"]
-
-# Delete the mark only if it still names this message: a mark that expired
-# and was set again by a later tick belongs to that later message.
-_CLEAR = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
 
 class RunningMarks:
@@ -59,7 +51,7 @@ class RunningMarks:
         """
         try:
             script = self._get_script()
-            removed = bool(script(keys=[self.keys.running(schedule_id)], args=[message_id]))
+            removed = decode(script(keys=[self.keys.running(schedule_id)], args=[message_id])).ok
         except Exception as exc:  # Redis down, a bad URL...: never fail the message
             with self._lock:
                 first, self._failing = not self._failing, True
@@ -79,5 +71,5 @@ class RunningMarks:
     def _get_script(self) -> Any:
         with self._lock:
             if self._script is None:
-                self._script = self._factory().register_script(_CLEAR)
+                self._script = load_script(self._factory(), "overlap_clear")
             return self._script

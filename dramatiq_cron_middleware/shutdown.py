@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from .store.codes import decode
 from .store.connection import pool_for, redact
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ class HandOver:
             except BaseException:  # a nested handler's exit: a reply may be unread
                 connection.disconnect()
                 raise
-            self._released = int(replies[0]) == 1
+            self._released = decode(replies[0]).ok
             self._error = None
             return
 

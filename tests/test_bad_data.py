@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+import dramatiq
 import pytest
 
 from dramatiq_cron_middleware.store.clock import ServerClock
-from dramatiq_cron_middleware.store.codes import ClaimResult, parse_ledger_value
+from dramatiq_cron_middleware.store.codes import ClaimResult, Corrupt, parse_ledger_value
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Acquired, Lease
@@ -163,3 +164,37 @@ def test_an_unusable_batch_record_is_reported_and_the_results_are_read_back(redi
     assert ledger.batch_results("lost", epoch=epoch, claims=claims) == [ClaimResult.FIRE, ClaimResult.RECORDED]
     assert ledger.last_settle_corrupt
     assert redis_server.client().get(Keys("t").batch("lost")) == "void"
+
+
+def test_a_runtime_revisions_key_of_the_wrong_type_is_reported(redis_server: RedisServer) -> None:
+    """Given the runtime revisions hash overwritten with a string, when a
+    runtime schedule's tick is claimed, then it is not fired (its definition
+    cannot be proven current) and the reply flags the key, so the leader
+    names it in one WARNING instead of dropping every runtime tick in
+    silence."""
+    lease, ledger, epoch = lead(redis_server)
+    assert lease.token
+    redis_server.client().set(Keys("t").runtime_revs, "garbage")
+    base = ledger.sync(lease.token, epoch, ["report:r1"], now_ms=0).last["report:r1"].tick_ms
+    claim = Claim(
+        schedule_id="report:r1", tick_ms=base + 1000, outcome="fired", fire=True, actor_name="report", revision=1
+    )
+    reply = ledger.claim(lease.token, epoch, "b1", [claim])
+    assert reply.results == [ClaimResult.GONE]
+    assert reply.corrupt & Corrupt.RUNTIME_REVS
+
+
+def test_the_leader_names_a_runtime_revisions_key_of_the_wrong_type_once(redis_server: RedisServer) -> None:
+    """Given a leader firing a declared and a runtime schedule, when the
+    runtime revisions hash is overwritten with a string, then the runtime
+    schedule stops firing (its definition cannot be proven current), one
+    WARNING names the key, and the declared schedule keeps firing."""
+    with in_process_app(redis_server.url, {"healthy": "* * * * * *"}, start=False) as app:
+        dramatiq.actor(lambda: None, actor_name="tenant", broker=app.broker)
+        app.middleware.start(app.broker)
+        app.middleware.add("tenant", "* * * * * *", name="acme")
+        fires_again(app, "tenant", 1)
+        redis_server.client().set(app.keys.runtime_revs, "garbage")
+        fires_again(app, "healthy", 3)
+        assert len(app.warnings(app.keys.runtime_revs)) == 1, app.warnings()
+        assert app.duplicates() == []

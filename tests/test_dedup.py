@@ -23,6 +23,7 @@ from dramatiq.middleware import CurrentMessage
 
 from dramatiq_cron_middleware import CronConfigurationError, CronDeduplication, CronMiddleware, Schedule
 from dramatiq_cron_middleware.dedup import DEFAULT_QUEUE_WAIT
+from dramatiq_cron_middleware.store.codes import decode
 from tests.support.instances import Instance, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
@@ -161,13 +162,17 @@ def test_a_resent_claim_whose_reply_was_lost_still_runs(redis_server: RedisServe
     app = App(redis_server.url)
     script, keys, ttl = app.dedup._claim_script(app.broker)
     key = keys.dedup("m1")
-    assert script(keys=[key], args=[0, "token-a", ttl]) == 1
-    assert script(keys=[key], args=[0, "token-a", ttl]) == 1  # the resend
-    assert script(keys=[key], args=[0, "token-b", ttl]) == 0  # a duplicate
-    assert script(keys=[key], args=[1, "token-c", ttl]) == 1  # the retry
-    assert script(keys=[key], args=[0, "token-a", ttl]) == 0  # the old attempt, again
+
+    def claims(attempt: int, token: str) -> bool:
+        return decode(script(keys=[key], args=[attempt, token, ttl])).ok
+
+    assert claims(0, "token-a")
+    assert claims(0, "token-a")  # the resend
+    assert not claims(0, "token-b")  # a duplicate
+    assert claims(1, "token-c")  # the retry
+    assert not claims(0, "token-a")  # the old attempt, again
     redis_server.client().set(key, "garbage")
-    assert script(keys=[key], args=[0, "token-d", ttl]) == 1  # a bad mark is taken for missing
+    assert claims(0, "token-d")  # a bad mark is taken for missing
 
 
 def test_a_skipped_duplicate_keeps_the_overlap_mark_of_the_running_copy(

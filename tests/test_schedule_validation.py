@@ -200,7 +200,6 @@ def test_a_name_keeps_the_identity_across_an_expression_change() -> None:
     unnamed = declare("15 4 * * *").all_schedules()[0]
     moved = declare(Schedule("0 5 * * *", timezone="Europe/Berlin")).all_schedules()[0]
     assert unnamed.id == moved.id == "nightly_report"
-    assert unnamed.legacy_id == "nightly_report/15 4 * * *@UTC"
 
 
 def test_overlap_ttl_defaults_to_time_limit_plus_queueing_allowance() -> None:

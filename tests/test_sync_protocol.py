@@ -2,7 +2,7 @@
 the script reads each chunk with one HMGET, chunks go out a few at a time in
 a pipeline (one by one on Redis Cluster, which refuses scripts in
 pipelines), and every schedule gets its own entry back, in order, whatever
-mix of present, missing, corrupt, migrated and reshaped entries the ledger
+mix of present, missing, corrupt and reshaped entries the ledger
 holds."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def lead(url: str) -> tuple[redis.Redis, Keys, Lease, Ledger, int]:
 
 def check_a_mixed_sync(url: str, count: int) -> None:
     """Given ``count`` schedules, a seeded mix of plain entries, missing
-    ones, corrupt ones, entries under a legacy id and changed shapes, when
+    ones, corrupt ones and changed shapes, when
     they are synced in one call, then each gets its own value back (never a
     neighbour's), the codes name exactly the ones that were not plain, and
     the ledger holds what was answered."""
@@ -53,18 +53,15 @@ def check_a_mixed_sync(url: str, count: int) -> None:
     shapes: dict[str, str] = {}
     for n in range(count):
         sid = f"job{n}/s"
-        kind = rng.choice(["plain"] * 6 + ["missing", "corrupt", "legacy", "reshaped"])
+        kind = rng.choice(["plain"] * 6 + ["missing", "corrupt", "reshaped"])
         tick = PAST + n * 1000
-        entry = SyncEntry(sid, f"job{n}/s@UTC" if kind == "legacy" else "", f"shape{n}")
+        entry = SyncEntry(sid, f"shape{n}")
         if kind == "plain":
             ticks[sid], shapes[sid] = f"{tick}:3:1", entry.shape
             expected[sid] = tick
         elif kind == "corrupt":
             ticks[sid], shapes[sid] = "garbage", entry.shape
             codes[sid] = SyncCode.CORRUPT
-        elif kind == "legacy":
-            ticks[entry.legacy_id], shapes[sid] = f"{tick}:2:1", entry.shape
-            expected[sid] = tick  # migrated, not baselined
         elif kind == "reshaped":
             ticks[sid], shapes[sid] = f"{tick}:3:1", "an older shape"
             codes[sid] = SyncCode.RESHAPED
@@ -93,8 +90,6 @@ def check_a_mixed_sync(url: str, count: int) -> None:
         value = parse_ledger_value(stored[entry.schedule_id])
         assert value is not None and value.tick_ms == reply.ticks[entry.schedule_id]
         assert reply.values[entry.schedule_id] == stored[entry.schedule_id]
-        if entry.legacy_id:
-            assert entry.legacy_id not in stored
     assert client.hgetall(keys.shapes) == {e.schedule_id: e.shape for e in entries}
 
     # Fenced: once the lease is another's, no chunk of the pipeline writes.

@@ -75,6 +75,7 @@ _KEY_NAMES = {
     Corrupt.HISTORY: "history",
     Corrupt.PAUSED: "paused",
     Corrupt.BATCH: "batch",
+    Corrupt.RUNTIME_REVS: "runtime_revs",
 }
 
 

@@ -22,7 +22,7 @@ from dramatiq.brokers.stub import StubBroker
 from ..errors import CronScheduleError
 from ..schedules.planner import message_for
 from ..schedules.schedule import BoundSchedule
-from ..store.codes import ClaimResult, Outcome, parse_ledger_value, whole_actor
+from ..store.codes import ClaimResult, Outcome, decode, load_script, parse_ledger_value, whole_actor
 from ..store.connection import redact
 from ..store.keys import Keys
 
@@ -43,18 +43,6 @@ __all__ = [
     "paused_by",
     "resolve_target",
 ]
-
-# Append a manual trigger to the history with the server's clock, so its
-# time sorts with the leader's entries whatever the operator's clock says.
-_RECORD_TRIGGER = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-           'schedule', ARGV[2], 'tick', ARGV[3], 'outcome', ARGV[4], 'at', now,
-           'epoch', epoch, 'detail', ARGV[5], 'message_id', ARGV[6])
-return now
-"""
 
 # The per-entry claim results stored in the ledger, as outcomes.  A fired
 # tick may also have been a catch-up; the history stream tells which.
@@ -148,7 +136,7 @@ class Control:
         self.client = client
         self.keys = keys
         self.history_length = history_length
-        self._record_trigger = client.register_script(_RECORD_TRIGGER)
+        self._record_trigger = load_script(client, "trigger")
 
     def server_ms(self) -> int:
         """Redis server time in epoch milliseconds (the scheduler's clock)."""
@@ -250,7 +238,7 @@ class Control:
         """Append a manual trigger to the history; returns its server time.
         The ledger is left alone, so the schedule fires as before."""
         args: list[Any] = [self.history_length, schedule_id, tick_ms, Outcome.TRIGGERED, "manual", message_id]
-        return int(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args))
+        return decode(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
 
     # -- reads and actions for the web dashboard --------------------------
     #

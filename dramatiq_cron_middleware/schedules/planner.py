@@ -17,7 +17,7 @@ from typing import Any
 
 from dramatiq import Message
 
-from ..store.codes import Outcome
+from .outcome import Outcome
 from .schedule import BoundSchedule
 
 __all__ = ["ON_TIME_MS", "Decision", "due_decisions", "jitter_ms", "message_for", "message_id_for", "plan"]

@@ -277,15 +277,6 @@ class BoundSchedule:
         return cached
 
     @property
-    def legacy_id(self) -> str:
-        """The identity versions before 0.2 gave this schedule
-        (``actor/name@zone``, the name defaulting to the expression): its
-        ledger entry is migrated to :attr:`id` on the first sync."""
-        if self.source == "runtime":
-            return ""
-        return f"{self.actor_name}/{self.name}@{self.timezone}"
-
-    @property
     def shape(self) -> str:
         """A digest of everything that decides the ticks (expression or
         interval, zone, bounds): when it changes under the same identity,

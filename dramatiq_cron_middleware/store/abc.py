@@ -155,8 +155,7 @@ class LedgerStore(Protocol):
         replaced by a baseline and recorded as ``rebased``, and a declared
         schedule whose shape changed restarts (``RESHAPED``); a baseline
         lies at the earlier of ``now_ms`` and the store's now and carries
-        ``epoch``.  An entry under a schedule's legacy id moves to its id.
-        With ``expect_ledger``, an empty ledger is reported
+        ``epoch``.  With ``expect_ledger``, an empty ledger is reported
         (``ledger_lost``) and recorded once.  ``on_chunk`` gets the
         ``(id, tick)`` pairs as they arrive.
 
@@ -165,8 +164,8 @@ class LedgerStore(Protocol):
         """
 
     def register(self, schedules: Sequence[SyncEntry]) -> int:
-        """Unfenced: create the missing entries (moved from a legacy id, or a
-        baseline at now under epoch 0) and the missing shapes; never touch
+        """Unfenced: create the missing entries (a baseline at now under
+        epoch 0) and the missing shapes; never touch
         an existing entry.  Returns how many entries were written."""
 
     def claim(

@@ -1,10 +1,16 @@
 """The vocabulary shared by the Lua scripts and the Python that calls them.
 
-Result codes, outcomes and the ledger's value format are written once,
-here: the Lua side gets the same constants through a generated preamble
-(see :func:`load_script`), so a reader never matches magic numbers across
+Result codes and the ledger's value format are written once, here (the
+outcomes of a tick are domain vocabulary, in ``schedules/outcome.py``): the
+Lua side gets the same constants through a generated preamble (see
+:func:`load_script`), so a reader never matches magic numbers across
 languages.  The scripts themselves live in ``lua/*.lua`` beside this module,
 each with a legend of its KEYS and ARGV.
+
+Every script answers in one convention, ``{status, server time ms, corrupt
+flags, payload...}``, read by :func:`decode`: the status is a
+:class:`Status`, the server time feeds the clock, the flags name keys found
+unusable (:class:`Corrupt`), and the payload is the script's own answer.
 """
 
 from __future__ import annotations
@@ -13,20 +19,68 @@ import enum
 import functools
 import re
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
+from ..schedules.outcome import Outcome
+
 __all__ = [
+    "BadRequest",
     "ClaimResult",
     "Corrupt",
     "LedgerValue",
     "Outcome",
+    "Reply",
+    "Status",
     "SyncCode",
+    "decode",
     "load_script",
     "parse_ledger_value",
     "whole_actor",
 ]
+
+
+class Status(enum.IntEnum):
+    """A script's verdict: the first element of every reply."""
+
+    #: Done as asked.
+    OK = 1
+    #: Declined, nothing decided: the lease holds another token, the batch
+    #: never ran (now void), the message or mark was already there...
+    DECLINED = 0
+    #: A malformed request, refused before any write (the payload says why).
+    BAD_REQUEST = -2
+
+
+class BadRequest(Exception):
+    """A script refused a malformed request, writing nothing."""
+
+
+class Reply(NamedTuple):
+    """A script's reply: see :func:`decode`."""
+
+    status: Status
+    server_ms: int
+    corrupt: Corrupt
+    payload: list[Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+
+def decode(raw: Any) -> Reply:
+    """Read a script's reply ``{status, server time ms, corrupt flags,
+    payload...}``: the one reading every caller shares.
+
+    Raises:
+      BadRequest: the script refused a malformed request.
+    """
+    status = Status(int(raw[0]))
+    if status == Status.BAD_REQUEST:
+        raise BadRequest(str(raw[3]))
+    return Reply(status, int(raw[1]), Corrupt(int(raw[2])), raw[3:])
 
 
 class ClaimResult(enum.IntEnum):
@@ -48,29 +102,6 @@ class ClaimResult(enum.IntEnum):
     GONE = 6
     #: Not decided: the ledger entry is missing or unusable; sync again.
     LOST = -1
-
-
-class Outcome(str, enum.Enum):
-    """The outcomes recorded in the history stream."""
-
-    FIRED = "fired"
-    CAUGHT_UP = "caught_up"
-    MISSED = "missed"
-    SKIPPED = "skipped"
-    PAUSED = "paused"
-    TRIGGERED = "triggered"
-    #: The ledger vanished (eviction, FLUSHALL, a restart without data):
-    #: schedules restart from the server's now.
-    LEDGER_LOST = "ledger_lost"
-    #: A ledger entry was unusable (unparsable, or in the future after a
-    #: clock step) and was replaced by a baseline at the server's now.
-    REBASED = "rebased"
-    #: A granted tick whose enqueue had failed, dropped before a retry
-    #: because its runtime definition was removed or replaced since.
-    DROPPED = "dropped"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class SyncCode(enum.IntEnum):
@@ -105,6 +136,8 @@ class Corrupt(enum.IntFlag):
     PAUSED = 32
     BATCH = 64
     WAKE = 128
+    #: The runtime definitions' revisions: every runtime tick is GONE.
+    RUNTIME_REVS = 256
 
 
 #: Outcome recorded in the ledger value per claim result.
@@ -165,7 +198,9 @@ def whole_actor(actor_name: str) -> str:
 
 
 def _preamble() -> str:
-    lines = ["-- Generated from protocol.py: the constants the Python side uses."]
+    lines = ["-- Generated from store/codes.py: the constants the Python side uses."]
+    for status in Status:
+        lines.append(f"local ST_{status.name} = {status.value}")
     for member in ClaimResult:
         lines.append(f"local R_{member.name} = {member.value}")
     for sync in SyncCode:
@@ -173,11 +208,10 @@ def _preamble() -> str:
     for flag in Corrupt:
         if flag.name and flag.value:
             lines.append(f"local C_{flag.name} = {flag.value}")
-    for code, outcome in RESULT_OUTCOMES.items():
-        lines.append(f"local O_{code.name} = '{outcome.value}'")
-    lines.append(f"local O_CAUGHT_UP = '{Outcome.CAUGHT_UP.value}'")
-    lines.append(f"local O_LEDGER_LOST = '{Outcome.LEDGER_LOST.value}'")
-    lines.append(f"local O_REBASED = '{Outcome.REBASED.value}'")
+    outcomes = {f"O_{outcome.name}": outcome for outcome in Outcome}
+    outcomes.update((f"O_{code.name}", outcome) for code, outcome in RESULT_OUTCOMES.items())
+    for name, outcome in outcomes.items():
+        lines.append(f"local {name} = '{outcome.value}'")
     return "\n".join(lines) + "\n" + _read("common.lua")
 
 

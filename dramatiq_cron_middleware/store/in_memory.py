@@ -538,14 +538,8 @@ class _MemoryLedger:
                 detail = "the ledger was gone; schedules restart from now"
                 s._record(self.history_length, "*", base, Outcome.LEDGER_LOST.value, now, epoch, detail, "")
             events: list[tuple[str, str]] = []
-            for sid, legacy, shape in entries:
+            for sid, shape in entries:
                 value = s.ticks.get(sid)
-                if value is None and legacy and legacy in s.ticks:
-                    value = s.ticks.pop(legacy)
-                    s.ticks[sid] = value
-                    if legacy in s.paused:
-                        s.paused.discard(legacy)
-                        s.paused.add(sid)
                 code = SyncCode.OK
                 parsed = _parse_entry(value)
                 if value is None:
@@ -592,15 +586,9 @@ class _MemoryLedger:
             s = self.server
             now = s.now_ms()
             created = 0
-            for sid, legacy, shape in schedules:
+            for sid, shape in schedules:
                 if sid not in s.ticks:
-                    if legacy and legacy in s.ticks:
-                        s.ticks[sid] = s.ticks.pop(legacy)
-                        if legacy in s.paused:
-                            s.paused.discard(legacy)
-                            s.paused.add(sid)
-                    else:
-                        s.ticks[sid] = f"{now}:0:baseline"
+                    s.ticks[sid] = f"{now}:0:baseline"
                     created += 1
                 if shape:
                     s.shapes.setdefault(sid, shape)
@@ -700,13 +688,23 @@ class _MemoryLedger:
             if prior is None or prior == "void":
                 s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
                 return Settled(None)
-            # Unusable: read back from the ledger what this epoch was granted.
+            # Unusable: read back from the ledger what this epoch was granted
+            # (as settle.lua does: a newest tick of this batch decided by
+            # this epoch proves its earlier ticks of that schedule decided).
+            in_batch = {(c.schedule_id, c.tick_ms) for c in claims}
             results = []
             for c in claims:
                 parsed = _parse_entry(s.ticks.get(c.schedule_id))
                 result = ClaimResult.REFUSED
-                if parsed is not None and parsed[0] == c.tick_ms and parsed[1] == str(epoch) and parsed[2] is not None:
-                    result = ClaimResult(parsed[2])
+                if parsed is not None and parsed[1] == str(epoch) and parsed[2] is not None:
+                    stored = ClaimResult(parsed[2])
+                    if parsed[0] == c.tick_ms:
+                        result = stored
+                    elif parsed[0] > c.tick_ms and (c.schedule_id, parsed[0]) in in_batch:
+                        if not c.fire:
+                            result = ClaimResult.RECORDED
+                        elif stored in (ClaimResult.FIRE, ClaimResult.PAUSED, ClaimResult.SKIPPED):
+                            result = stored
                 results.append(result)
             s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
             return Settled(results, record_corrupt=True)

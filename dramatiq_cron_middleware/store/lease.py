@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from .clock import ServerClock
-from .codes import Corrupt, load_script
+from .codes import Corrupt, Reply, decode, load_script
 from .connection import pool_for
 from .keys import Keys
 
@@ -120,17 +120,15 @@ class Lease:
             [token, self.ttl_ms, self.host, self.pid, self.member, self.presence_id(), self.fingerprint, self.version],
         )
         self._attempt = None
-        corrupt = Corrupt(int(result[4]))
-        if int(result[0]) == 1:
+        if result.ok:
+            epoch, fresh = result.payload
             self.token = token
             return Acquired(
-                epoch=int(result[1]),
-                server_ms=int(result[2]),
-                epoch_was_missing=bool(int(result[3])),
-                corrupt=corrupt,
+                epoch=int(epoch), server_ms=result.server_ms, epoch_was_missing=bool(int(fresh)), corrupt=result.corrupt
             )
         self.token = None
-        return Held(remaining_ms=int(result[1]), token=str(result[5]), renewals=str(result[6]), corrupt=corrupt)
+        remaining, holder, renewals = result.payload
+        return Held(remaining_ms=int(remaining), token=str(holder), renewals=str(renewals), corrupt=result.corrupt)
 
     def renew(self) -> Renewed | None:
         """Extend the lease; None when Redis no longer holds our token."""
@@ -141,11 +139,11 @@ class Lease:
             [self.keys.lease, self.keys.candidates, self.keys.candidate_info],
             [self.token, self.ttl_ms, self.member, self.presence_id(), 2 * self.ttl_ms],
         )
-        if int(result[0]) != 1:
+        if not result.ok:
             self.token = None
             return None
         live = []
-        for info in result[2:]:
+        for info in result.payload:
             fingerprint, _, version = str(info).partition("|")
             live.append((fingerprint, version))
         return Renewed(live=live)
@@ -162,7 +160,7 @@ class Lease:
             args=[token or "-", self.member, self.ttl_ms],
             client=client,
         )
-        return int(result) == 1
+        return decode(result).ok
 
     def hand_over_commands(self) -> list[tuple[Any, ...]]:
         """The shutdown path's commands, for a connection of its own: the
@@ -209,7 +207,7 @@ class Lease:
     def depose(self, token: str, field: str, seen: str) -> bool:
         """Delete the lease if it still holds ``token`` and ``field`` still
         reads ``seen``; True when deleted."""
-        return int(self._depose(keys=[self.keys.lease], args=[token, field, seen])) == 1
+        return decode(self._depose(keys=[self.keys.lease], args=[token, field, seen])).ok
 
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         """Publish this candidate's schedule set under its fingerprint, so a
@@ -285,10 +283,8 @@ class Lease:
         pipe.pexpire(key, self.ttl_ms)
         pipe.execute()
 
-    def _call(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> list[Any]:
+    def _call(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> Reply:
         sent = self.clock.monotonic()
-        result = script(keys=keys, args=args)
-        received = self.clock.monotonic()
-        server_ms = result[2] if script is self._acquire else result[1]
-        self.clock.observe(int(server_ms), sent, received)
-        return list(result)
+        reply = decode(script(keys=keys, args=args))
+        self.clock.observe(reply.server_ms, sent, self.clock.monotonic())
+        return reply

@@ -23,7 +23,18 @@ from redis.cluster import RedisCluster
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
-from .codes import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value, whole_actor
+from .codes import (
+    BadRequest,
+    ClaimResult,
+    Corrupt,
+    LedgerValue,
+    Reply,
+    SyncCode,
+    decode,
+    load_script,
+    parse_ledger_value,
+    whole_actor,
+)
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -51,10 +62,6 @@ class NotLeader(Exception):
     """Redis refused a fenced operation: the lease holds another token."""
 
 
-class BadRequest(Exception):
-    """The claim script refused a malformed batch, writing nothing."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """A request to decide one tick of one schedule."""
@@ -73,13 +80,11 @@ class Claim:
 
 
 class SyncEntry(NamedTuple):
-    """A schedule as the ledger sees it: its identity, the identity an older
-    version gave it (its entry is migrated), and its shape digest.  (A
+    """A schedule as the ledger sees it: its identity and its shape digest.  (A
     tuple: a takeover builds one per schedule, 100,000 of them for a large
     runtime set.)"""
 
     schedule_id: str
-    legacy_id: str = ""
     shape: str = ""
 
     @classmethod
@@ -88,7 +93,7 @@ class SyncEntry(NamedTuple):
         left out: its write keeps its ledger entry and shape consistent (see
         runtime.py), so the leader never rebases it, and need not digest
         100,000 of them."""
-        return cls(schedule.id, schedule.legacy_id, "" if schedule.source == "runtime" else schedule.shape)
+        return cls(schedule.id, "" if schedule.source == "runtime" else schedule.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,14 +140,12 @@ def _column(items: Sequence[str]) -> str:
     return text
 
 
-def _granted(result: Any) -> list[Any]:
+def _granted(raw: Any) -> Reply:
     """A fenced script's reply, or the refusal it stands for."""
-    status = int(result[0])
-    if status == -2:
-        raise BadRequest(str(result[2]))
-    if status != 1:
+    reply = decode(raw)
+    if not reply.ok:
         raise NotLeader()
-    return list(result)
+    return reply
 
 
 def _tick_of(value: str) -> int:
@@ -212,7 +215,7 @@ class Ledger:
         keys = [self.keys.lease, self.keys.ticks, self.keys.history, self.keys.shapes, self.keys.paused]
         chunks = [entries[i : i + SYNC_CHUNK] for i in range(0, max(len(entries), 1), SYNC_CHUNK)]
 
-        def windows() -> Iterator[list[tuple[list[SyncEntry], list[str], list[Any]]]]:
+        def windows() -> Iterator[list[tuple[list[SyncEntry], list[str], Reply]]]:
             for first in range(0, len(chunks), SYNC_WINDOW):
                 window = chunks[first : first + SYNC_WINDOW]
                 trusted_ms = self.clock.trusted_ms()
@@ -227,7 +230,6 @@ class Ledger:
                         FUTURE_TOLERANCE_MS,
                         trusted_ms,
                         _column(ids),
-                        _column([e.legacy_id for e in chunk]),
                         _column([e.shape for e in chunk]),
                     ]
                     for n, (chunk, ids) in enumerate(zip(window, columns, strict=True))
@@ -238,12 +240,13 @@ class Ledger:
         # scripts run while this thread reads the current replies.
         replies = read_ahead(windows()) if len(chunks) > SYNC_WINDOW else windows()
         for window_replies in replies:
-            for chunk, ids, result in window_replies:
-                server_ms = int(result[1])
-                corrupt |= Corrupt(int(result[2]))
-                lost = lost or int(result[3]) == 1
-                chunk_values = str(result[4]).split("\n") if chunk else []
-                chunk_codes = str(result[5])
+            for chunk, ids, reply in window_replies:
+                server_ms = reply.server_ms
+                corrupt |= reply.corrupt
+                chunk_lost, chunk_text, chunk_codes = reply.payload
+                lost = lost or int(chunk_lost) == 1
+                chunk_values = str(chunk_text).split("\n") if chunk else []
+                chunk_codes = str(chunk_codes)
                 if len(chunk_values) != len(chunk) or len(chunk_codes) != len(chunk):
                     raise BadRequest(f"sync answered {len(chunk_values)} entries for {len(chunk)} schedules")
                 try:
@@ -264,17 +267,17 @@ class Ledger:
 
     def register(self, schedules: Sequence[SyncEntry]) -> int:
         """Make a candidate's schedules known to the ledger before it leads
-        (unfenced: only missing entries are written, migrated from a legacy
-        identity or baselined at now).  Returns how many were written."""
+        (unfenced: only missing entries are written, baselined at now).  Returns how many were written."""
         written = 0
         for start in range(0, len(schedules), SYNC_CHUNK):
             chunk = schedules[start : start + SYNC_CHUNK]
-            written += int(
+            reply = decode(
                 self._register(
-                    keys=[self.keys.ticks, self.keys.shapes, self.keys.paused],
-                    args=[field for e in chunk for field in (e.schedule_id, e.legacy_id, e.shape)],
+                    keys=[self.keys.ticks, self.keys.shapes],
+                    args=[field for e in chunk for field in (e.schedule_id, e.shape)],
                 )
             )
+            written += int(reply.payload[0])
         return written
 
     def claim(
@@ -352,11 +355,11 @@ class Ledger:
             entries,
             self.clock.trusted_ms(),
         ]
-        result = self._run(self._claim, keys, args)
+        reply = self._run(self._claim, keys, args)
         return ClaimReply(
-            results=[ClaimResult(int(r)) for r in result[3:]],
-            server_ms=int(result[1]),
-            corrupt=Corrupt(int(result[2])),
+            results=[ClaimResult(int(r)) for r in reply.payload],
+            server_ms=reply.server_ms,
+            corrupt=reply.corrupt,
         )
 
     def batch_results(self, batch_id: str, *, epoch: int = 0, claims: Sequence[Claim] = ()) -> list[ClaimResult] | None:
@@ -365,15 +368,16 @@ class Ledger:
         flight is refused).  An unusable batch record is reported in
         :attr:`last_settle_corrupt` and the results are read back from the
         ledger (what ``epoch`` was granted of ``claims``)."""
-        entries = json.dumps([[c.schedule_id, c.tick_ms] for c in claims], separators=(",", ":"))
-        reply = self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
-        status = int(reply[0])
-        self.last_settle_corrupt = status == 2
-        if status == 0:
+        entries = json.dumps([[c.schedule_id, c.tick_ms, int(c.fire)] for c in claims], separators=(",", ":"))
+        reply = decode(
+            self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
+        )
+        self.last_settle_corrupt = bool(reply.corrupt & Corrupt.BATCH)
+        if not reply.ok:
             return None
-        return [ClaimResult(int(r)) for r in str(reply[1]).split(",") if r]
+        return [ClaimResult(int(r)) for r in str(reply.payload[0]).split(",") if r]
 
-    def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[list[Any]]:
+    def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[Reply]:
         """Several calls of one script in one pipeline: Redis runs the next
         while this process reads the previous reply.  Only the last reply
         is observed by the clock: its server time was read nearest to the
@@ -388,7 +392,7 @@ class Ledger:
         self.clock.observe(int(results[-1][1]), sent, self.clock.monotonic())
         return [_granted(result) for result in results]
 
-    def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> list[Any]:
+    def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> Reply:
         sent = self.clock.monotonic()
         result = script(keys=keys, args=args)
         self.clock.observe(int(result[1]), sent, self.clock.monotonic())

@@ -57,7 +57,7 @@ from ..schedules.schedule import (
     interval_label,
     parse_timezone,
 )
-from .codes import Outcome
+from .codes import decode, load_script
 from .collector import collector_paused
 from .connection import describe, redact
 from .keys import Keys
@@ -98,206 +98,6 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 _BATCH = 500
 # Entries per HSCAN / change page / lexical page.
 _PAGE = 1000
-
-# Every runtime script first checks the types of the keys it touches, so a
-# foreign value under one of them (nothing else writes there) is refused
-# before anything is written: Redis scripts are atomic, not transactional.
-#   KEYS[1] runtime hash, KEYS[2] revs hash, KEYS[3] version counter,
-#   KEYS[4] changes sorted set, KEYS[5] ids sorted set
-_CHECK_KEYS = """
-local wanted = {'hash', 'hash', 'string', 'zset', 'zset'}
-for i = 1, 5 do
-  local found = redis.call('TYPE', KEYS[i]).ok
-  if found ~= 'none' and found ~= wanted[i] then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' .. wanted[i])
-  end
-end
-local version = redis.call('GET', KEYS[3])
-if version and not tonumber(version) then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds ' .. version .. ', not a counter')
-end
-"""
-
-# Wake the leader: one notification in a list it blocks on (see
-# runtime_feed.py); the key is only ever written here.
-#   KEYS[9] the notification list
-_NOTIFY = """
-redis.call('DEL', KEYS[9])
-redis.call('RPUSH', KEYS[9], redis.call('GET', KEYS[3]) or '0')
-redis.call('PEXPIRE', KEYS[9], 600000)
-"""
-
-# Create or replace definitions.  Each gets its own revision (the new
-# value of the version counter), written together with its definition,
-# its revision and its change entry; ``created`` survives a replacement.
-# The write owns the schedule's ledger entry and shape, in the same
-# script: a replacement with the same shape (the same ticks: only args,
-# kwargs, queue or options changed) keeps its entry, so its catch-up
-# survives a takeover; a new schedule, a re-add after a removal and a
-# replacement with another shape start at this write (entry = max(entry,
-# now), one history entry unless the id is new), so no tick of an earlier
-# definition fires under the new one and none of the new one's after the
-# write is lost.  The leader's sync reads these entries and never rebases.
-#   KEYS: see _CHECK_KEYS; KEYS[6] the ledger hash, KEYS[7] the shapes
-#     hash, KEYS[8] the history stream, KEYS[9] see _NOTIFY
-#   ARGV[1] - the largest definition accepted, in bytes
-#   ARGV[2] - the history cap
-#   ARGV[3k], ARGV[3k+1], ARGV[3k+2] - a schedule id, its definition JSON
-#     without the closing brace (the script appends rev, created and
-#     updated), and its shape digest
-# Returns {server now ms, rev1, created1, rev2, created2, ...}.
-_WRITE = (
-    _CHECK_KEYS
-    + """
-local limit = tonumber(ARGV[1])
-for i = 3, #ARGV, 3 do
-  local id, body, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if id == '' or body == nil or string.sub(body, 1, 7) ~= '{"v":1,' or #body > limit or not shape or shape == '' then
-    return redis.error_reply('ERR malformed runtime schedule definition for ' .. id)
-  end
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function usable(key, wanted)
-  local found = redis.call('TYPE', key).ok
-  return found == 'none' or found == wanted
-end
-local ledger_ok = usable(KEYS[6], 'hash') and usable(KEYS[7], 'hash')
-local history_ok = usable(KEYS[8], 'stream')
-local out = {now}
-for i = 3, #ARGV, 3 do
-  local id, body, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local created = string.format('%d', now)
-  local old = redis.call('HGET', KEYS[1], id)
-  if old then
-    created = string.match(old, ',"created":(%d+),"updated":%d+}$') or created
-  end
-  local rev = redis.call('INCR', KEYS[3])
-  if ledger_ok then
-    local entry = redis.call('HGET', KEYS[6], id)
-    local tick = entry and tonumber(string.match(entry, '^(%-?%d+):%d+'))
-    if not (old and tick and redis.call('HGET', KEYS[7], id) == shape) then
-      local start = now
-      if tick and tick > now then start = tick end
-      if start ~= tick then
-        redis.call('HSET', KEYS[6], id, string.format('%d', start) .. ':0:baseline')
-      end
-      redis.call('HSET', KEYS[7], id, shape)
-      if entry and history_ok then
-        local why = 'added again after its removal: it starts from this write'
-        if old then
-          why = 'replaced with other ticks (expression, interval, zone or bounds): it starts from this write'
-        end
-        redis.call('XADD', KEYS[8], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'schedule', id,
-                   'tick', string.format('%d', start), 'outcome', '"""
-    + Outcome.REBASED.value
-    + """', 'at', now,
-                   'epoch', 0, 'detail', why, 'message_id', '')
-      end
-    end
-  end
-  redis.call('HSET', KEYS[1], id,
-             body .. ',"rev":' .. rev .. ',"created":' .. created .. ',"updated":' .. string.format('%d', now) .. '}')
-  redis.call('HSET', KEYS[2], id, rev)
-  redis.call('ZADD', KEYS[4], rev, id)
-  redis.call('ZADD', KEYS[5], 0, id)
-  out[#out + 1] = rev
-  out[#out + 1] = tonumber(created)
-end
-"""
-    + _NOTIFY
-    + """
-return out
-"""
-)
-
-# Remove one definition: its revision goes with it (so no claim of it is
-# granted any more) and its change entry becomes a tombstone.
-#   KEYS: see _WRITE
-#   ARGV[1] - the schedule id
-# Returns the removal's version, or 0 if there was nothing to remove.
-_REMOVE = (
-    _CHECK_KEYS
-    + """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then
-  return 0
-end
-local version = redis.call('INCR', KEYS[3])
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
-redis.call('ZADD', KEYS[4], version, ARGV[1])
-"""
-    + _NOTIFY
-    + """
-return version
-"""
-)
-
-# One page of changes after a version, read atomically with the counter.
-#   KEYS[1] changes sorted set, KEYS[2] runtime hash, KEYS[3] version counter
-#   ARGV[1] - the version already known (exclusive), ARGV[2] - page size
-# Returns {counter, id1, version1, definition1 or nil (removed), ...}.
-_CHANGES = """
-local out = {redis.call('GET', KEYS[3]) or '0'}
-local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-for i = 1, #rows, 2 do
-  out[#out + 1] = rows[i]
-  out[#out + 1] = rows[i + 1]
-  out[#out + 1] = redis.call('HGET', KEYS[2], rows[i])
-end
-return out
-"""
-
-
-# Owed ticks (granted, enqueue failed) checked before a retry: a tick whose
-# definition was removed or replaced since its claim is dropped, and
-# recorded in the history, so that removal stays final for them too.
-#   KEYS[1] revs hash, KEYS[2] history stream
-#   ARGV[1] - the history cap
-#   ARGV[4k-2..4k+1] - a schedule id, the revision its tick was claimed
-#     under, the tick (ms) and the message id
-# Returns one 1 (dropped) or 0 (still current) per tick.
-_DROP_STALE = (
-    """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local found = redis.call('TYPE', KEYS[2]).ok
-local history_ok = found == 'none' or found == 'stream'
-local out = {}
-for i = 2, #ARGV, 4 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    out[#out + 1] = 0
-  else
-    out[#out + 1] = 1
-    if history_ok then
-      redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[1]), '*', 'schedule', ARGV[i], 'tick', ARGV[i + 2],
-                 'outcome', '"""
-    + Outcome.DROPPED.value
-    + """', 'at', now, 'epoch', 0,
-                 'detail', 'its enqueue had failed, and the definition was removed or replaced before a retry',
-                 'message_id', ARGV[i + 3])
-    end
-  end
-end
-return out
-"""
-)
-
-
-# Definitions with the server's time (for their next fire time), in one
-# round trip: a script, because Redis Cluster refuses TIME in a pipeline.
-#   KEYS[1] - the runtime hash
-#   ARGV - schedule ids
-# Returns {server now ms, definition1 or nil (none), ...}.
-_READ = """
-local t = redis.call('TIME')
-local out = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
-for i = 1, #ARGV do
-  out[i + 1] = redis.call('HGET', KEYS[1], ARGV[i])
-end
-return out
-"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,11 +217,11 @@ class RuntimeSchedules:
         self.catch_up: CatchUp = catch_up
         self.catch_up_window = catch_up_window
         self.history_length = history_length
-        self._write = client.register_script(_WRITE)
-        self._remove = client.register_script(_REMOVE)
-        self._changes = client.register_script(_CHANGES)
-        self._read = client.register_script(_READ)
-        self._drop_stale = client.register_script(_DROP_STALE)
+        self._write = load_script(client, "runtime_write")
+        self._remove = load_script(client, "runtime_remove")
+        self._changes = load_script(client, "runtime_changes")
+        self._read = load_script(client, "runtime_read")
+        self._drop_stale = load_script(client, "runtime_drop_stale")
 
     @property
     def _write_keys(self) -> list[str]:
@@ -487,11 +287,11 @@ class RuntimeSchedules:
                 args: list[Any] = [MAX_DEFINITION_BYTES, self.history_length]
                 for bound, body in batch:
                     args += [bound.id, body, bound.shape]
-                reply: Any = self._write(keys=self._write_keys, args=args)
-                now = int(reply[0])
+                reply = decode(self._write(keys=self._write_keys, args=args))
+                now, written = reply.server_ms, reply.payload
                 for i, (bound, _) in enumerate(batch):
-                    stored = dataclasses.replace(bound, revision=int(reply[1 + 2 * i]))
-                    out.append(_stored(stored, created=int(reply[2 + 2 * i]), updated=now, now=now))
+                    stored = dataclasses.replace(bound, revision=int(written[2 * i]))
+                    out.append(_stored(stored, created=int(written[1 + 2 * i]), updated=now, now=now))
         return out
 
     def remove(self, actor: object, name: str) -> bool:
@@ -515,8 +315,8 @@ class RuntimeSchedules:
         """
         schedule_id = _schedule_id(actor, name)
         with self._store("remove a runtime schedule"):
-            version = self._remove(keys=self._write_keys, args=[schedule_id])
-        return bool(version)
+            removed = decode(self._remove(keys=self._write_keys, args=[schedule_id]))
+        return removed.ok
 
     # -- reading -------------------------------------------------------------
 
@@ -534,10 +334,11 @@ class RuntimeSchedules:
         """
         schedule_id = _schedule_id(actor, name)
         with self._store("read a runtime schedule"):
-            now, text = self._read(keys=[self.keys.runtime], args=[schedule_id])
+            read = decode(self._read(keys=[self.keys.runtime], args=[schedule_id]))
+        (text,) = read.payload
         if text is None:
             return None
-        return self._record(schedule_id, text, now=int(now))
+        return self._record(schedule_id, text, now=read.server_ms)
 
     def list(
         self,
@@ -584,8 +385,8 @@ class RuntimeSchedules:
             ids = self._page_ids(low, high, search, limit + 1)
             more = len(ids) > limit
             ids = ids[:limit]
-            reply: Any = self._read(keys=[self.keys.runtime], args=ids)
-            now, texts = int(reply[0]), reply[1:]
+            reply = decode(self._read(keys=[self.keys.runtime], args=ids))
+            now, texts = reply.server_ms, reply.payload
             if search is None:
                 count: Any = (
                     self.client.zcard(self.keys.runtime_ids)
@@ -684,9 +485,11 @@ class RuntimeSchedules:
         k = self.keys
         with self._store("read runtime schedule changes"):
             while True:
-                reply: Any = self._changes(keys=[k.runtime_changes, k.runtime, k.runtime_version], args=[after, _PAGE])
-                current = int(reply[0])
-                rows = reply[1:]
+                page = decode(
+                    self._changes(keys=[k.runtime_changes, k.runtime, k.runtime_version], args=[after, _PAGE])
+                )
+                current = int(page.payload[0])
+                rows = page.payload[1:]
                 if current < version:
                     return current, {}
                 for i in range(0, len(rows), 3):
@@ -709,8 +512,8 @@ class RuntimeSchedules:
         for schedule, tick, message_id in ticks:
             args += [schedule.id, schedule.revision, tick, message_id]
         with self._store("check owed runtime ticks"):
-            reply: Any = self._drop_stale(keys=[self.keys.runtime_revs, self.keys.history], args=args)
-        return [bool(flag) for flag in reply]
+            reply = decode(self._drop_stale(keys=[self.keys.runtime_revs, self.keys.history], args=args))
+        return [bool(int(flag)) for flag in reply.payload]
 
     def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
         """Every stored runtime schedule: ``(version, {schedule id: schedule})``.

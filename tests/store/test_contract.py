@@ -401,16 +401,14 @@ def test_sync_replaces_corrupt_and_future_entries_by_baselines_and_records_them(
     ]
 
 
-def test_sync_restarts_a_reshaped_schedule_and_moves_a_legacy_entry(harness: StoreHarness) -> None:
+def test_sync_restarts_a_reshaped_schedule(harness: StoreHarness) -> None:
     a = harness.candidate("a")
     token, epoch = lead(a)
     base = harness.now_ms() - 600_000
     a.ledger.sync(token, epoch, [SyncEntry(SID, shape="s1")], now_ms=base)
     harness.set_ledger_value(SID, "1000:1:1")
-    harness.set_ledger_value("job/old@UTC", "2000:1:1")
-    reply = a.ledger.sync(token, epoch, [SyncEntry(SID, shape="s2"), SyncEntry("job/b", legacy_id="job/old@UTC")])
+    reply = a.ledger.sync(token, epoch, [SyncEntry(SID, shape="s2")])
     assert reply.codes == {SID: SyncCode.RESHAPED}
-    assert reply.ticks["job/b"] == 2000 and harness.ledger_value("job/old@UTC") is None
     assert [e.outcome for e in harness.history()] == ["rebased"]
 
 
@@ -431,15 +429,8 @@ def test_register_writes_only_missing_entries_unfenced(harness: StoreHarness) ->
     value = harness.ledger_value("job/b")
     assert value is not None and value.endswith(":0:baseline")
     assert a.ledger.register([SyncEntry("job/b")]) == 0
-    # An entry under a legacy id moves, with its paused mark.
-    harness.set_ledger_value("job/old@UTC", "2000:1:1")
-    harness.pause("job/old@UTC")
-    assert a.ledger.register([SyncEntry("job/c", legacy_id="job/old@UTC")]) == 1
-    assert harness.ledger_value("job/c") == "2000:1:1" and harness.ledger_value("job/old@UTC") is None
-    token, epoch = lead(a)
-    a.ledger.sync(token, epoch, ["job/c"])
-    assert a.ledger.claim(token, epoch, "b1", [fire(3000, "job/c")]).results == [PAUSED]
     # The registered shape is known: a sync with another one restarts it.
+    token, epoch = lead(a)
     assert a.ledger.sync(token, epoch, [SyncEntry("job/b", shape="t")]).codes == {"job/b": SyncCode.RESHAPED}
 
 
@@ -480,6 +471,21 @@ def test_an_unusable_batch_record_is_read_back_from_the_ledger_by_epoch(harness:
     assert settled.results == [FIRE, REFUSED] and settled.record_corrupt
     assert a.ledger.settle("ran", epoch=epoch + 1, claims=claims).results is None  # now void
     assert a.ledger.claim(token, epoch, "ran", claims).results == [REFUSED, REFUSED]
+
+
+def test_an_unusable_batch_record_settles_every_granted_tick_of_one_schedule(harness: StoreHarness) -> None:
+    """Given a catch-up batch ("each") holding a missed tick and two granted
+    ticks of one schedule, whose reply was lost and whose record was then
+    overwritten, when the leader settles it, then every tick comes back as
+    it was decided (the ledger holds only the newest: the earlier grant was
+    settled as refused, and never enqueued)."""
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID)
+    claims = [missed(base + 1000), fire(base + 2000), fire(base + 3000)]
+    assert a.ledger.claim(token, epoch, "each", claims).results == [RECORDED, FIRE, FIRE]
+    harness.set_batch_record("each", "garbage")
+    settled = a.ledger.settle("each", epoch=epoch, claims=claims)
+    assert settled.results == [RECORDED, FIRE, FIRE] and settled.record_corrupt
 
 
 # -- runtime reads ------------------------------------------------------------------

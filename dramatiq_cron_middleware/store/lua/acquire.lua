@@ -16,8 +16,8 @@
 -- ARGV[5] - the candidate's member in the candidates set
 -- ARGV[6] - the presence connection id ('' without fast takeover)
 -- ARGV[7] - the candidate's schedule fingerprint, ARGV[8] - its app version
--- Returns {1, epoch, now, fresh, flags} when the caller holds the lease,
--- or {0, pttl, now, 0, flags, holder token, holder renewal count}.
+-- Returns {OK, now, flags, epoch, fresh} when the caller holds the lease,
+-- or {DECLINED, now, flags, pttl, holder token, holder renewal count}.
 local now = server_now()
 local ttl = tonumber(ARGV[2])
 local flags = 0
@@ -51,7 +51,7 @@ if holder == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('HSET', KEYS[1], 'renewed', now, 'conn', ARGV[6])
     redis.call('HINCRBY', KEYS[1], 'seq', 1)
-    return {1, epoch, now, tonumber(redis.call('HGET', KEYS[1], 'fresh') or '0') or 0, flags}
+    return {ST_OK, now, flags, epoch, tonumber(redis.call('HGET', KEYS[1], 'fresh') or '0') or 0}
   end
   -- Our own lease with an unusable epoch: start over below.
   holder = nil
@@ -59,7 +59,7 @@ if holder == ARGV[1] then
 end
 if holder then
   local seq = redis.call('HGET', KEYS[1], 'seq') or ''
-  return {0, redis.call('PTTL', KEYS[1]), now, 0, flags, holder, seq}
+  return {ST_DECLINED, now, flags, redis.call('PTTL', KEYS[1]), holder, seq}
 end
 local fresh = 0
 if not epoch_value or not epoch_ok then
@@ -83,4 +83,4 @@ redis.call('HSET', KEYS[1], 'token', ARGV[1], 'epoch', epoch, 'host', ARGV[3], '
            'since', now, 'renewed', now, 'ttl', ttl, 'candidate', ARGV[5], 'fresh', fresh,
            'conn', ARGV[6], 'seq', 1)
 redis.call('PEXPIRE', KEYS[1], ttl)
-return {1, epoch, now, fresh, flags}
+return {ST_OK, now, flags, epoch, fresh}

@@ -21,8 +21,6 @@
 -- ARGV[4] - how far in the future a ledger entry may lie before it counts
 --           as a clock-step artefact, ms
 -- ARGV[5] - how long the result record is kept, ms
--- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
---           future only after both it and the server's time
 -- ARGV[6] - a JSON array of entries, each an array:
 --           schedule id, tick ms, outcome, fire (1/0), detail, message id,
 --           overlap ttl ms, the paused-set member of its whole actor
@@ -31,9 +29,11 @@
 --           and for a message to enqueue when granted (RedisBroker on this
 --           Redis): the index in KEYS of its queue list and of its message
 --           hash (0 and 0 without), its redis message id and its body
--- Returns {1, now, flags, result...} (one result per entry, ClaimResult),
--- {0, now} when the lease holds another token, {-2, now, message} for a
--- malformed request.
+-- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
+--           future only after both it and the server's time
+-- Returns {OK, now, flags, result...} (one result per entry, ClaimResult),
+-- {DECLINED, now, flags} when the lease holds another token,
+-- {BAD_REQUEST, now, 0, message} for a malformed request.
 local now = server_now()
 local flags = 0
 
@@ -41,7 +41,7 @@ local flags = 0
 -- run's answers (even if the lease moved on since); a batch the caller
 -- has settled as never run ('void') is refused whole, writing nothing.
 local ok, entries = pcall(cjson.decode, ARGV[6])
-if not ok or type(entries) ~= 'table' then return {-2, now, 'entries are not JSON'} end
+if not ok or type(entries) ~= 'table' then return {ST_BAD_REQUEST, now, 0, 'entries are not JSON'} end
 for i, e in ipairs(entries) do
   if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'number' or type(e[3]) ~= 'string'
      or (e[4] ~= 0 and e[4] ~= 1) or type(e[5]) ~= 'string' or type(e[6]) ~= 'string'
@@ -50,18 +50,18 @@ for i, e in ipairs(entries) do
      or type(e[10]) ~= 'number' or type(e[11]) ~= 'number' or type(e[12]) ~= 'number'
      or (e[11] ~= 0 and (e[11] < 7 or KEYS[e[11]] == nil or e[12] < 7 or KEYS[e[12]] == nil
                          or type(e[13]) ~= 'string' or type(e[14]) ~= 'string')) then
-    return {-2, now, 'entry ' .. i .. ' is malformed'}
+    return {ST_BAD_REQUEST, now, 0, 'entry ' .. i .. ' is malformed'}
   end
 end
 if usable(KEYS[5], 'string') then
   local prior = redis.call('GET', KEYS[5])
   if prior == 'void' then
-    local out = {1, now, flags}
+    local out = {ST_OK, now, flags}
     for _ = 1, #entries do out[#out + 1] = R_REFUSED end
     return out
   end
   if prior and string.match(prior, '^[%-%d,]*$') then
-    local out = {1, now, flags}
+    local out = {ST_OK, now, flags}
     for r in string.gmatch(prior, '[^,]+') do out[#out + 1] = tonumber(r) end
     if #out - 3 == #entries then return out end
   end
@@ -69,7 +69,7 @@ if usable(KEYS[5], 'string') then
 else
   flags = flags + C_BATCH
 end
-if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
+if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {ST_DECLINED, now, flags} end
 local ticks_ok = usable(KEYS[2], 'hash')
 if not ticks_ok then flags = flags + C_TICKS end
 local history_ok = usable(KEYS[3], 'stream')
@@ -77,6 +77,7 @@ if not history_ok then flags = flags + C_HISTORY end
 local paused_ok = usable(KEYS[4], 'set')
 if not paused_ok then flags = flags + C_PAUSED end
 local revs_ok = usable(KEYS[6], 'hash')
+if not revs_ok then flags = flags + C_RUNTIME_REVS end
 local epoch = ARGV[2]
 local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[4])
 -- Most of the time nothing is paused: skip two lookups per entry then.
@@ -182,7 +183,7 @@ end
 for _, q in ipairs(queues) do flush(q) end
 -- Keep the per-entry results, so a caller whose reply was lost to a
 -- timeout can learn whether this batch ran and what it granted.
-local out = {1, now, flags}
+local out = {ST_OK, now, flags}
 local record = {}
 for i = 1, #results do
   out[#out + 1] = results[i]

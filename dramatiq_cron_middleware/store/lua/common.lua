@@ -6,17 +6,22 @@ local function server_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Whether KEY is absent or of type WANTED ('hash', 'zset', 'set',
--- 'stream', 'string', 'list').  A key of another type is corrupt: the
--- scripts treat it as missing rather than fail half-way.
-local function usable(key, wanted)
+-- The type of KEY: 'none', 'hash', 'zset', 'set', 'stream', 'string'...
+local function key_type(key)
   local t = redis.call('TYPE', key)
   if type(t) == 'table' then t = t['ok'] end
+  return t
+end
+
+-- Whether KEY is absent or of type WANTED.  A key of another type is
+-- corrupt: the scripts treat it as missing rather than fail half-way.
+local function usable(key, wanted)
+  local t = key_type(key)
   return t == 'none' or t == wanted
 end
 
 -- Parse a ledger value '<tick>:<epoch>[:<result>|:baseline]' (the grammar
--- of protocol.py).  Returns tick, epoch (a string), result (a number or
+-- of codes.py).  Returns tick, epoch (a string), result (a number or
 -- nil) or nil when the value does not follow the grammar.
 local function parse_entry(v)
   if type(v) ~= 'string' or #v > 40 then return nil end
@@ -37,4 +42,34 @@ end
 local function integer(v)
   if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') or #v > 16 then return nil end
   return tonumber(v)
+end
+
+
+-- The runtime scripts' first five keys: KEYS[1] the runtime hash, KEYS[2]
+-- the revisions hash, KEYS[3] the version counter, KEYS[4] the changes
+-- sorted set, KEYS[5] the ids sorted set.  A foreign value under one of
+-- them (nothing else writes there) is refused before anything is written:
+-- returns an error reply, or nil when every one is usable.
+local function runtime_keys_refusal()
+  local wanted = {'hash', 'hash', 'string', 'zset', 'zset'}
+  for i = 1, 5 do
+    local found = key_type(KEYS[i])
+    if found ~= 'none' and found ~= wanted[i] then
+      return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' .. wanted[i])
+    end
+  end
+  local version = redis.call('GET', KEYS[3])
+  if version and not tonumber(version) then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds ' .. version .. ', not a counter')
+  end
+  return nil
+end
+
+-- Wake the leader after a runtime write: one notification (the version
+-- counter KEYS[3]) in the list LIST it blocks on (see runtime_feed.py);
+-- the list is only ever written here.
+local function notify_runtime(list)
+  redis.call('DEL', list)
+  redis.call('RPUSH', list, redis.call('GET', KEYS[3]) or '0')
+  redis.call('PEXPIRE', list, 600000)
 end

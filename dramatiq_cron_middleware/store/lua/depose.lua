@@ -7,12 +7,14 @@
 --
 -- KEYS[1] - the lease hash
 -- ARGV[1] - the token seen, ARGV[2] - the field, ARGV[3] - its value seen
--- Returns 1 deposed, 0 the lease changed meanwhile.
+-- Returns {OK, now, flags} deposed, {DECLINED, now, 0} the lease changed
+-- meanwhile.
+local now = server_now()
 if not usable(KEYS[1], 'hash') then
   redis.call('DEL', KEYS[1])
-  return 1
+  return {ST_OK, now, C_LEASE}
 end
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-if (redis.call('HGET', KEYS[1], ARGV[2]) or '') ~= ARGV[3] then return 0 end
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {ST_DECLINED, now, 0} end
+if (redis.call('HGET', KEYS[1], ARGV[2]) or '') ~= ARGV[3] then return {ST_DECLINED, now, 0} end
 redis.call('DEL', KEYS[1])
-return 1
+return {ST_OK, now, 0}

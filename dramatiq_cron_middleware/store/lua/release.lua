@@ -8,15 +8,15 @@
 -- ARGV[1] - the caller's token ('-' for none)
 -- ARGV[2] - the candidate's member
 -- ARGV[3] - the lease length, ms
--- Returns 1 released, 0 the lease was not ours.
+-- Returns {OK, now, 0} released, {DECLINED, now, 0} the lease was not ours.
 local now = server_now()
 local ttl = tonumber(ARGV[3])
 if usable(KEYS[3], 'zset') then
   redis.call('ZREM', KEYS[3], ARGV[2])
   if usable(KEYS[4], 'hash') then redis.call('HDEL', KEYS[4], ARGV[2]) end
 end
-if not usable(KEYS[1], 'hash') then return 0 end
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+if not usable(KEYS[1], 'hash') then return {ST_DECLINED, now, 0} end
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {ST_DECLINED, now, 0} end
 redis.call('DEL', KEYS[1])
 local n = 1
 if usable(KEYS[3], 'zset') then n = redis.call('ZCOUNT', KEYS[3], now - 2 * ttl, '+inf') end
@@ -25,4 +25,4 @@ if n > 64 then n = 64 end
 if not usable(KEYS[2], 'list') then redis.call('DEL', KEYS[2]) end
 for i = 1, n do redis.call('RPUSH', KEYS[2], now) end
 redis.call('PEXPIRE', KEYS[2], ttl)
-return 1
+return {ST_OK, now, 0}

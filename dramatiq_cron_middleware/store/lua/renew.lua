@@ -14,16 +14,16 @@
 -- ARGV[3] - the candidate's member
 -- ARGV[4] - the presence connection id
 -- ARGV[5] - how long (ms) a candidate last seen counts as live
--- Returns {1, now, info...} renewed, with the '<fingerprint>|<version>' of
--- every live candidate ('' for one without); {0, now} not ours.
+-- Returns {OK, now, 0, info...} renewed, with the '<fingerprint>|<version>'
+-- of every live candidate ('' for one without); {DECLINED, now, 0} not ours.
 local now = server_now()
-if not usable(KEYS[1], 'hash') then return {0, now} end
+if not usable(KEYS[1], 'hash') then return {ST_DECLINED, now, 0} end
 if usable(KEYS[2], 'zset') then redis.call('ZADD', KEYS[2], now, ARGV[3]) end
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {ST_DECLINED, now, 0} end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[1], 'renewed', now, 'conn', ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'seq', 1)
-local out = {1, now}
+local out = {ST_OK, now, 0}
 if not usable(KEYS[2], 'zset') then return out end
 local members = redis.call('ZRANGEBYSCORE', KEYS[2], now - tonumber(ARGV[5]), '+inf')
 local info_ok = usable(KEYS[3], 'hash')

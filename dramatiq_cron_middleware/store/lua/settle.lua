@@ -8,33 +8,57 @@
 -- KEYS[2] - the ledger hash
 -- ARGV[1] - how long a void mark is kept, ms
 -- ARGV[2] - the caller's epoch
--- ARGV[3] - a JSON array of the batch's [schedule id, tick ms] ('[]' if
---           unknown)
--- Returns {1, results} when it ran, {0} when it never ran (now void), or
--- {2, results} when the record was unusable and the results were read
--- back from the ledger.
+-- ARGV[3] - a JSON array of the batch's [schedule id, tick ms, fire (1/0)]
+--           ('[]' if unknown)
+-- Returns {OK, now, flags, results} when it ran (results joined by commas;
+-- flags has C_BATCH when the record was unusable and the results were read
+-- back from the ledger), {DECLINED, now, 0} when it never ran (now void).
+local now = server_now()
 local record_ok = usable(KEYS[1], 'string')
 local v = nil
 if record_ok then v = redis.call('GET', KEYS[1]) end
-if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then return {1, v} end
-if v == 'void' then return {0} end
+if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then return {ST_OK, now, 0, v} end
+if v == 'void' then return {ST_DECLINED, now, 0} end
 if not v and record_ok then
   redis.call('SET', KEYS[1], 'void', 'PX', tonumber(ARGV[1]))
-  return {0}
+  return {ST_DECLINED, now, 0}
 end
--- Unusable: reconstruct from the ledger what this epoch was granted.
+-- Unusable: reconstruct from the ledger what this epoch was granted.  The
+-- ledger holds only a schedule's newest decided tick: when that tick is
+-- one of this batch's, decided by this epoch, the batch ran and decided its
+-- earlier ticks of that schedule too (a catch-up "each" grants several):
+-- a missed one was recorded, a firing one shared the newest one's fate
+-- (fired, or paused, or skipped for overlap).
 local ok, entries = pcall(cjson.decode, ARGV[3])
 local out = {}
 if ok and type(entries) == 'table' and usable(KEYS[2], 'hash') then
+  local in_batch, last = {}, {}
+  for _, e in ipairs(entries) do
+    if type(e) == 'table' and type(e[1]) == 'string' and type(e[2]) == 'number' then
+      in_batch[e[1] .. ':' .. e[2]] = true
+      if last[e[1]] == nil then
+        local tick, epoch, stored = parse_entry(redis.call('HGET', KEYS[2], e[1]))
+        last[e[1]] = {tick, epoch, stored}
+      end
+    end
+  end
   for _, e in ipairs(entries) do
     local result = R_REFUSED
-    if type(e) == 'table' and type(e[1]) == 'string' and type(e[2]) == 'number' then
-      local tick, epoch, stored = parse_entry(redis.call('HGET', KEYS[2], e[1]))
-      if tick == e[2] and epoch == ARGV[2] and stored then result = stored end
+    local l = type(e) == 'table' and last[e[1]]
+    if l and l[2] == ARGV[2] and l[3] then
+      if l[1] == e[2] then
+        result = l[3]
+      elseif l[1] > e[2] and in_batch[e[1] .. ':' .. l[1]] then
+        if e[3] == 0 then
+          result = R_RECORDED
+        elseif l[3] == R_FIRE or l[3] == R_PAUSED or l[3] == R_SKIPPED then
+          result = l[3]
+        end
+      end
     end
     out[#out + 1] = tostring(result)
   end
 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[1], 'void', 'PX', tonumber(ARGV[1]))
-return {2, table.concat(out, ',')}
+return {ST_OK, now, C_BATCH, table.concat(out, ',')}

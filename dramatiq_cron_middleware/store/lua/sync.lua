@@ -3,16 +3,15 @@
 -- nothing proves it unfired.  An entry that does not parse, or that lies
 -- in the future (the server's clock was stepped forward when it was
 -- written), is replaced by a baseline too and reported, so that one bad
--- value never stops a schedule for long.  An entry kept under the
--- schedule's identity of an older version is moved to the current one, and
--- an entry whose schedule changed shape (expression, zone, interval,
--- bounds) restarts from now: no burst of the new shape's ticks.
+-- value never stops a schedule for long.  An entry whose schedule changed
+-- shape (expression, zone, interval, bounds) restarts from now: no burst of
+-- the new shape's ticks.
 --
 -- KEYS[1] - the lease hash
 -- KEYS[2] - the ledger hash
 -- KEYS[3] - the history stream
 -- KEYS[4] - the schedules' shapes hash
--- KEYS[5] - the paused set (moved with a migrated entry)
+-- KEYS[5] - the paused set (only checked: a wrong-typed one is removed)
 -- ARGV[1] - the caller's token
 -- ARGV[2] - the caller's epoch
 -- ARGV[3] - the caller's estimate of now, ms (baselines never lie after
@@ -28,15 +27,14 @@
 -- ARGV[8] - the schedule ids, each followed by a newline (one string: the
 --           script reads 5,000 at a time, and a triple of arguments each
 --           cost the caller more than the script's whole lookup)
--- ARGV[9] - their legacy ids in the same order, each followed by a
---           newline ('' for none), or '' when none has one
--- ARGV[10] - their shapes in the same order, each followed by a newline,
+-- ARGV[9] - their shapes in the same order, each followed by a newline,
 --           or '' when none has one
--- Returns {1, now, flags, lost, values, codes} or {0, now}: values is the
--- entries (as written back) joined by newlines, codes one digit per
--- schedule (the SyncCode).
+-- Returns {OK, now, flags, lost, values, codes}: values is the entries (as
+-- written back) joined by newlines, codes one digit per schedule (the
+-- SyncCode); {DECLINED, now, 0} when the lease holds another token;
+-- {BAD_REQUEST, now, 0, message} for a malformed request.
 local now = server_now()
-if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {0, now} end
+if not usable(KEYS[1], 'hash') or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {ST_DECLINED, now, 0} end
 local flags = 0
 local ticks_ok = usable(KEYS[2], 'hash')
 if not ticks_ok then flags = flags + C_TICKS end
@@ -50,10 +48,10 @@ local function lines(text)
   for item in string.gmatch(text or '', '([^\n]*)\n') do out[#out + 1] = item end
   return out
 end
-local ids, legacies, shapes_in = lines(ARGV[8]), lines(ARGV[9]), lines(ARGV[10])
+local ids, shapes_in = lines(ARGV[8]), lines(ARGV[9])
 local n = #ids
-if (ARGV[9] ~= '' and #legacies ~= n) or (ARGV[10] ~= '' and #shapes_in ~= n) then
-  return {-2, now, 'ids, legacy ids and shapes differ in number'}
+if ARGV[9] ~= '' and #shapes_in ~= n then
+  return {ST_BAD_REQUEST, now, 0, 'ids and shapes differ in number'}
 end
 local base = math.min(tonumber(ARGV[3]) or now, now)
 local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[6])
@@ -61,18 +59,14 @@ local existed = ticks_ok and redis.call('EXISTS', KEYS[2]) == 1
 -- One HMGET per chunk: a call per schedule costs more than the rest.
 local current, known_shapes = {}, {}
 if n > 0 and ticks_ok then current = redis.call('HMGET', KEYS[2], unpack(ids)) end
-if n > 0 and shapes_ok and ARGV[10] ~= '' then known_shapes = redis.call('HMGET', KEYS[4], unpack(ids)) end
+if n > 0 and shapes_ok and ARGV[9] ~= '' then known_shapes = redis.call('HMGET', KEYS[4], unpack(ids)) end
 local out_values, out_codes = {}, {}
-local values, shapes, migrated, rebased, reshaped = {}, {}, {}, {}, {}
+local values, shapes, rebased, reshaped = {}, {}, {}, {}
 for i = 1, n do
-  local sid, legacy, shape = ids[i], legacies[i] or '', shapes_in[i] or ''
+  local sid, shape = ids[i], shapes_in[i] or ''
   local v = current[i]
   if not v then v = nil end
   local code = S_OK
-  if not v and legacy ~= '' and ticks_ok then
-    v = redis.call('HGET', KEYS[2], legacy)
-    if v then migrated[#migrated + 1] = {sid, legacy, v} end
-  end
   if not v then
     code = S_BASELINE
   else
@@ -111,11 +105,6 @@ if ARGV[4] == '1' and not existed and n > 0 then
              'outcome', O_LEDGER_LOST, 'at', now, 'epoch', ARGV[2],
              'detail', 'the ledger was gone; schedules restart from now', 'message_id', '')
 end
-for _, m in ipairs(migrated) do
-  redis.call('HSET', KEYS[2], m[1], m[3])
-  redis.call('HDEL', KEYS[2], m[2])
-  if redis.call('SREM', KEYS[5], m[2]) == 1 then redis.call('SADD', KEYS[5], m[1]) end
-end
 for _, sid in ipairs(rebased) do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'schedule', sid, 'tick', base,
              'outcome', O_REBASED, 'at', now, 'epoch', ARGV[2],
@@ -133,4 +122,4 @@ end
 for j = 1, #shapes, 1000 do
   redis.call('HSET', KEYS[4], unpack(shapes, j, math.min(j + 999, #shapes)))
 end
-return {1, now, flags, lost, table.concat(out_values, '\n'), table.concat(out_codes)}
+return {ST_OK, now, flags, lost, table.concat(out_values, '\n'), table.concat(out_codes)}
