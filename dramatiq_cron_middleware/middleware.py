@@ -36,6 +36,7 @@ from .store.connection import ENV_URL, describe, redact, same_server, scheduler_
 from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
+from .store.redis_store import RedisStore
 from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
@@ -156,7 +157,7 @@ class CronMiddleware(Middleware):
             )
         self.app_version = app_version if app_version is not None else os.environ.get(ENV_VERSION, "")[:100]
         self.schedules: dict[str, list[BoundSchedule]] = {}
-        self.leader: LeaderThread | None = None
+        self.leader: LeaderThread[HandOver] | None = None
         #: Told what the leader thread does (``CronMetrics`` sets it).
         self.observer: LeaderObserver | None = None
         #: The attached ``testing.CronSimulator``, if any: it fires the ticks
@@ -282,7 +283,7 @@ class CronMiddleware(Middleware):
         over in milliseconds instead of a lease."""
         self.stop()
 
-    def start(self, broker: Broker) -> LeaderThread | None:
+    def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
         It starts even with no declared schedule: runtime schedules may be
         added at any time, from any process."""
@@ -293,7 +294,7 @@ class CronMiddleware(Middleware):
             client, blocking = self._clients(broker)
             timing = self.timing
             where = describe(client)
-            clock = ServerClock()
+            clock = ServerClock(on_step=lambda step: self.logger.warning("%s", step.describe()))
             lease = Lease(
                 client=client,
                 blocking_client=blocking,
@@ -317,30 +318,31 @@ class CronMiddleware(Middleware):
             broker_client = getattr(broker, "client", None)
             mode = boundary_for(broker, lease_client=client, same_server=same_server(client, broker_client))
             boundary = BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms())
+            shutdown_connection = dedicated_connection(shutdown_client, self.keys.lease)
             self.leader = LeaderThread(
+                store=RedisStore(
+                    lease=lease,
+                    ledger=ledger,
+                    runtime=RuntimeSchedules(
+                        client,
+                        self.keys,
+                        resolve_actor=lambda actor: self._runtime_actor(broker, actor),
+                        timezone=self.timezone,
+                        catch_up=self.catch_up,
+                        catch_up_window=self.catch_up_window,
+                        history_length=self.history_length,
+                    ),
+                ),
                 boundary=boundary,
                 schedules=schedules,
-                lease=lease,
-                ledger=ledger,
-                clock=clock,
                 timing=timing,
-                prefix=self.prefix,
                 logger=self.logger,
                 observer=self.observer,
                 fast_takeover_ms=self.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
-                runtime=RuntimeSchedules(
-                    client,
-                    self.keys,
-                    resolve_actor=lambda actor: self._runtime_actor(broker, actor),
-                    timezone=self.timezone,
-                    catch_up=self.catch_up,
-                    catch_up_window=self.catch_up_window,
-                    history_length=self.history_length,
-                ),
                 declared_actors=lambda name: name in broker.actors,
-                shutdown_connection=dedicated_connection(shutdown_client, self.keys.lease),
+                hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms, enqueue %s).",
@@ -400,7 +402,8 @@ class CronMiddleware(Middleware):
             leader, self.leader = self.leader, None
         if leader is not None:
             leader.stop(timeout)
-            leader.hand_over.close()
+            if leader.hand_over is not None:
+                leader.hand_over.close()
 
     def _source(self, broker: Broker) -> Any:
         if self.redis is not None:

@@ -160,6 +160,7 @@ def test_an_unusable_batch_record_is_reported_and_the_results_are_read_back(redi
     ]
     assert ledger.claim(lease.token, epoch, "lost", claims).results == [ClaimResult.FIRE, ClaimResult.RECORDED]
     redis_server.client().set(Keys("t").batch("lost"), "garbage!")
-    assert ledger.batch_results("lost", epoch=epoch, claims=claims) == [ClaimResult.FIRE, ClaimResult.RECORDED]
-    assert ledger.last_settle_corrupt
+    settled = ledger.settle("lost", epoch=epoch, claims=claims)
+    assert settled.results == [ClaimResult.FIRE, ClaimResult.RECORDED]
+    assert settled.record_corrupt
     assert redis_server.client().get(Keys("t").batch("lost")) == "void"

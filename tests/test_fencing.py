@@ -117,8 +117,8 @@ def test_a_lost_claim_reply_is_settled_from_the_batch_record(redis_server: Redis
     base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC", "s/y@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
     claims = [fire("s/x@UTC", base + 1000), Claim("s/y@UTC", base + 1000, "missed", fire=False)]
     assert ledger.claim(lease.token, acquired.epoch, "batch-1", claims).results == [FIRE, RECORDED]
-    assert ledger.batch_results("batch-1") == [FIRE, RECORDED]
-    assert ledger.batch_results("never-sent") is None
+    assert ledger.settle("batch-1").results == [FIRE, RECORDED]
+    assert ledger.settle("never-sent").results is None
 
 
 def test_a_wiped_ledger_baselines_at_now_so_old_ticks_never_fire(redis_server: RedisServer) -> None:

@@ -22,10 +22,9 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..schedules.schedule import BoundSchedule
-from .abc import Settled
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
@@ -38,6 +37,7 @@ from .ledger import (
     Claim,
     ClaimReply,
     NotLeader,
+    Settled,
     SyncEntry,
     SyncReply,
 )
@@ -464,6 +464,10 @@ class _MemoryLease:
             self.server.wakes[self.candidate_id] = ((count if expires >= now else 0) + 1, now + self.ttl_ms)
 
         self.server._call("wake_self", run)
+
+    def hand_over_commands(self) -> list[tuple[Any, ...]]:
+        """None: a hand-over at shutdown needs a Redis connection."""
+        return []
 
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         if self.fingerprint:

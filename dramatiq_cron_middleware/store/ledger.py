@@ -27,7 +27,7 @@ from .codes import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, par
 from .keys import Keys
 from .read_ahead import read_ahead
 
-__all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "SyncEntry", "SyncReply"]
+__all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "Settled", "SyncEntry", "SyncReply"]
 
 #: How long a batch's results (or its void mark) are kept for a caller
 #: whose reply was lost.
@@ -123,6 +123,16 @@ class SyncReply:
         return {sid: value for sid, value in parsed.items() if value is not None}
 
 
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """What became of a claim whose reply was lost."""
+
+    #: Its per-claim results if it ran, None if it never ran (and now never will).
+    results: list[ClaimResult] | None
+    #: The batch record was unusable: ``results`` were read back from the ledger.
+    record_corrupt: bool = False
+
+
 def _column(items: Sequence[str]) -> str:
     """Strings as one script argument, each followed by a newline ('' when
     all are empty).  Identities never hold a newline (the schedule's
@@ -178,8 +188,6 @@ class Ledger:
         self._claim = load_script(client, "claim")
         self._settle = load_script(client, "settle")
         self._register = load_script(client, "register")
-        #: Whether the last settled batch record was unusable.
-        self.last_settle_corrupt = False
 
     def sync(
         self,
@@ -359,19 +367,18 @@ class Ledger:
             corrupt=Corrupt(int(result[2])),
         )
 
-    def batch_results(self, batch_id: str, *, epoch: int = 0, claims: Sequence[Claim] = ()) -> list[ClaimResult] | None:
-        """The results of a claim whose reply was lost, or None when that
-        batch never ran; from then on it never will (a copy of it still in
-        flight is refused).  An unusable batch record is reported in
-        :attr:`last_settle_corrupt` and the results are read back from the
-        ledger (what ``epoch`` was granted of ``claims``)."""
+    def settle(self, batch_id: str, *, epoch: int = 0, claims: Sequence[Claim] = ()) -> Settled:
+        """What became of a claim whose reply was lost: its results, or None
+        when that batch never ran; from then on it never will (a copy of it
+        still in flight is refused).  An unusable batch record is replaced,
+        and the results are read back from the ledger (what ``epoch`` was
+        granted of ``claims``)."""
         entries = json.dumps([[c.schedule_id, c.tick_ms] for c in claims], separators=(",", ":"))
         reply = self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
         status = int(reply[0])
-        self.last_settle_corrupt = status == 2
         if status == 0:
-            return None
-        return [ClaimResult(int(r)) for r in str(reply[1]).split(",") if r]
+            return Settled(None)
+        return Settled([ClaimResult(int(r)) for r in str(reply[1]).split(",") if r], record_corrupt=status == 2)
 
     def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[list[Any]]:
         """Several calls of one script in one pipeline: Redis runs the next
