@@ -56,7 +56,7 @@ def lead(lease: Lease, ledger: Ledger) -> tuple[str, int, int]:
     """Acquire and sync; returns (token, epoch, the schedule's baseline)."""
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, [SID], now_ms=PAST).last[SID].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, [SID], now_ms=PAST).ticks[SID]
     return lease.token, acquired.epoch, base
 
 

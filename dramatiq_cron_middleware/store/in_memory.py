@@ -535,7 +535,6 @@ class _MemoryLedger:
             future = max(now, trusted_ms) + FUTURE_TOLERANCE_MS
             existed = bool(s.ticks)
             ticks: dict[str, int] = {}
-            values: dict[str, str] = {}
             codes: dict[str, SyncCode] = {}
             lost = expect_ledger and not existed and bool(entries)
             if lost:
@@ -574,16 +573,13 @@ class _MemoryLedger:
                         why = "the schedule changed (expression, zone, interval or bounds): it starts from now"
                         events.append((sid, why))
                 assert value is not None
-                values[sid] = value
                 ticks[sid] = int(value[: value.index(":")])
             # The script appends the rebased entries before the reshaped ones.
             for rebased in (True, False):
                 for sid, detail in events:
                     if (codes[sid] != SyncCode.RESHAPED) == rebased:
                         s._record(self.history_length, sid, base, Outcome.REBASED.value, now, epoch, detail, "")
-            return SyncReply(
-                ticks=ticks, values=values, codes=codes, server_ms=now, corrupt=Corrupt.NONE, ledger_lost=lost
-            )
+            return SyncReply(ticks=ticks, codes=codes, server_ms=now, corrupt=Corrupt.NONE, ledger_lost=lost)
 
         reply = self._fenced("sync", token, run)
         assert isinstance(reply, SyncReply)

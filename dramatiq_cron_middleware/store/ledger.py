@@ -23,7 +23,7 @@ from redis.cluster import RedisCluster
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
-from .codes import ClaimResult, Corrupt, LedgerValue, SyncCode, load_script, parse_ledger_value, whole_actor
+from .codes import ClaimResult, Corrupt, SyncCode, load_script, whole_actor
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -106,8 +106,6 @@ class SyncReply:
 
     #: Each schedule's last decided tick (epoch ms), as the ledger now holds it.
     ticks: dict[str, int]
-    #: Each schedule's ledger value, as the ledger now holds it.
-    values: dict[str, str]
     #: The schedules whose entry was not simply read (a baseline, a
     #: rebased or reshaped entry), with what the script found.
     codes: dict[str, SyncCode]
@@ -115,12 +113,6 @@ class SyncReply:
     corrupt: Corrupt
     #: The ledger was gone although the caller knew one existed.
     ledger_lost: bool
-
-    @property
-    def last(self) -> dict[str, LedgerValue]:
-        """Each schedule's ledger value, parsed."""
-        parsed = {sid: parse_ledger_value(value) for sid, value in self.values.items()}
-        return {sid: value for sid, value in parsed.items() if value is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +201,6 @@ class Ledger:
           NotLeader: if the lease no longer holds ``token``.
         """
         ticks: dict[str, int] = {}
-        values: dict[str, str] = {}
         codes: dict[str, SyncCode] = {}
         corrupt = Corrupt.NONE
         lost = False
@@ -259,16 +250,13 @@ class Ledger:
                 except ValueError:  # the script writes only values of the grammar
                     raise BadRequest("sync returned an unparsable entry") from None
                 ticks.update(zip(ids, chunk_ticks, strict=True))
-                values.update(zip(ids, chunk_values, strict=True))
                 if chunk_codes.count("0") != len(chunk_codes):  # usually every entry was simply read
                     for index, code in enumerate(chunk_codes):
                         if code != "0":
                             codes[ids[index]] = SyncCode(int(code))
                 if on_chunk is not None:
                     on_chunk(zip(ids, chunk_ticks, strict=True))
-        return SyncReply(
-            ticks=ticks, values=values, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost
-        )
+        return SyncReply(ticks=ticks, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost)
 
     def register(self, schedules: Sequence[SyncEntry]) -> int:
         """Make a candidate's schedules known to the ledger before it leads
