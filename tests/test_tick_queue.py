@@ -148,6 +148,27 @@ def test_an_answer_that_proves_the_picture_stale_takes_the_queue_out_of_sync(res
     assert not queue.in_sync
 
 
+def test_a_claim_in_flight_is_out_of_sync_until_its_reply_is_decided() -> None:
+    """Given a batch whose claim was sent, the queue is out of sync (the
+    ledger may have moved without it) until that reply is decided; a batch
+    whose fate stayed unknown (invalidated, then settled) leaves it out of
+    sync until a sync."""
+    s = every_second("job")
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    load(queue, {s.id: NOW - 1000})
+    batch = queue.take(NOW, 10)
+    queue.sent(batch)
+    assert not queue.in_sync
+    queue.decided(batch, [ClaimResult.FIRE], NOW)
+    assert queue.in_sync and queue.last(s.id) == NOW
+
+    lost = queue.take(NOW + 1000, 10)
+    queue.sent(lost)
+    queue.invalidate()  # the reply was lost
+    queue.decided(lost, [ClaimResult.FIRE], NOW + 1000)  # settled later
+    assert not queue.in_sync
+
+
 def test_answers_for_a_queue_that_forgot_its_ticks_are_taken_without_error() -> None:
     """Given a batch in flight when the queue let go of every tick (a
     step-down while the claim's reply was lost: the runtime schedules are
