@@ -37,6 +37,7 @@ from .store.connection import ENV_URL, describe, redact, same_server, scheduler_
 from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
+from .store.redis_store import RedisStore
 from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
@@ -120,7 +121,7 @@ class CronMiddleware(Middleware):
             app_version=app_version,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
-        self.leader: LeaderThread | None = None
+        self.leader: LeaderThread[HandOver] | None = None
         self._observer: LeaderObserver | None = None
         self._simulator: Any = None
         self._off_logged = False
@@ -303,7 +304,7 @@ class CronMiddleware(Middleware):
         over in milliseconds instead of a lease."""
         self.stop()
 
-    def start(self, broker: Broker) -> LeaderThread | None:
+    def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
         It starts even with no declared schedule: runtime schedules may be
         added at any time, from any process."""
@@ -314,7 +315,7 @@ class CronMiddleware(Middleware):
             client, blocking = self._clients(broker)
             timing = self.timing
             where = describe(client)
-            clock = ServerClock()
+            clock = ServerClock(on_step=lambda step: self.logger.warning("%s", step.describe()))
             lease = Lease(
                 client=client,
                 blocking_client=blocking,
@@ -338,22 +339,23 @@ class CronMiddleware(Middleware):
             broker_client = getattr(broker, "client", None)
             mode = boundary_for(broker, lease_client=client, same_server=same_server(client, broker_client))
             boundary = BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms())
+            shutdown_connection = dedicated_connection(shutdown_client, self.keys.lease)
             self.leader = LeaderThread(
+                store=RedisStore(
+                    lease=lease,
+                    ledger=ledger,
+                    runtime=self._runtime_store(client, broker),
+                ),
                 boundary=boundary,
                 schedules=schedules,
-                lease=lease,
-                ledger=ledger,
-                clock=clock,
                 timing=timing,
-                prefix=self.prefix,
                 logger=self.logger,
                 observer=self._observer,
                 fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
-                runtime=self._runtime_store(client, broker),
                 declared_actors=lambda name: name in broker.actors,
-                shutdown_connection=dedicated_connection(shutdown_client, self.keys.lease),
+                hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms, enqueue %s).",
@@ -414,7 +416,8 @@ class CronMiddleware(Middleware):
             leader, self.leader = self.leader, None
         if leader is not None:
             leader.stop(timeout)
-            leader.hand_over.close()
+            if leader.hand_over is not None:
+                leader.hand_over.close()
 
     def redis_source(self, broker: Broker) -> Any:
         """Where the scheduler's Redis is, for ``broker``: the ``redis=``

@@ -52,7 +52,7 @@ class HandOver:
         leader thread and the lease's expiry.
     """
 
-    def __init__(self, *, leader: LeaderThread, connection: Any) -> None:
+    def __init__(self, *, leader: LeaderThread[Any], connection: Any) -> None:
         self.leader = leader
         self.connection = connection
         #: A hand-over began (a nested signal must not reuse the connection).

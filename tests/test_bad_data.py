@@ -96,7 +96,7 @@ def test_a_malformed_claim_batch_writes_nothing(redis_server: RedisServer) -> No
     enqueued.)"""
     lease, ledger, epoch = lead(redis_server)
     assert lease.token
-    base = ledger.sync(lease.token, epoch, ["a", "b"], now_ms=0).last["a"].tick_ms
+    base = ledger.sync(lease.token, epoch, ["a", "b"], now_ms=0).ticks["a"]
     good = Claim(schedule_id="a", tick_ms=base + 1000, outcome="fired", fire=True, actor_name="a", message_id="m1")
     bad = Claim(schedule_id="b", tick_ms=base + 1000, outcome="fired", fire=True, actor_name="b", message_id="m2")
     client = redis_server.client()
@@ -119,7 +119,7 @@ def test_a_malformed_claim_batch_writes_nothing(redis_server: RedisServer) -> No
 def test_a_claim_against_an_unparsable_entry_is_lost_not_half_written(redis_server: RedisServer) -> None:
     lease, ledger, epoch = lead(redis_server)
     assert lease.token
-    base = ledger.sync(lease.token, epoch, ["a", "b"], now_ms=0).last["a"].tick_ms
+    base = ledger.sync(lease.token, epoch, ["a", "b"], now_ms=0).ticks["a"]
     redis_server.client().hset(Keys("t").ticks, "b", "12:x")
     claims = [
         Claim(schedule_id=sid, tick_ms=base + 1000, outcome="fired", fire=True, actor_name=sid, message_id=sid)
@@ -154,15 +154,16 @@ def test_an_unusable_batch_record_is_reported_and_the_results_are_read_back(redi
     this epoch was granted), the record is reported, and it is voided."""
     lease, ledger, epoch = lead(redis_server)
     assert lease.token
-    base = ledger.sync(lease.token, epoch, ["a", "b"], now_ms=0).last["a"].tick_ms
+    base = ledger.sync(lease.token, epoch, ["a", "b"], now_ms=0).ticks["a"]
     claims = [
         Claim(schedule_id="a", tick_ms=base + 1000, outcome="fired", fire=True, actor_name="a", message_id="m1"),
         Claim(schedule_id="b", tick_ms=base + 1000, outcome="missed", fire=False, actor_name="b"),
     ]
     assert ledger.claim(lease.token, epoch, "lost", claims).results == [ClaimResult.FIRE, ClaimResult.RECORDED]
     redis_server.client().set(Keys("t").batch("lost"), "garbage!")
-    assert ledger.batch_results("lost", epoch=epoch, claims=claims) == [ClaimResult.FIRE, ClaimResult.RECORDED]
-    assert ledger.last_settle_corrupt
+    settled = ledger.settle("lost", epoch=epoch, claims=claims)
+    assert settled.results == [ClaimResult.FIRE, ClaimResult.RECORDED]
+    assert settled.record_corrupt
     assert redis_server.client().get(Keys("t").batch("lost")) == "void"
 
 
@@ -175,7 +176,7 @@ def test_a_runtime_revisions_key_of_the_wrong_type_is_reported(redis_server: Red
     lease, ledger, epoch = lead(redis_server)
     assert lease.token
     redis_server.client().set(Keys("t").runtime_revs, "garbage")
-    base = ledger.sync(lease.token, epoch, ["report:r1"], now_ms=0).last["report:r1"].tick_ms
+    base = ledger.sync(lease.token, epoch, ["report:r1"], now_ms=0).ticks["report:r1"]
     claim = Claim(
         schedule_id="report:r1", tick_ms=base + 1000, outcome="fired", fire=True, actor_name="report", revision=1
     )

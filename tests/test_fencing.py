@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dramatiq_cron_middleware.store.clock import ServerClock
-from dramatiq_cron_middleware.store.codes import ClaimResult, whole_actor
+from dramatiq_cron_middleware.store.codes import ClaimResult, parse_ledger_value, whole_actor
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Acquired, Held, Lease
@@ -75,7 +75,7 @@ def test_a_deposed_leader_is_refused_by_redis_not_by_its_own_belief(redis_server
     assert isinstance(taken, Acquired) and taken.epoch == acquired.epoch + 1
     assert new.token is not None
 
-    baseline = new_ledger.sync(new.token, taken.epoch, ["s/x@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
+    baseline = new_ledger.sync(new.token, taken.epoch, ["s/x@UTC"], now_ms=PAST).ticks["s/x@UTC"]
     with pytest.raises(NotLeader):
         old_ledger.claim(stale_token, acquired.epoch, "b1", [fire("s/x@UTC", baseline + 1000)])
     assert new_ledger.claim(new.token, taken.epoch, "b2", [fire("s/x@UTC", baseline + 1000)]).results == [FIRE]
@@ -86,7 +86,7 @@ def test_each_tick_is_granted_once_and_never_older_than_the_last(redis_server: R
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"], now_ms=PAST).ticks["s/x@UTC"]
     assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", base + 1000)]).results == [FIRE]
     # The same epoch asking again for the same tick (a retry after a lost
     # reply) gets the same answer; an older tick is refused.
@@ -101,7 +101,7 @@ def test_a_tick_granted_to_one_epoch_is_refused_to_the_next(redis_server: RedisS
     b, b_ledger = make(redis_server, "b")
     first = a.acquire()
     assert isinstance(first, Acquired) and a.token
-    base = a_ledger.sync(a.token, first.epoch, ["s/x@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
+    base = a_ledger.sync(a.token, first.epoch, ["s/x@UTC"], now_ms=PAST).ticks["s/x@UTC"]
     assert a_ledger.claim(a.token, first.epoch, "b1", [fire("s/x@UTC", base + 1000)]).results == [FIRE]
     a.release()
     second = b.acquire()
@@ -114,11 +114,11 @@ def test_a_lost_claim_reply_is_settled_from_the_batch_record(redis_server: Redis
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC", "s/y@UTC"], now_ms=PAST).last["s/x@UTC"].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC", "s/y@UTC"], now_ms=PAST).ticks["s/x@UTC"]
     claims = [fire("s/x@UTC", base + 1000), Claim("s/y@UTC", base + 1000, "missed", fire=False)]
     assert ledger.claim(lease.token, acquired.epoch, "batch-1", claims).results == [FIRE, RECORDED]
-    assert ledger.batch_results("batch-1") == [FIRE, RECORDED]
-    assert ledger.batch_results("never-sent") is None
+    assert ledger.settle("batch-1").results == [FIRE, RECORDED]
+    assert ledger.settle("never-sent").results is None
 
 
 def test_a_wiped_ledger_baselines_at_now_so_old_ticks_never_fire(redis_server: RedisServer) -> None:
@@ -128,13 +128,14 @@ def test_a_wiped_ledger_baselines_at_now_so_old_ticks_never_fire(redis_server: R
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    first = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"]).last["s/x@UTC"]
-    fired = first.tick_ms + 10
+    first = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"]).ticks["s/x@UTC"]
+    fired = first + 10
     wait_for(lambda: server_ms(redis_server) > fired, timeout=5, what="the tick to be in the past")
     assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("s/x@UTC", fired)]).results == [FIRE]
     redis_server.client().delete(Keys("t").ticks)
-    entry = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"]).last["s/x@UTC"]
-    assert entry.baseline and entry.tick_ms > fired
+    reply = ledger.sync(lease.token, acquired.epoch, ["s/x@UTC"])
+    entry = parse_ledger_value(redis_server.client().hget(Keys("t").ticks, "s/x@UTC"))
+    assert entry is not None and entry.baseline and entry.tick_ms == reply.ticks["s/x@UTC"] > fired
     assert ledger.claim(lease.token, acquired.epoch, "b2", [fire("s/x@UTC", fired)]).results == [REFUSED]
 
 
@@ -144,7 +145,7 @@ def test_a_paused_actor_records_its_ticks_as_paused(redis_server: RedisServer) -
     lease, ledger = make(redis_server)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, ["job/x@UTC"], now_ms=PAST).last["job/x@UTC"].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, ["job/x@UTC"], now_ms=PAST).ticks["job/x@UTC"]
     redis_server.client().sadd(Keys("t").paused, "job")
     assert ledger.claim(lease.token, acquired.epoch, "b1", [fire("job/x@UTC", base + 1000)]).results == [FIRE]
     redis_server.client().sadd(Keys("t").paused, whole_actor("job"))

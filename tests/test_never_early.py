@@ -34,7 +34,7 @@ def test_the_claim_script_grants_no_tick_after_the_server_time(redis_server: Red
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
     sid = "job/early@UTC"
-    base = ledger.sync(lease.token, acquired.epoch, [sid], now_ms=server_ms(redis_server) - 60_000).last[sid].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, [sid], now_ms=server_ms(redis_server) - 60_000).ticks[sid]
     tick = server_ms(redis_server) + 2000
     claim = Claim(schedule_id=sid, tick_ms=tick, outcome="fired", fire=True, actor_name="job", message_id="m")
     assert ledger.claim(lease.token, acquired.epoch, "b1", [claim]).results == [ClaimResult.NOT_YET]
@@ -83,5 +83,5 @@ def test_sync_reports_a_future_entry_and_baselines_it_at_the_server_now(redis_se
     before = server_ms(redis_server)
     reply = ledger.sync(lease.token, acquired.epoch, ["a"])
     assert reply.codes["a"] == SyncCode.FUTURE
-    assert before <= reply.last["a"].tick_ms <= server_ms(redis_server) and reply.last["a"].baseline
-    assert redis_server.client().hget(keys.ticks, "a") == f"{reply.last['a'].tick_ms}:{acquired.epoch}:baseline"
+    assert before <= reply.ticks["a"] <= server_ms(redis_server)
+    assert redis_server.client().hget(keys.ticks, "a") == f"{reply.ticks['a']}:{acquired.epoch}:baseline"

@@ -56,7 +56,7 @@ def lead(lease: Lease, ledger: Ledger) -> tuple[str, int, int]:
     """Acquire and sync; returns (token, epoch, the schedule's baseline)."""
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
-    base = ledger.sync(lease.token, acquired.epoch, [SID], now_ms=PAST).last[SID].tick_ms
+    base = ledger.sync(lease.token, acquired.epoch, [SID], now_ms=PAST).ticks[SID]
     return lease.token, acquired.epoch, base
 
 
@@ -83,7 +83,7 @@ def test_a_retried_catch_up_claim_grants_every_tick_its_first_run_granted(redis_
     assert first == [FIRE, FIRE, FIRE]
     retried = ledger.claim(token, epoch, "batch-1", claims).results  # exactly what Retry resends
     assert retried == first, f"the retry of a batch that already ran answered {retried}"
-    assert ledger.batch_results("batch-1") == first
+    assert ledger.settle("batch-1").results == first
 
 
 def test_a_batch_settled_as_never_run_cannot_be_granted_afterwards(redis_server: RedisServer) -> None:
@@ -103,7 +103,7 @@ def test_a_batch_settled_as_never_run_cannot_be_granted_afterwards(redis_server:
         with pytest.raises(redis.TimeoutError):
             slow_ledger.claim(token, epoch, "lost", [fire(SID, base + 2000)])
         # What LeaderThread._settle does next, before the held bytes arrive.
-        assert direct_ledger.batch_results("lost") is None
+        assert direct_ledger.settle("lost").results is None
         settled_at = evalsha_calls(redis_server)
         # The first attempt's bytes were held by the network and reach
         # Redis now.  (redis-py's retry opens a new connection whose
@@ -117,7 +117,7 @@ def test_a_batch_settled_as_never_run_cannot_be_granted_afterwards(redis_server:
     assert entry.split(":")[0] == str(base + 1000), (
         f"a batch the leader settled as never run was granted later: ledger entry {entry!r}"
     )
-    assert direct_ledger.batch_results("lost") is None
+    assert direct_ledger.settle("lost").results is None
 
 
 def test_an_on_time_tick_fires_even_with_a_zero_catch_up_window() -> None:

@@ -25,6 +25,7 @@ from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.lease import Acquired, Lease
 from dramatiq_cron_middleware.store.ledger import Ledger, SyncEntry
 from tests.support.redis_server import RedisServer
+from tests.support.ticks import load
 from tests.test_runtime_store import make_app
 
 
@@ -53,6 +54,7 @@ def leading_feed(
     queue = TickQueue(declared, prefix=keys.prefix, now_ms=clock.now_ms)
     feed = RuntimeFeed(
         app.store,
+        keys=app.store.keys,
         queue=queue,
         ledger=ledger,
         declared=declared,
@@ -75,7 +77,7 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     # A takeover: everything, then a sync (as the leader does).
     feed.reload()
     assert not feed.stale and set(queue.schedules) == {*declared, first.id}
-    queue.load(ledger.sync(lease.token, acquired.epoch, [s for s in queue.schedules]).ticks)
+    load(queue, ledger.sync(lease.token, acquired.epoch, [s for s in queue.schedules]).ticks)
 
     # An addition seen by a leader too busy to block on notifications:
     # nothing before the poll interval, then it joins, in sync, from the
@@ -141,7 +143,7 @@ def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(red
     fired = stored.created_ms - 120_000  # as if it had fired two minutes ago, and a takeover was due since
     app.redis.hset(keys.ticks, stored.id, f"{fired}:1:1")
     feed.reload()
-    queue.load(ledger.sync(lease.token, acquired.epoch, [SyncEntry.of(s) for s in queue.schedules.values()]).ticks)
+    load(queue, ledger.sync(lease.token, acquired.epoch, [SyncEntry.of(s) for s in queue.schedules.values()]).ticks)
 
     def written(*args: object, **options: object) -> int | None:
         app.cron.add("report", Schedule(*args, **options), name="x")  # type: ignore[arg-type]

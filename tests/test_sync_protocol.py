@@ -89,7 +89,6 @@ def check_a_mixed_sync(url: str, count: int) -> None:
     for entry in entries:
         value = parse_ledger_value(stored[entry.schedule_id])
         assert value is not None and value.tick_ms == reply.ticks[entry.schedule_id]
-        assert reply.values[entry.schedule_id] == stored[entry.schedule_id]
     assert client.hgetall(keys.shapes) == {e.schedule_id: e.shape for e in entries}
 
     # Fenced: once the lease is another's, no chunk of the pipeline writes.

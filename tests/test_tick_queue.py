@@ -17,6 +17,7 @@ from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, Schedule,
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.codes import ClaimResult, Outcome
 from dramatiq_cron_middleware.store.keys import Keys
+from tests.support.ticks import load
 
 NOW = 1_800_000_000_000  # a whole minute
 
@@ -43,7 +44,7 @@ def test_a_five_minute_backlog_is_worked_off_in_bounded_batches_that_each_make_p
     ceil(90,000 / 1,000) + 1 batches."""
     schedules = {s.id: s for s in (every_second(f"job{i}") for i in range(300))}
     queue = TickQueue(schedules, prefix="p", now_ms=lambda: NOW)
-    queue.load({sid: NOW - 300_000 for sid in schedules})
+    load(queue, {sid: NOW - 300_000 for sid in schedules})
     decided: set[tuple[str, int]] = set()
     batches = 0
     oldest = NOW - 300_000
@@ -87,7 +88,7 @@ def test_a_backlog_shared_by_many_schedules_walks_each_tick_once(monkeypatch: py
         )
     }
     queue = TickQueue(schedules, prefix="p", now_ms=lambda: NOW)
-    queue.load({sid: NOW - 60_000 for sid in schedules})
+    load(queue, {sid: NOW - 60_000 for sid in schedules})
     while grant_all(queue, NOW, 1000):
         pass
     assert all(queue.last(sid) == NOW for sid in schedules)
@@ -102,7 +103,7 @@ def test_on_time_ticks_go_before_a_backlog() -> None:
     late = every_second("late")
     punctual = [every_second(f"now{i}") for i in range(50)]
     queue = TickQueue({s.id: s for s in [late, *punctual]}, prefix="p", now_ms=lambda: NOW)
-    queue.load({late.id: NOW - 300_000, **{s.id: NOW - 1000 for s in punctual}})
+    load(queue, {late.id: NOW - 300_000, **{s.id: NOW - 1000 for s in punctual}})
     batch = queue.take(NOW, 60)
     on_time = {p.schedule.id for p in batch if p.claim.tick_ms == NOW}
     assert on_time >= {s.id for s in punctual}
@@ -112,7 +113,7 @@ def test_on_time_ticks_go_before_a_backlog() -> None:
 def test_an_on_time_tick_uses_the_message_built_ahead() -> None:
     s = every_second("job")
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: 123_000)
-    queue.load({s.id: NOW - 1000})
+    load(queue, {s.id: NOW - 1000})
     grant_all(queue, NOW, 10)  # fires NOW
     queue.build_ahead(NOW)  # what the leader does before it sleeps
     batch = queue.take(NOW + 1000, 10)
@@ -131,7 +132,7 @@ def test_messages_not_built_ahead_are_stamped_by_the_schedulers_clock_not_the_ho
     s = every_second("job")
     redis_now = int(time.time() * 1000) + 60_000
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: redis_now)
-    queue.load({s.id: redis_now - 5000})
+    load(queue, {s.id: redis_now - 5000})
     batch = queue.take(redis_now, 10)
     assert len(batch) == 5
     assert {p.message.message_timestamp for p in batch if p.message is not None} == {redis_now}
@@ -141,9 +142,30 @@ def test_messages_not_built_ahead_are_stamped_by_the_schedulers_clock_not_the_ho
 def test_an_answer_that_proves_the_picture_stale_takes_the_queue_out_of_sync(result: ClaimResult) -> None:
     s = every_second("job")
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
-    queue.load({s.id: NOW - 1000})
+    load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [result], NOW)
+    assert not queue.in_sync
+
+
+def test_a_claim_in_flight_is_out_of_sync_until_its_reply_is_decided() -> None:
+    """Given a batch whose claim was sent, the queue is out of sync (the
+    ledger may have moved without it) until that reply is decided; a batch
+    whose fate stayed unknown (invalidated, then settled) leaves it out of
+    sync until a sync."""
+    s = every_second("job")
+    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    load(queue, {s.id: NOW - 1000})
+    batch = queue.take(NOW, 10)
+    queue.sent(batch)
+    assert not queue.in_sync
+    queue.decided(batch, [ClaimResult.FIRE], NOW)
+    assert queue.in_sync and queue.last(s.id) == NOW
+
+    lost = queue.take(NOW + 1000, 10)
+    queue.sent(lost)
+    queue.invalidate()  # the reply was lost
+    queue.decided(lost, [ClaimResult.FIRE], NOW + 1000)  # settled later
     assert not queue.in_sync
 
 
@@ -156,7 +178,7 @@ def test_answers_for_a_queue_that_forgot_its_ticks_are_taken_without_error() -> 
     until a sync reads the ledger."""
     s = every_second("job")
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
-    queue.load({s.id: NOW - 1000})
+    load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.replace_all({s.id: s})  # what a step-down does
     queue.decided(batch, [ClaimResult.FIRE], NOW)
@@ -170,7 +192,7 @@ def test_a_tick_of_a_removed_runtime_definition_drops_the_schedule() -> None:
     planned; this copy is forgotten (the change feed brings a new one)."""
     s = every_second("job")
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
-    queue.load({s.id: NOW - 1000})
+    load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [ClaimResult.GONE], NOW)
     assert s.id not in queue.schedules and queue.take(NOW + 5000, 10) == []
@@ -181,7 +203,7 @@ def test_a_tick_asked_too_early_stays_due() -> None:
     is asked for again, once the server has reached it."""
     s = every_second("job")
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
-    queue.load({s.id: NOW - 1000})
+    load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [ClaimResult.NOT_YET], NOW)
     assert queue.in_sync and queue.last(s.id) == NOW - 1000
@@ -191,7 +213,7 @@ def test_a_tick_asked_too_early_stays_due() -> None:
 def test_a_removed_schedule_is_never_planned_again() -> None:
     a, b = every_second("a"), every_second("b")
     queue = TickQueue({a.id: a, b.id: b}, prefix="p", now_ms=lambda: NOW)
-    queue.load({a.id: NOW - 1000, b.id: NOW - 1000})
+    load(queue, {a.id: NOW - 1000, b.id: NOW - 1000})
     queue.discard(a.id)
     assert {p.schedule.id for p in queue.take(NOW, 10)} == {b.id}
 

@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from dramatiq_cron_middleware.leader.tick_queue import Planned, TickQueue
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, Schedule, schedules_for_actor
 from dramatiq_cron_middleware.store.codes import ClaimResult
+from tests.support.ticks import load
 
 NOW = 1_800_000_000_000  # a whole minute
 
@@ -29,7 +30,7 @@ def test_a_replacement_with_the_same_next_tick_is_planned_once() -> None:
     kwargs), then the next batch plans that tick once."""
     s = schedule("job", "* * * * * *")
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
-    queue.load({s.id: NOW})
+    load(queue, {s.id: NOW})
     queue.put(schedule("job", "* * * * * *", kwargs={"edited": True}), last=NOW + 400)
     batch = queue.take(NOW + 1000, 1000)
     assert [(p.schedule.id, p.claim.tick_ms) for p in batch] == [(s.id, NOW + 1000)]
@@ -39,7 +40,7 @@ def test_a_replacement_with_the_same_next_tick_is_planned_once() -> None:
 def test_a_schedule_removed_and_added_back_at_the_same_tick_is_planned_once() -> None:
     s = schedule("job", "* * * * * *")
     queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
-    queue.load({s.id: NOW})
+    load(queue, {s.id: NOW})
     queue.discard(s.id)
     queue.put(s, last=NOW)
     assert [p.claim.tick_ms for p in queue.take(NOW + 1000, 1000)] == [NOW + 1000]
@@ -102,7 +103,7 @@ class TickQueueEntries(RuleBasedStateMachine):
         if replace:
             self.queue.replace_all({sid: VARIANTS[sid][0] for sid in which})
         last = {sid: self.now - behind for sid in which if sid in self.queue.schedules}
-        self.queue.load(last)
+        load(self.queue, last)
         self.last = dict(last)
 
     @precondition(lambda self: self.batch is None)

@@ -16,8 +16,9 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from ..schedules.schedule import BoundSchedule
-from ..store.lease import Lease
-from ..store.ledger import Ledger, SyncEntry
+from ..store.abc import LeaseStore, LedgerStore
+from ..store.keys import Keys
+from ..store.ledger import SyncEntry
 from .owed import names_of
 
 __all__ = ["ScheduleSets"]
@@ -29,15 +30,23 @@ class ScheduleSets:
     Parameters:
       declared: This process's declared schedules by id.
       lease, ledger: Where the set is published and registered.
+      keys: The key names (the report names the prefix).
       logger: Where the report goes.
     """
 
     def __init__(
-        self, declared: Mapping[str, BoundSchedule], *, lease: Lease, ledger: Ledger, logger: logging.Logger
+        self,
+        declared: Mapping[str, BoundSchedule],
+        *,
+        lease: LeaseStore,
+        ledger: LedgerStore,
+        keys: Keys,
+        logger: logging.Logger,
     ) -> None:
         self.declared = declared
         self.lease = lease
         self.ledger = ledger
+        self.keys = keys
         self.logger = logger
         self.registered = False
         self._mixed: frozenset[str] | None = None
@@ -79,7 +88,7 @@ class ScheduleSets:
         else:
             likely = (
                 "the versions do not tell them apart: two apps may share the prefix "
-                f"{self.lease.keys.prefix!r}; give each app its own CronMiddleware(prefix=...)"
+                f"{self.keys.prefix!r}; give each app its own CronMiddleware(prefix=...)"
             )
         self.logger.warning(
             "Cron candidates declare different schedule sets (this process: set %s, version %s): %s. It looks like %s.",

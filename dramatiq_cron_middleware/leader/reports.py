@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
-__all__ = ["OnceReports"]
+from ..store.codes import Corrupt
+from ..store.keys import Keys
+
+__all__ = ["Flapping", "OnceReports", "report_corrupt"]
 
 
 class OnceReports:
@@ -22,3 +27,48 @@ class OnceReports:
             return
         self._seen.add(what)
         self.logger.warning("Cron scheduler: " + message + ".", *args)
+
+
+class Flapping:
+    """Turns a repeating fault into one WARNING: the first occurrence warns,
+    repeats within ``quiet`` seconds are reported at INFO."""
+
+    def __init__(self, quiet: float = 600.0, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.quiet = quiet
+        self.monotonic = monotonic
+        self._lost_data = -float("inf")
+        self._lost_lead = -float("inf")
+
+    def first(self) -> bool:
+        """A data loss: True when it is the first for a while."""
+        now = self.monotonic()
+        first = now - self._lost_data >= self.quiet
+        self._lost_data = now
+        return first
+
+    def first_loss_of_lead(self) -> bool:
+        """A lost leadership: True when it is the first for a while."""
+        now = self.monotonic()
+        first = now - self._lost_lead >= self.quiet
+        self._lost_lead = now
+        return first
+
+
+_KEY_NAMES = {
+    Corrupt.LEASE: "lease",
+    Corrupt.EPOCH: "epoch",
+    Corrupt.CANDIDATES: "candidates",
+    Corrupt.TICKS: "ticks",
+    Corrupt.HISTORY: "history",
+    Corrupt.PAUSED: "paused",
+    Corrupt.BATCH: "batch",
+    Corrupt.RUNTIME_REVS: "runtime_revs",
+}
+
+
+def report_corrupt(report_once: OnceReports, keys: Keys, corrupt: Corrupt) -> None:
+    """One WARNING per key a reply flagged as holding an unusable value."""
+    for flag, name in _KEY_NAMES.items():
+        if corrupt & flag:
+            key = getattr(keys, name) if name != "batch" else f"{keys.tag}:batch:*"
+            report_once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..schedules.schedule import BoundSchedule
+from ..store.abc import LedgerStore, RuntimeReads
 from ..store.clock import ServerClock
-from ..store.ledger import Ledger, SyncEntry
-from ..store.runtime import RuntimeSchedules
+from ..store.keys import Keys
+from ..store.ledger import SyncEntry
 from .reports import OnceReports
 from .tick_queue import TickQueue
 
@@ -36,6 +37,7 @@ class RuntimeFeed:
 
     Parameters:
       store: The runtime schedule store.
+      keys: The key names (where runtime writes notify the leader).
       queue: The leader's tick queue.
       ledger: The fenced ledger (an added schedule is synced alone).
       declared: The declared schedules by id (kept when the runtime set is
@@ -48,16 +50,18 @@ class RuntimeFeed:
 
     def __init__(
         self,
-        store: RuntimeSchedules,
+        store: RuntimeReads,
         *,
+        keys: Keys,
         queue: TickQueue,
-        ledger: Ledger,
+        ledger: LedgerStore,
         declared: Mapping[str, BoundSchedule],
         declared_actor: Callable[[str], bool],
         clock: ServerClock,
         report_once: OnceReports,
     ) -> None:
         self.store = store
+        self.keys = keys
         self.queue = queue
         self.ledger = ledger
         self.declared = dict(declared)
@@ -79,7 +83,7 @@ class RuntimeFeed:
     @property
     def notify_key(self) -> str:
         """The list every runtime schedule write pushes a notification onto."""
-        return self.store.keys.runtime_notify
+        return self.keys.runtime_notify
 
     def notified(self, popped: str | None) -> None:
         """The leader's blocking wait ended with ``popped`` (the key popped

@@ -2,10 +2,11 @@
 
 For every schedule it holds the last tick the ledger decided, the next tick
 (in a heap, so nothing scans all schedules per tick) and, for on-time
-ticks, the message built ahead of time.  It owns one invariant: while
-``in_sync`` is true, its last ticks are the ledger's.  Anything that could
-break that (a refused or lost claim, a failed call whose outcome is
-unknown) clears the flag, and the leader syncs again before it fires.
+ticks, the message built ahead of time.  It owns one invariant, and is
+its only writer: while :attr:`~TickQueue.in_sync` is true, its last ticks
+are the ledger's.  The leader says what happened (a sync loaded, a claim
+sent, its reply answered, a call whose outcome is unknown) and the queue
+decides; out of sync, the leader syncs again before it fires.
 
 Batches are planned here, bounded in size: on-time ticks first, then the
 backlog oldest first, so a long outage's catch-up never delays the ticks
@@ -78,7 +79,9 @@ class TickQueue:
         self.prefix = prefix
         self._now_ms = now_ms
         self._encode = encode
-        self.in_sync = False
+        self._in_sync = False
+        # The batch whose claim was sent and whose reply is awaited.
+        self._in_flight: list[Planned] | None = None
         self._last: dict[str, int] = {}
         # Each schedule's one live entry ``(next tick, push number, id)``.
         # Every push makes a new entry with a new number, and an entry in the
@@ -98,11 +101,10 @@ class TickQueue:
 
     # -- the ledger's view ----------------------------------------------------
 
-    def load(self, last: Mapping[str, int]) -> None:
-        """Take the ledger's last decided ticks (a sync) as the truth."""
-        self.begin_load()
-        self.load_part(last.items())
-        self.end_load()
+    @property
+    def in_sync(self) -> bool:
+        """Whether the last ticks are the ledger's (fire only then)."""
+        return self._in_sync
 
     def begin_load(self) -> None:
         """Start taking a sync's ticks in parts (out of sync until
@@ -132,11 +134,18 @@ class TickQueue:
         unwalked.sort()
         for tick, sid in unwalked:
             self._push(sid, self.schedules[sid].next_after(tick))
-        self.in_sync = True
+        self._in_sync = True
 
     def invalidate(self) -> None:
         """The ledger may have moved without us: sync before firing again."""
-        self.in_sync = False
+        self._in_sync = False
+        self._in_flight = None
+
+    def sent(self, batch: list[Planned]) -> None:
+        """A claim of ``batch`` went to the ledger: until :meth:`decided`
+        gets its reply, the ledger may have moved without us."""
+        self._in_flight = batch if self._in_sync else None
+        self._in_sync = False
 
     def last(self, schedule_id: str) -> int | None:
         """The last decided tick of a schedule, as far as the queue knows."""
@@ -152,7 +161,7 @@ class TickQueue:
         if last is None:
             self._last.pop(schedule.id, None)
             self._head.pop(schedule.id, None)
-            self.in_sync = False
+            self.invalidate()
             return
         self._last[schedule.id] = last
         self._push(schedule.id, schedule.next_after(last))
@@ -168,7 +177,7 @@ class TickQueue:
 
     def _forget_ticks(self) -> None:
         """Out of sync, with no last or next tick known: a sync fills them."""
-        self.in_sync = False
+        self.invalidate()
         self._last = {}
         self._head = {}
         self._heap = []
@@ -260,12 +269,16 @@ class TickQueue:
 
     # -- results --------------------------------------------------------------
 
-    def decided(self, batch: Iterable[Planned], results: Iterable[ClaimResult], now: int) -> None:
+    def decided(self, batch: list[Planned], results: Iterable[ClaimResult], now: int) -> None:
         """Apply the ledger's answers to a planned batch and put its
         schedules back at their next ticks.  The queue may have let go of
         the batch's schedules meanwhile (a lost reply settled after a
         step-down, a reload of the runtime schedules): what it no longer
-        knows, the next sync reads from the ledger."""
+        knows, the next sync reads from the ledger.  The reply to the claim
+        :meth:`sent` last restores the sync, unless it says otherwise."""
+        if batch is self._in_flight:
+            self._in_flight = None
+            self._in_sync = True
         touched: dict[str, BoundSchedule] = {}
         for item, result in zip(batch, results, strict=True):
             sid = item.schedule.id
@@ -275,7 +288,7 @@ class TickQueue:
             if result in (ClaimResult.REFUSED, ClaimResult.LOST):
                 # Someone else decided this tick, or the entry is gone: our
                 # picture is stale.
-                self.in_sync = False
+                self._in_sync = False
             elif result == ClaimResult.GONE:
                 # The runtime definition was removed or replaced: forget this
                 # copy (the change feed brings the new one, if any).

@@ -29,29 +29,17 @@ Guarantees every implementation keeps (the contract suite checks them):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
-from .codes import ClaimResult
 from .keys import Keys
 from .lease import Acquired, Held, Renewed
-from .ledger import Claim, ClaimReply, SyncEntry, SyncReply
+from .ledger import Claim, ClaimReply, Settled, SyncEntry, SyncReply
 
 __all__ = ["LeaseStore", "LedgerStore", "RuntimeReads", "Settled", "Store"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Settled:
-    """What became of a claim whose reply was lost."""
-
-    #: Its per-claim results if it ran, None if it never ran (and now never will).
-    results: list[ClaimResult] | None
-    #: The batch record was unusable: ``results`` were read back from the ledger.
-    record_corrupt: bool = False
 
 
 class LeaseStore(Protocol):
@@ -122,6 +110,11 @@ class LeaseStore(Protocol):
         candidate's own wake-up list is pushed, or ``timeout_ms`` passes;
         the key popped from, or None.  Never longer than ``bound_ms`` by the
         caller's own clock."""
+
+    def hand_over_commands(self) -> list[tuple[Any, ...]]:
+        """The release and a wake-up of this candidate's own waits, as raw
+        commands for the shutdown hand-over's connection (see shutdown.py);
+        only reads attributes (called from a signal handler)."""
 
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         """Publish ``{schedule id: shape}`` under :attr:`fingerprint` (the

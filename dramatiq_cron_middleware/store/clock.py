@@ -108,7 +108,7 @@ class ServerClock:
         self.monotonic = monotonic
         self._wall = wall
         self._step = step_ms
-        self.on_step = on_step
+        self._on_step = on_step
         self._lock = threading.Lock()
         # server ms minus monotonic ms, on our timeline: the timeline is
         # monotonic ms + offset.
@@ -163,8 +163,8 @@ class ServerClock:
                 if not low <= current <= high:
                     # Drift (or a slow first reply): move to the lower bound.
                     self._offset = low
-        if event is not None and self.on_step is not None:
-            self.on_step(event)
+        if event is not None and self._on_step is not None:
+            self._on_step(event)
         return event
 
     def _corrects(self, server_offset: float, current: float) -> bool:

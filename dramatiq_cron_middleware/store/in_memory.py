@@ -22,10 +22,9 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..schedules.schedule import BoundSchedule
-from .abc import Settled
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
@@ -38,6 +37,7 @@ from .ledger import (
     Claim,
     ClaimReply,
     NotLeader,
+    Settled,
     SyncEntry,
     SyncReply,
 )
@@ -465,6 +465,10 @@ class _MemoryLease:
 
         self.server._call("wake_self", run)
 
+    def hand_over_commands(self) -> list[tuple[Any, ...]]:
+        """None: a hand-over at shutdown needs a Redis connection."""
+        return []
+
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         if self.fingerprint:
             sets, text = self.server.candidate_sets, json.dumps(shapes, sort_keys=True)
@@ -531,7 +535,6 @@ class _MemoryLedger:
             future = max(now, trusted_ms) + FUTURE_TOLERANCE_MS
             existed = bool(s.ticks)
             ticks: dict[str, int] = {}
-            values: dict[str, str] = {}
             codes: dict[str, SyncCode] = {}
             lost = expect_ledger and not existed and bool(entries)
             if lost:
@@ -564,16 +567,13 @@ class _MemoryLedger:
                         why = "the schedule changed (expression, zone, interval or bounds): it starts from now"
                         events.append((sid, why))
                 assert value is not None
-                values[sid] = value
                 ticks[sid] = int(value[: value.index(":")])
             # The script appends the rebased entries before the reshaped ones.
             for rebased in (True, False):
                 for sid, detail in events:
                     if (codes[sid] != SyncCode.RESHAPED) == rebased:
                         s._record(self.history_length, sid, base, Outcome.REBASED.value, now, epoch, detail, "")
-            return SyncReply(
-                ticks=ticks, values=values, codes=codes, server_ms=now, corrupt=Corrupt.NONE, ledger_lost=lost
-            )
+            return SyncReply(ticks=ticks, codes=codes, server_ms=now, corrupt=Corrupt.NONE, ledger_lost=lost)
 
         reply = self._fenced("sync", token, run)
         assert isinstance(reply, SyncReply)

@@ -196,7 +196,18 @@ class Lease:
     def depose_if_gone(self) -> bool:
         """Fast takeover: if the leader registered a presence connection and
         Redis no longer knows it (the process died: its sockets closed),
-        delete the lease (compare-and-delete on what we saw) and return True."""
+        delete the lease (compare-and-delete on what we saw) and return True.
+        Where Redis refuses ``CLIENT`` (an ACL), the presence connection is
+        closed and the refusal raised: fast takeover cannot work here."""
+        try:
+            return self._depose_if_gone()
+        except redis.ResponseError:  # NoPermissionError: an ACL without CLIENT
+            presence, self.presence_client = self.presence_client, None
+            if presence is not None:
+                presence.close()
+            raise
+
+    def _depose_if_gone(self) -> bool:
         token, conn = self._client.hmget(self.keys.lease, ["token", "conn"])
         if not token or not conn:
             return False

@@ -27,18 +27,16 @@ from .codes import (
     BadRequest,
     ClaimResult,
     Corrupt,
-    LedgerValue,
     Reply,
     SyncCode,
     decode,
     load_script,
-    parse_ledger_value,
     whole_actor,
 )
 from .keys import Keys
 from .read_ahead import read_ahead
 
-__all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "SyncEntry", "SyncReply"]
+__all__ = ["BadRequest", "Claim", "ClaimReply", "Ledger", "NotLeader", "Settled", "SyncEntry", "SyncReply"]
 
 #: How long a batch's results (or its void mark) are kept for a caller
 #: whose reply was lost.
@@ -111,8 +109,6 @@ class SyncReply:
 
     #: Each schedule's last decided tick (epoch ms), as the ledger now holds it.
     ticks: dict[str, int]
-    #: Each schedule's ledger value, as the ledger now holds it.
-    values: dict[str, str]
     #: The schedules whose entry was not simply read (a baseline, a
     #: rebased or reshaped entry), with what the script found.
     codes: dict[str, SyncCode]
@@ -121,11 +117,15 @@ class SyncReply:
     #: The ledger was gone although the caller knew one existed.
     ledger_lost: bool
 
-    @property
-    def last(self) -> dict[str, LedgerValue]:
-        """Each schedule's ledger value, parsed."""
-        parsed = {sid: parse_ledger_value(value) for sid, value in self.values.items()}
-        return {sid: value for sid, value in parsed.items() if value is not None}
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """What became of a claim whose reply was lost."""
+
+    #: Its per-claim results if it ran, None if it never ran (and now never will).
+    results: list[ClaimResult] | None
+    #: The batch record was unusable: ``results`` were read back from the ledger.
+    record_corrupt: bool = False
 
 
 def _column(items: Sequence[str]) -> str:
@@ -181,8 +181,6 @@ class Ledger:
         self._claim = load_script(client, "claim")
         self._settle = load_script(client, "settle")
         self._register = load_script(client, "register")
-        #: Whether the last settled batch record was unusable.
-        self.last_settle_corrupt = False
 
     def sync(
         self,
@@ -204,7 +202,6 @@ class Ledger:
           NotLeader: if the lease no longer holds ``token``.
         """
         ticks: dict[str, int] = {}
-        values: dict[str, str] = {}
         codes: dict[str, SyncCode] = {}
         corrupt = Corrupt.NONE
         lost = False
@@ -254,16 +251,13 @@ class Ledger:
                 except ValueError:  # the script writes only values of the grammar
                     raise BadRequest("sync returned an unparsable entry") from None
                 ticks.update(zip(ids, chunk_ticks, strict=True))
-                values.update(zip(ids, chunk_values, strict=True))
                 if chunk_codes.count("0") != len(chunk_codes):  # usually every entry was simply read
                     for index, code in enumerate(chunk_codes):
                         if code != "0":
                             codes[ids[index]] = SyncCode(int(code))
                 if on_chunk is not None:
                     on_chunk(zip(ids, chunk_ticks, strict=True))
-        return SyncReply(
-            ticks=ticks, values=values, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost
-        )
+        return SyncReply(ticks=ticks, codes=codes, server_ms=server_ms, corrupt=corrupt, ledger_lost=lost)
 
     def register(self, schedules: Sequence[SyncEntry]) -> int:
         """Make a candidate's schedules known to the ledger before it leads
@@ -362,20 +356,20 @@ class Ledger:
             corrupt=reply.corrupt,
         )
 
-    def batch_results(self, batch_id: str, *, epoch: int = 0, claims: Sequence[Claim] = ()) -> list[ClaimResult] | None:
-        """The results of a claim whose reply was lost, or None when that
-        batch never ran; from then on it never will (a copy of it still in
-        flight is refused).  An unusable batch record is reported in
-        :attr:`last_settle_corrupt` and the results are read back from the
-        ledger (what ``epoch`` was granted of ``claims``)."""
+    def settle(self, batch_id: str, *, epoch: int = 0, claims: Sequence[Claim] = ()) -> Settled:
+        """What became of a claim whose reply was lost: its results, or None
+        when that batch never ran; from then on it never will (a copy of it
+        still in flight is refused).  An unusable batch record is replaced,
+        and the results are read back from the ledger (what ``epoch`` was
+        granted of ``claims``)."""
         entries = json.dumps([[c.schedule_id, c.tick_ms, int(c.fire)] for c in claims], separators=(",", ":"))
         reply = decode(
             self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
         )
-        self.last_settle_corrupt = bool(reply.corrupt & Corrupt.BATCH)
+        corrupt = bool(reply.corrupt & Corrupt.BATCH)
         if not reply.ok:
-            return None
-        return [ClaimResult(int(r)) for r in str(reply.payload[0]).split(",") if r]
+            return Settled(None, record_corrupt=corrupt)
+        return Settled([ClaimResult(int(r)) for r in str(reply.payload[0]).split(",") if r], record_corrupt=corrupt)
 
     def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[Reply]:
         """Several calls of one script in one pipeline: Redis runs the next

@@ -371,7 +371,7 @@ def test_sync_baselines_missing_entries_and_then_reads_them(harness: StoreHarnes
     seen: list[tuple[str, int]] = []
     reply = a.ledger.sync(token, epoch, [SID, "job/b"], now_ms=base, on_chunk=seen.extend)
     assert reply.ticks == {SID: base, "job/b": base} and dict(seen) == reply.ticks
-    assert reply.values[SID] == f"{base}:{epoch}:baseline"
+    assert harness.ledger_value(SID) == f"{base}:{epoch}:baseline"
     assert reply.codes == {SID: SyncCode.BASELINE, "job/b": SyncCode.BASELINE}
     assert not reply.ledger_lost
     again = a.ledger.sync(token, epoch, [SID, "job/b"])

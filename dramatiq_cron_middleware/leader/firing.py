@@ -1,0 +1,386 @@
+"""Firing: one leading turn.
+
+Sync the tick queue with the ledger when it is out of sync, take what is
+due in bounded batches, claim each batch (fenced: Redis refuses a deposed
+leader's token), apply what Redis decided (enqueue what it granted), renew
+between batches, then sleep until the next tick or renewal.  The firing
+deadline is checked before every batch; the blocking wait for runtime
+changes never outlasts it.  A claim whose reply was lost is settled before
+anything else, even after a step-down: what Redis granted is this
+process's to enqueue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..schedules.planner import jitter_ms
+from ..schedules.schedule import BoundSchedule
+from ..stop_request import StopRequest
+from ..store.abc import Store
+from ..store.boundary import Boundary, BrokerBoundary, Payload
+from ..store.codes import ClaimResult, Corrupt, Outcome, SyncCode
+from ..store.collector import collector_paused
+from ..store.ledger import BadRequest, NotLeader, SyncEntry
+from ..store.timing import Timing
+from .candidates import ScheduleSets
+from .leadership import Leadership
+from .owed import Owed, OwedQueue, names_of
+from .reports import Flapping, OnceReports
+from .runtime_feed import RuntimeFeed
+from .tick_queue import Planned, TickQueue
+
+__all__ = ["BATCH_LIMIT", "BLOCK_MARGIN", "WAKE_EARLY", "Firing", "LeaderObserver"]
+
+#: Claims per batch: about 10 ms of script time, so no script blocks Redis
+#: (and the broker's consumers on it) for long, and renewal and the firing
+#: deadline are honoured between batches.
+BATCH_LIMIT = 1000
+
+#: How long before a tick the leader wakes, to wait out the rest in short
+#: naps: thread wake-ups come up to a millisecond late.
+WAKE_EARLY = 0.002
+
+#: An idle leader waits on Redis for runtime schedule changes (a blocking
+#: pop) until this long before it must wake, and the rest locally: Redis
+#: ends a blocking wait up to a server cron cycle late.
+BLOCK_MARGIN = 0.15
+
+_RECORDED = (ClaimResult.FIRE, ClaimResult.RECORDED, ClaimResult.SKIPPED, ClaimResult.PAUSED)
+
+
+class LeaderObserver:
+    """What the leader thread reports as it goes (metrics listen here).
+
+    This base class ignores everything.  The methods are called on the
+    leader thread itself, so they must be quick and must not raise.
+    """
+
+    def leadership_changed(self, *, epoch: int, leading: bool) -> None:
+        """This process gained (``leading``) or lost leadership of ``epoch``."""
+
+    def renewed(self, *, latency_ms: float) -> None:
+        """A lease renewal succeeded after ``latency_ms``."""
+
+    def tick_decided(self, *, schedule_id: str, outcome: str) -> None:
+        """Redis recorded a tick of ``schedule_id`` with ``outcome``."""
+
+    def enqueued(self, *, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
+        """A granted tick was enqueued ``lag_ms`` after it fell due."""
+
+
+@dataclasses.dataclass
+class _Unsettled:
+    """A claim sent to Redis whose reply was not read."""
+
+    batch_id: str
+    epoch: int
+    batch: list[Planned]
+    payloads: list[Payload | None] | None
+
+
+class Firing:
+    """Fires due ticks while leading.
+
+    Parameters:
+      store: The lease, ledger, runtime reads, clock and keys.
+      declared: The declared schedules by id.
+      boundary: How granted ticks reach the broker.
+      owed: Granted ticks whose enqueue is to be retried.
+      schedule_sets: Checked against the candidates at every renewal.
+      timing: Every duration.
+      observer: Told about renewals and decided ticks.
+      report_once, report_corrupt, losses: The leader's reports.
+      stopping: The thread's stop request (ends a batch loop or a sleep).
+      declared_actor: Whether this process's code declares an actor.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        declared: Mapping[str, BoundSchedule],
+        boundary: BrokerBoundary,
+        owed: OwedQueue,
+        schedule_sets: ScheduleSets,
+        timing: Timing,
+        logger: logging.Logger,
+        observer: LeaderObserver,
+        report_once: OnceReports,
+        report_corrupt: Callable[[Corrupt], None],
+        losses: Flapping,
+        stopping: StopRequest,
+        declared_actor: Callable[[str], bool],
+    ) -> None:
+        self.lease = store.lease
+        self.ledger = store.ledger
+        self.clock = store.clock
+        self.keys = store.keys
+        self.boundary = boundary
+        self.owed = owed
+        self.schedule_sets = schedule_sets
+        self.timing = timing
+        self.logger = logger
+        self.observer = observer
+        self.report_once = report_once
+        self.report_corrupt = report_corrupt
+        self.losses = losses
+        self.stopping = stopping
+        self.monotonic = store.clock.monotonic
+        self.queue = TickQueue(
+            declared,
+            prefix=store.keys.prefix,
+            now_ms=store.clock.now_ms,
+            encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
+        )
+        self.feed = (
+            RuntimeFeed(
+                store.runtime,
+                keys=store.keys,
+                queue=self.queue,
+                ledger=store.ledger,
+                declared=declared,
+                declared_actor=declared_actor,
+                clock=store.clock,
+                report_once=report_once,
+            )
+            if store.runtime is not None
+            else None
+        )
+        self._unsettled: _Unsettled | None = None
+
+    def forget(self) -> None:
+        """A term begins or ends: read the ledger (and every runtime
+        schedule) again before the next fire."""
+        self.queue.invalidate()
+        if self.feed is not None:
+            self.feed.forget()  # a follower holds no runtime schedules
+
+    def lead(self, term: Leadership) -> None:
+        """One leading turn.  Raises :class:`~.leadership.Expired` past the
+        firing deadline and :class:`~..store.ledger.NotLeader` when Redis
+        refuses the token."""
+        term.check(self.monotonic(), self.timing)
+        reload = self.feed is not None and self.feed.stale
+        if reload or not self.queue.in_sync:
+            with collector_paused():  # a takeover allocates an object or more per schedule
+                if self.feed is not None and reload:
+                    self.feed.reload()  # all of them, before the sync
+                self._sync(term)
+        # Ticks first: a turn wakes at a tick, and the renewal and the
+        # version read (due at turns too) would only delay it.  The firing
+        # deadline, checked above and between batches, keeps this safe.
+        if self.monotonic() >= term.fire_not_before:
+            self._fire_due(term)
+        self._renew_if_due(term)
+        if self.feed is not None:
+            self.feed.follow(term.token, term.epoch)
+        self.owed.pay()
+        self._sleep(term)
+
+    def _renew_if_due(self, term: Leadership) -> None:
+        now = self.monotonic()
+        if now < term.renew_at:
+            return
+        renewed = self.lease.renew()
+        if renewed is None:
+            raise NotLeader()
+        self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
+        term.renewed(now, self.timing)
+        self.schedule_sets.check(renewed.live)
+
+    def _sync(self, term: Leadership) -> None:
+        # Baselines are the server's now, unless its clock jumped ahead and
+        # we ignore that: then our own estimate, so nothing is set in the
+        # future.
+        self.queue.begin_load()
+        reply = self.ledger.sync(
+            term.token,
+            term.epoch,
+            [SyncEntry.of(s) for s in self.queue.schedules.values()],
+            now_ms=self.clock.now_ms() if self.clock.ignoring_step else None,
+            expect_ledger=term.expect_ledger,
+            on_chunk=self.queue.load_part,  # next ticks computed while Redis reads the next chunks
+        )
+        self.report_corrupt(reply.corrupt)
+        if reply.ledger_lost and self.losses.first():
+            self.logger.warning(
+                "The cron ledger was gone (evicted, flushed or a restart without data): every schedule "
+                "restarts from now; recorded in the history."
+            )
+        reshaped = [sid for sid, code in reply.codes.items() if code == SyncCode.RESHAPED]
+        if reshaped:
+            self.logger.info(
+                "Cron schedules changed under the same identity start from now (no catch-up of the new "
+                "shape's ticks): %s.",
+                names_of(reshaped),
+            )
+        for sid, code in reply.codes.items():
+            if code == SyncCode.CORRUPT:
+                self.report_once(
+                    f"corrupt:{sid}",
+                    "the ledger entry of %s in %s is unparsable; replaced by a baseline at now",
+                    sid,
+                    self.keys.ticks,
+                )
+            elif code == SyncCode.FUTURE:
+                self.report_once(
+                    f"future:{sid}",
+                    "the ledger entry of %s in %s lay in the future (a stepped clock); replaced by a baseline at now",
+                    sid,
+                    self.keys.ticks,
+                )
+        self.queue.end_load()
+
+    def _fire_due(self, term: Leadership) -> None:
+        """Claim and enqueue what is due, batch by batch, renewing and
+        checking the deadline in between."""
+        while not self.stopping.is_set() and self.queue.in_sync:
+            batch = self.queue.take(self.clock.now_ms(), BATCH_LIMIT)
+            if not batch:
+                return
+            term.check(self.monotonic(), self.timing)
+            self._claim(term, batch)
+            self.owed.pay()
+            self._renew_if_due(term)
+
+    def _claim(self, term: Leadership, batch: list[Planned]) -> None:
+        unsettled = _Unsettled(batch_id=uuid.uuid4().hex, epoch=term.epoch, batch=batch, payloads=self._payloads(batch))
+        self._unsettled = unsettled
+        self.queue.sent(batch)
+        try:
+            reply = self.ledger.claim(
+                term.token, term.epoch, unsettled.batch_id, [p.claim for p in batch], unsettled.payloads
+            )
+        except (NotLeader, BadRequest):
+            self._unsettled = None  # refused before writing anything
+            raise
+        self._unsettled = None
+        self.report_corrupt(reply.corrupt)
+        self._apply(batch, reply.results, reply.server_ms, unsettled.payloads)
+
+    def _payloads(self, batch: list[Planned]) -> list[Payload | None] | None:
+        """With a RedisBroker on the lease's Redis, the messages the claim
+        script enqueues when it grants them (after the broker's
+        ``before_enqueue`` hooks; a message they veto is enqueued later,
+        the plain way, as an owed tick)."""
+        if self.boundary.mode != Boundary.IN_CLAIM:
+            return None
+        now = self.clock.now_ms()  # a jittered message's eta: the consumers' shared clock
+        out: list[Payload | None] = []
+        for item in batch:
+            if item.message is None:
+                out.append(None)
+                continue
+            payload = item.payload or self.boundary.payload(
+                item.message, jitter_ms(item.schedule, item.message.message_id), now_ms=now
+            )
+            out.append(payload if self.boundary.before(payload) is None else None)
+        return out
+
+    def _encode_ahead(self, schedule: BoundSchedule, message: Any, tick_ms: int) -> Payload:
+        """A message built ahead, encoded for the claim script; a jittered
+        one is due its jitter after its tick."""
+        return self.boundary.payload(message, jitter_ms(schedule, message.message_id), now_ms=tick_ms)
+
+    def _apply(
+        self,
+        batch: list[Planned],
+        results: Sequence[ClaimResult],
+        server_ms: int,
+        payloads: Sequence[Payload | None] | None = None,
+    ) -> None:
+        granted: list[Owed] = []
+        enqueued: list[Owed] = []
+        for index, (item, result) in enumerate(zip(batch, results, strict=True)):
+            claim = item.claim
+            if result in _RECORDED:
+                # The script overrides the requested outcome for paused and
+                # overlapping ticks; report what Redis recorded.
+                outcome = {ClaimResult.SKIPPED: Outcome.SKIPPED, ClaimResult.PAUSED: Outcome.PAUSED}.get(
+                    result, Outcome(claim.outcome)
+                )
+                self.observer.tick_decided(schedule_id=claim.schedule_id, outcome=outcome.value)
+            if result == ClaimResult.FIRE and item.message is not None:
+                owed = Owed(schedule=item.schedule, tick_ms=claim.tick_ms, message=item.message)
+                payload = payloads[index] if payloads is not None else None
+                if payload is not None:  # the claim script enqueued it
+                    self.boundary.after(payload)
+                    enqueued.append(owed)
+                else:
+                    granted.append(owed)
+        # What Redis granted is this process's alone to enqueue, whatever
+        # the tick queue knows by now (a lost reply may be settled after a
+        # step-down emptied it): the broker first, the bookkeeping after.
+        self.owed.settled(enqueued, [None] * len(enqueued))
+        # All other granted ticks of the batch go to the broker together
+        # (one pipelined round trip for a RedisBroker; see boundary.py).
+        self.owed.send(granted)
+        self.queue.decided(batch, results, server_ms)
+
+    def settle(self) -> None:
+        """Learn what became of a claim whose reply was lost.  The batch ran
+        if and only if its results are in Redis; granted ticks are ours to
+        enqueue even if we no longer lead."""
+        unsettled = self._unsettled
+        if unsettled is None:
+            return
+        settled = self.ledger.settle(
+            unsettled.batch_id, epoch=unsettled.epoch, claims=[p.claim for p in unsettled.batch]
+        )
+        if settled.record_corrupt:
+            self.report_once(
+                f"batch:{unsettled.batch_id}",
+                "the result record %s of a claim whose reply was lost was unusable; its results were read back "
+                "from the ledger",
+                self.keys.batch(unsettled.batch_id),
+            )
+        self._unsettled = None
+        results = settled.results
+        if results is not None and len(results) == len(unsettled.batch):
+            self._apply(unsettled.batch, results, self.clock.now_ms(), unsettled.payloads)
+        # Either way the queue syncs from the ledger before firing again.
+        self.queue.invalidate()
+
+    def _sleep(self, term: Leadership) -> None:
+        # Nothing is due: build the next ticks' messages now, off the fire path.
+        self.queue.build_ahead(self.clock.now_ms())
+        now_mono = self.monotonic()
+        wake = min(term.renew_at, term.deadline)
+        due = self.queue.next_due_ms()
+        tick_at = None if due is None else now_mono + max(due - self.clock.precise_ms(), 0.0) / 1000
+        if tick_at is not None:
+            wake = min(wake, tick_at)
+        if term.fire_not_before > now_mono:
+            # Nothing fires before then (post-failover wait): sleep until it.
+            wake = min(term.renew_at, term.deadline, max(wake, term.fire_not_before))
+        retry = self.owed.next_try()
+        if retry is not None:
+            wake = min(wake, retry)
+        pause = max(wake - now_mono, 0.0)
+        if self.feed is not None and pause > 2 * BLOCK_MARGIN:
+            # Idle: wait on Redis, where a runtime schedule change (or a
+            # stop) pushes, instead of polling for changes.
+            popped = self.lease.wait_for_push(
+                self.feed.notify_key,
+                int((pause - BLOCK_MARGIN) * 1000),
+                bound_ms=int((term.deadline - self.monotonic()) * 1000),
+            )
+            self.feed.notified(popped)
+            if self.stopping.is_set() or self.feed.pending:
+                return
+            pause = max(wake - self.monotonic(), 0.0)
+        if due is not None and wake == tick_at and pause > WAKE_EARLY:
+            # A thread wakes up to a millisecond after its timeout: wake a
+            # little early for a tick and wait out the rest in short naps.
+            if self.stopping.wait(pause - WAKE_EARLY):
+                return
+            while not self.stopping.is_set() and self.clock.precise_ms() < due:
+                time.sleep(0.0001)
+            return
+        self.stopping.wait(pause)
