@@ -89,9 +89,9 @@ def instances() -> Iterator[Callable[..., Instance]]:
 # group, run by one worker, which builds the fixture once for them.  A group
 # whose shared fixture is named in SHARDS is split into that many groups
 # instead, each on a worker that builds its own copy of the fixture (the
-# chaos scenarios need a cluster, not the same cluster).  Groups go first,
-# chaos and slow ones before the rest, so the longest work starts at once
-# and the single tests fill the workers around it.
+# chaos scenarios need a cluster, not the same cluster).  The longest work
+# is sent first (chaos and slow tests, then groups, then tests that run
+# dramatiq processes), so the in-process tests fill the workers at the end.
 
 #: Shared fixture name -> how many groups its tests are split into.
 SHARDS = {"shared_cluster": 3}
@@ -143,7 +143,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(name))
 
     def rank(item: pytest.Item) -> int:
-        long = item.get_closest_marker("chaos") is not None or item.get_closest_marker("slow") is not None
-        return (0 if long else 2) + (0 if item in groups else 1)
+        if item.get_closest_marker("chaos") is not None or item.get_closest_marker("slow") is not None:
+            return 0 if item in groups else 1
+        if item in groups:
+            return 2
+        # Tests that run dramatiq processes take seconds; the rest fill in.
+        return 3 if {"instances", "cluster"} & set(item.fixturenames) else 4
 
     items.sort(key=rank)
