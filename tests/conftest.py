@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from tests.support.instances import History, Instance
+from tests.support.instances import History, Instance, kill_all
 from tests.support.redis_server import RedisServer
 from tests.support.redis_topologies import ClusterGroup
 
@@ -73,11 +73,81 @@ def instances() -> Iterator[Callable[..., Instance]]:
         return instance.start()
 
     yield start
-    for instance in started:
-        instance.close()
+    kill_all(started)
     if os.environ.get("CRON_KEEP_LOGS") != "1":
         for instance in started:
             try:
                 os.unlink(instance.log_path)
             except OSError:
                 pass
+
+
+# --- Distribution over xdist workers (scripts/test.sh: --dist loadgroup) ---
+#
+# Tests run one by one on whichever worker is free, except tests that share
+# a fixture wider than a function (a module's cluster, say): those form one
+# group, run by one worker, which builds the fixture once for them.  A group
+# whose shared fixture is named in SHARDS is split into that many groups
+# instead, each on a worker that builds its own copy of the fixture (the
+# chaos scenarios need a cluster, not the same cluster).  The longest work
+# is sent first (chaos and slow tests, then groups, then tests that run
+# dramatiq processes), so the in-process tests fill the workers at the end.
+
+#: Shared fixture name -> how many groups its tests are split into.
+SHARDS = {"shared_cluster": 3}
+
+
+def _wide_fixtures(item: pytest.Item) -> set[str]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    return {
+        name
+        for name, defs in info.name2fixturedefs.items()
+        if defs and defs[-1].scope in ("package", "module", "class")
+    }
+
+
+def _groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
+    """Each item that shares a wide fixture -> its group name."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    wide = {item: {f"{item.path}::{name}" for name in _wide_fixtures(item)} for item in items}
+    for keys in wide.values():
+        first, *rest = sorted(keys) or [""]
+        for key in rest:
+            parent[root(key)] = root(first)
+    members: dict[str, list[pytest.Item]] = {}
+    for item, keys in wide.items():
+        if keys:
+            members.setdefault(root(min(keys)), []).append(item)
+    out: dict[pytest.Item, str] = {}
+    for key, group in members.items():
+        shards = max(SHARDS.get(name, 1) for item in group for name in _wide_fixtures(item))
+        for index, item in enumerate(group):
+            out[item] = f"{key}#{index % shards}" if shards > 1 else key
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: file order, every shared fixture built once
+    groups = _groups(items)
+    for item, name in groups.items():
+        item.add_marker(pytest.mark.xdist_group(name))
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("chaos") is not None or item.get_closest_marker("slow") is not None:
+            return 0 if item in groups else 1
+        if item in groups:
+            return 2
+        # Tests that run dramatiq processes take seconds; the rest fill in.
+        return 3 if {"instances", "cluster"} & set(item.fixturenames) else 4
+
+    items.sort(key=rank)

@@ -61,6 +61,7 @@ def _node_events(log: str, what: str, after_ms: int) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_sparse_schedule_survives_heartbeat_timeouts(
     rabbitmq: RabbitmqServer,
     app_env: dict[str, str],

@@ -13,8 +13,6 @@ import itertools
 import os
 import re
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -28,7 +26,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware.store.keys import Keys
 from tests.support.faketime import ClockShim, WallClockShim
-from tests.support.instances import History, Instance, Outage, Verdict, now_ms, wait_for
+from tests.support.instances import History, Instance, Outage, Verdict, kill_all, now_ms, wait_for
 from tests.support.lifecycle import Lifecycle
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer
@@ -220,22 +218,7 @@ class Cluster(Lifecycle):
 
     def close(self) -> None:
         """Stop every process and thread this cluster started."""
-        # SIGTERM everyone first: a graceful dramatiq shutdown takes a couple
-        # of seconds, and they may as well overlap.
-        for instance in self.instances + self.retired:
-            if instance.proc is not None and instance.proc.poll() is None:
-                try:
-                    os.killpg(instance.proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-                instance.proc.send_signal(signal.SIGTERM)
-        for instance in self.instances + self.retired:
-            if instance.proc is not None:
-                try:
-                    instance.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    pass
-            instance.close()
+        kill_all(self.instances + self.retired)
         if self.proxy is not None:
             self.proxy.stop()
         if self.clock_shim is not None:

@@ -15,8 +15,9 @@ fault:
   partitions, restarts with persistence, a dead or frozen leader) must lose
   nothing: the ticks it delays are caught up, late, once each.
 
-The short profile (default) runs every scenario on one shared cluster, so
-the group fits CI; the full profile gives each its own.  Takeover gaps and
+The short profile (default) runs the scenarios on a shared cluster (one
+per test process: the normal test run splits them into three groups,
+tests/conftest.py), so they fit CI; the full profile gives each its own.  Takeover gaps and
 fire lag are printed (run with ``-s``), not asserted.
 """
 
