@@ -47,6 +47,7 @@ from croniter.croniter import CroniterError
 from ..errors import CronScheduleError
 
 __all__ = [
+    "DEFAULT_CATCH_UP_WINDOW",
     "DEFAULT_TIME_LIMIT",
     "MIN_EVERY",
     "NEVER",
@@ -88,6 +89,9 @@ MIN_EVERY = 1000
 #: dramatiq's ``TimeLimit`` default, used for the overlap guard's expiry
 #: when the broker has no ``TimeLimit`` middleware to ask.
 DEFAULT_TIME_LIMIT = 600_000
+#: How far back missed ticks are caught up when a schedule names no window: a
+#: failover, a restart or a deploy.
+DEFAULT_CATCH_UP_WINDOW = 300_000
 
 # Allowance for a message's time in the queue, added to the overlap guard's
 # expiry when the schedule sets no max_age.
@@ -275,6 +279,18 @@ class BoundSchedule:
                 cached = f"{self.actor_name}/{self.name}"
             object.__setattr__(self, "_id", cached)
         return cached
+
+    def known_as(self, schedule_id: str) -> None:
+        """Check that ``schedule_id`` (a stored definition's key) is this
+        schedule's id, and keep that string as the id: a large runtime set
+        holds one copy of each id, not two.
+
+        Raises:
+          ValueError: when the definition describes another schedule.
+        """
+        if self.id != schedule_id:
+            raise ValueError(f"it describes {self.id!r}")
+        object.__setattr__(self, "_id", schedule_id)
 
     @property
     def shape(self) -> str:

@@ -47,6 +47,7 @@ from dramatiq.logging import get_logger
 from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError
 from ..schedules.schedule import _UTC as UTC_ZONE
 from ..schedules.schedule import (
+    DEFAULT_CATCH_UP_WINDOW,
     DEFAULT_TIME_LIMIT,
     NEVER,
     BoundSchedule,
@@ -189,7 +190,7 @@ class RuntimeSchedules:
       catch_up(str): The catch-up policy of a schedule that sets none.
         Defaults to ``"each"``.
       catch_up_window(int): The catch-up window (ms) of a schedule that sets
-        none.  Defaults to 300000.
+        none.  Defaults to :data:`DEFAULT_CATCH_UP_WINDOW` (five minutes).
       history_length(int): Approximate cap of the history stream (a
         replacement or re-add that restarts a schedule records it there).
         Defaults to 10000.
@@ -206,7 +207,7 @@ class RuntimeSchedules:
         resolve_actor: Callable[[object], ActorInfo],
         timezone: str = "UTC",
         catch_up: CatchUp = "each",
-        catch_up_window: int = 300_000,
+        catch_up_window: int = DEFAULT_CATCH_UP_WINDOW,
         history_length: int = 10_000,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
@@ -609,9 +610,7 @@ class RuntimeSchedules:
                 version = data.get("v") if isinstance(data, dict) else None
                 raise ValueError(f"format {version!r} is not {FORMAT}")
             bound = _bind_definition(data)
-            if bound.id != schedule_id:
-                raise ValueError(f"it describes {bound.id!r}")
-            object.__setattr__(bound, "_id", schedule_id)  # the one copy of the id: the hash's field
+            bound.known_as(schedule_id)
         except Exception as exc:  # whatever a corrupt definition makes binding raise: never stop the others
             self.logger.warning(
                 "Skipping runtime schedule %r in %s: its definition cannot be read (%s).",
