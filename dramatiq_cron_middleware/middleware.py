@@ -481,9 +481,9 @@ class CronMiddleware(Middleware):
                         f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
                         f"{ENV_URL}"
                     )
-                # A fixed 2 s bound, as for the CLI: these calls come from web
-                # requests and scripts, not from lease traffic.
-                client, _ = scheduler_clients(self.redis_source(broker), op_timeout_ms=2000, block_timeout_ms=0)
+                client, _ = scheduler_clients(
+                    self.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
+                )
                 self._runtime = self._runtime_store(client, broker)
             return self._runtime
 

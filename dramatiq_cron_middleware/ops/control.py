@@ -243,7 +243,7 @@ class Control:
     # -- reads and actions for the web dashboard --------------------------
     #
     # The dashboard renders one page of schedules at a time, possibly out of
-    # 100,000, so these read only what a page needs: the ledger entries of
+    # a large runtime set, so these read only what a page needs: the ledger entries of
     # the page's schedules, a bounded slice of the history stream.
 
     def decisions(self, schedule_ids: Sequence[str]) -> dict[str, LastDecision]:
@@ -532,22 +532,3 @@ def _decision(value: str) -> LastDecision | None:
         return None
     outcome = "baseline" if parsed.baseline else _RESULT_OUTCOMES.get(parsed.result, "unknown")
     return LastDecision(tick_ms=parsed.tick_ms, epoch=parsed.epoch, outcome=str(outcome))
-
-
-def human_span(ms: float) -> str:
-    """A duration as operators read it, for the CLI and the dashboard alike:
-    850ms, 12.3s, 4m05s, 2h03m, 3d04h."""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{ms:.0f}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"

@@ -256,8 +256,8 @@ class BoundSchedule:
     #: Whether the schedule was given a ``name=`` (otherwise ``name`` holds
     #: the expression, for display).
     named: bool = dataclasses.field(default=True, compare=False, repr=False)
-    # Caches, filled on first use (slots, not a __dict__: a leader holds
-    # 100,000 runtime schedules, and a dict per schedule doubled its memory).
+    # Caches, filled on first use (slots, not a __dict__: a leader may hold a
+    # large runtime set, and a dict per schedule doubles its memory).
     _id: str | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
     _shape: str | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
     _key: tuple[object, ...] | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
@@ -463,9 +463,8 @@ class BoundSchedule:
     def _cron(self, start: dt.datetime) -> croniter:
         # croniter is fed wall-clock times as if they were UTC, so it does
         # pure calendar arithmetic and never applies an offset itself.
-        # Parsing costs ~0.5 ms and the leader walks every due schedule on
-        # every wake-up (1,000 due schedules took over a second per tick),
-        # so each expression is parsed once and a copy is walked from
+        # Parsing is costly and the leader walks every due schedule on
+        # every wake-up, so each expression is parsed once and a copy is walked from
         # ``start``; the cached parse is never advanced itself.
         hash_id = str(self._tick_key[-1])  # the identity only when a field uses H
         it = copy.copy(_parsed(self.expression, self.has_seconds, hash_id, self.day_or))
@@ -924,7 +923,7 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
     return _normalise_text(actor_name, expression)
 
 
-# Loading 100,000 runtime schedules binds each one; most share a handful of
+# Loading a large runtime set binds each schedule; most share a handful of
 # expressions, and normalising one costs a croniter parse.  (An exception
 # is not cached: a bad expression is checked again each time.)
 @functools.lru_cache(maxsize=4096)
