@@ -22,7 +22,7 @@ from dramatiq.brokers.stub import StubBroker
 from ..errors import CronScheduleError
 from ..schedules.planner import message_for
 from ..schedules.schedule import BoundSchedule
-from ..store.codes import ClaimResult, Outcome, decode, load_script, parse_ledger_value, whole_actor
+from ..store.codes import RESULT_OUTCOMES, ClaimResult, Outcome, decode, load_script, parse_ledger_value, whole_actor
 from ..store.connection import redact
 from ..store.keys import Keys
 
@@ -43,15 +43,6 @@ __all__ = [
     "paused_by",
     "resolve_target",
 ]
-
-# The per-entry claim results stored in the ledger, as outcomes.  A fired
-# tick may also have been a catch-up; the history stream tells which.
-_RESULT_OUTCOMES: dict[int | None, str] = {
-    ClaimResult.FIRE: Outcome.FIRED,
-    ClaimResult.RECORDED: Outcome.MISSED,
-    ClaimResult.SKIPPED: Outcome.SKIPPED,
-    ClaimResult.PAUSED: Outcome.PAUSED,
-}
 
 # How far back ``last_decisions`` looks in the stream for the precise
 # outcome of each schedule's last tick.
@@ -195,7 +186,7 @@ class Control:
             parsed = parse_ledger_value(value)
             if parsed is None:
                 continue  # unparsable: the leader replaces it with a baseline
-            fallback = "baseline" if parsed.baseline else _RESULT_OUTCOMES.get(parsed.result, "unknown")
+            fallback = "baseline" if parsed.baseline else _outcome_of(parsed.result)
             outcome = precise.get((sid, parsed.tick_ms), fallback)
             out[sid] = LastDecision(tick_ms=parsed.tick_ms, epoch=parsed.epoch, outcome=str(outcome))
         return out
@@ -530,5 +521,14 @@ def _decision(value: str) -> LastDecision | None:
     parsed = parse_ledger_value(value)
     if parsed is None:
         return None
-    outcome = "baseline" if parsed.baseline else _RESULT_OUTCOMES.get(parsed.result, "unknown")
+    outcome = "baseline" if parsed.baseline else _outcome_of(parsed.result)
     return LastDecision(tick_ms=parsed.tick_ms, epoch=parsed.epoch, outcome=str(outcome))
+
+
+def _outcome_of(result: int | None) -> str:
+    """A claim result stored in the ledger as an outcome ("unknown" for none
+    we know).  A fired tick may also have been a catch-up; the history
+    stream tells which."""
+    if result is None or result not in RESULT_OUTCOMES:
+        return "unknown"
+    return RESULT_OUTCOMES[ClaimResult(result)]

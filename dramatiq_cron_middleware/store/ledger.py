@@ -159,9 +159,8 @@ class Ledger:
     Parameters:
       client: The scheduler's command client (short timeouts).
       keys: The key names.
-      observe: Called with ``(server_ms, sent, received)`` for every reply
-        (the leader's :class:`ServerClock`).
-      monotonic: The monotonic clock (injected in tests).
+      clock: The leader's :class:`ServerClock`, which every reply's server
+        time updates.
       history_length: Approximate cap of the history stream.
     """
 
