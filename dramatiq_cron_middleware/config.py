@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from .errors import CronConfigurationError
-from .schedules.schedule import CatchUp, parse_timezone
+from .schedules.schedule import DEFAULT_CATCH_UP_WINDOW, CatchUp, parse_timezone
 from .store.keys import Keys
 from .store.timing import Timing
 
@@ -18,8 +18,6 @@ __all__ = ["DEFAULT_CATCH_UP_WINDOW", "DEFAULT_LOCK_TTL", "ENV_VERSION", "CronCo
 DEFAULT_LOCK_TTL = 15_000
 #: The environment variable read when ``CronMiddleware(app_version=...)`` is omitted.
 ENV_VERSION = "DRAMATIQ_CRON_APP_VERSION"
-#: How far back missed ticks are caught up when no window is given: a failover, a restart or a deploy.
-DEFAULT_CATCH_UP_WINDOW = 300_000
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from dramatiq.logging import get_logger
 from dramatiq.middleware import SkipMessage
 
 from .errors import CronConfigurationError
+from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
 from .store.codes import decode, load_script
 from .store.connection import redact, scheduler_clients
@@ -116,7 +117,7 @@ class CronDeduplication(Middleware):
         self._script: Any = None
         self._ttl_ms = 0
         self._threads = 8
-        self._failing = False
+        self._failing: Episode[str] = Episode()
         self._reported_duplicate = False
 
     # -- configuration --------------------------------------------------------
@@ -162,8 +163,8 @@ class CronDeduplication(Middleware):
         except Exception as exc:  # Redis down, a bad URL...: run it unchecked
             self._report_failure(exc)
             return
-        if self._failing:
-            self._report_recovery()
+        if self._failing.recovered() is not None:
+            self.logger.warning("Cron deduplication works again.")
         if claimed:
             return
         self._skip_duplicate(message, attempt)
@@ -214,9 +215,7 @@ class CronDeduplication(Middleware):
             return self._script, self._keys, self._ttl_ms
 
     def _report_failure(self, exc: Exception) -> None:
-        with self._lock:
-            first, self._failing = not self._failing, True
-        if first:
+        if self._failing.failing("unreachable"):
             self.logger.warning(
                 "Cannot claim cron messages for deduplication (%s); running them unchecked, "
                 "so a duplicate delivery may run twice, until Redis answers again.",
@@ -224,12 +223,6 @@ class CronDeduplication(Middleware):
             )
         else:
             self.logger.debug("Cron deduplication still failing: %s", redact(f"{type(exc).__name__}: {exc}"))
-
-    def _report_recovery(self) -> None:
-        with self._lock:
-            was, self._failing = self._failing, False
-        if was:
-            self.logger.warning("Cron deduplication works again.")
 
 
 def _pooled(client: redis.Redis, *, threads: int, timeout_ms: int) -> redis.Redis:

@@ -10,13 +10,11 @@ import threading
 from typing import Any, cast
 
 import dramatiq
-import redis
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis import Redis
-from redis.cluster import RedisCluster
 
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
@@ -33,7 +31,14 @@ from .schedules.schedule import (
 from .shutdown import HandOver, dedicated_connection, install
 from .store.boundary import BrokerBoundary, boundary_for
 from .store.clock import ServerClock
-from .store.connection import ENV_URL, describe, redact, same_server, scheduler_clients, url_from_environment
+from .store.connection import (
+    ENV_URL,
+    describe,
+    presence_client,
+    same_server,
+    scheduler_clients,
+    url_from_environment,
+)
 from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
@@ -326,7 +331,11 @@ class CronMiddleware(Middleware):
                 pid=os.getpid(),
                 fingerprint=fingerprint(schedules),
                 version=self.config.version.replace("|", "/"),
-                presence_client=self._presence_client(broker) if self.config.fast_takeover else None,
+                presence_client=(
+                    presence_client(self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms)
+                    if self.config.fast_takeover
+                    else None
+                ),
             )
             ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
             # The signal path releases on a connection of its own, outside
@@ -383,32 +392,6 @@ class CronMiddleware(Middleware):
                 block_timeout_ms=self.timing.block_timeout_ms,
             )
         return self._built
-
-    def _presence_client(self, broker: Broker) -> Redis | None:
-        """One dedicated connection whose id the leader registers (fast
-        takeover): it closes when the process dies.  None, with one
-        WARNING, where fast takeover cannot work."""
-        source = self.redis_source(broker)
-        client, _ = scheduler_clients(source, op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0)
-        if not isinstance(client, redis.Redis) or isinstance(client, RedisCluster):
-            self.logger.warning(
-                "fast_takeover is not available on Redis Cluster (connection ids are per node); "
-                "using lease-only takeover."
-            )
-            return None
-        presence = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
-        try:
-            presence.client_list(client_id=[presence.client_id()])
-        except redis.ResponseError as exc:  # NoPermissionError: an ACL without CLIENT
-            self.logger.warning(
-                "fast_takeover needs the CLIENT command (ACL +client|id +client|list): %s; using lease-only takeover.",
-                redact(str(exc)),
-            )
-            presence.close()
-            return None
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            pass  # unreachable now: checked again by the leader when it follows
-        return presence
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the leader thread and release the lease if held."""
@@ -481,9 +464,9 @@ class CronMiddleware(Middleware):
                         f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
                         f"{ENV_URL}"
                     )
-                # A fixed 2 s bound, as for the CLI: these calls come from web
-                # requests and scripts, not from lease traffic.
-                client, _ = scheduler_clients(self.redis_source(broker), op_timeout_ms=2000, block_timeout_ms=0)
+                client, _ = scheduler_clients(
+                    self.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
+                )
                 self._runtime = self._runtime_store(client, broker)
             return self._runtime
 

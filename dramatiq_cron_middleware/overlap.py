@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from .leader.reports import Episode
 from .store.codes import decode, load_script
 from .store.connection import redact
 from .store.keys import Keys
@@ -41,7 +42,7 @@ class RunningMarks:
         self._factory = client_factory
         self._lock = threading.Lock()
         self._script: Any = None
-        self._failing = False
+        self._failing: Episode[str] = Episode()
 
     def clear(self, schedule_id: str, message_id: str) -> bool:
         """Remove the mark of ``schedule_id`` if it names ``message_id``.
@@ -53,18 +54,14 @@ class RunningMarks:
             script = self._get_script()
             removed = decode(script(keys=[self.keys.running(schedule_id)], args=[message_id])).ok
         except Exception as exc:  # Redis down, a bad URL...: never fail the message
-            with self._lock:
-                first, self._failing = not self._failing, True
-            if first:
+            if self._failing.failing("unreachable"):
                 self.logger.warning(
                     "Could not clear the running mark of %s (%s); it expires on its own.",
                     schedule_id,
                     redact(f"{type(exc).__name__}: {exc}"),
                 )
             return False
-        if self._failing:
-            with self._lock:
-                self._failing = False
+        if self._failing.recovered() is not None:
             self.logger.warning("Clearing running marks works again.")
         return removed
 

@@ -22,6 +22,13 @@ def test_every_duration_is_derived_from_the_lease(lease_ms: int) -> None:
     assert lease < t.stale_after <= lease + 2.0
     # The leader stops firing well before its lease can have expired.
     assert t.fire_deadline < lease
+    # A live follower refreshes its entry about once per lease: it counts as
+    # live for two, operators see it for three, and it is forgotten after ten.
+    assert (t.candidate_live_ms, t.candidate_listed_ms, t.candidate_forgotten_ms) == (
+        2 * lease_ms,
+        3 * lease_ms,
+        10 * lease_ms,
+    )
 
 
 def test_the_middleware_hands_out_one_timing() -> None:

@@ -20,6 +20,7 @@ from ..store.abc import LeaseStore, LedgerStore
 from ..store.keys import Keys
 from ..store.ledger import SyncEntry
 from .owed import names_of
+from .reports import Episode
 
 __all__ = ["ScheduleSets"]
 
@@ -49,7 +50,7 @@ class ScheduleSets:
         self.keys = keys
         self.logger = logger
         self.registered = False
-        self._mixed: frozenset[str] | None = None
+        self._mixed: Episode[frozenset[str]] = Episode()
         #: The fingerprints the published sets were last pruned to.
         self._pruned: frozenset[str] | None = None
 
@@ -66,16 +67,14 @@ class ScheduleSets:
         differ, naming the schedules, and one when they agree again."""
         fingerprints = frozenset(fp for fp, _ in live if fp)
         if len(fingerprints) <= 1:
-            if self._mixed is not None:
-                self._mixed = None
+            if self._mixed.recovered() is not None:
                 self.logger.warning("Cron candidates declare the same schedule set again.")
             if self._pruned != fingerprints:  # once per change, not per renewal
                 self.lease.prune_schedule_sets(set(fingerprints))
                 self._pruned = fingerprints
             return
-        if fingerprints == self._mixed:
+        if not self._mixed.failing(fingerprints):
             return
-        self._mixed = fingerprints
         own = {s.id: s.shape for s in self.declared.values()}
         sets = self.lease.schedule_sets(sorted(fingerprints - {self.lease.fingerprint}))
         versions = {version for fp, version in live if fp}

@@ -37,7 +37,7 @@ from .tick_queue import Planned, TickQueue
 
 __all__ = ["BATCH_LIMIT", "BLOCK_MARGIN", "WAKE_EARLY", "Firing", "LeaderObserver"]
 
-#: Claims per batch: about 10 ms of script time, so no script blocks Redis
+#: Claims per batch: a short script, so no script blocks Redis
 #: (and the broker's consumers on it) for long, and renewal and the firing
 #: deadline are honoured between batches.
 BATCH_LIMIT = 1000

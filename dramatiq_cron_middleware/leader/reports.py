@@ -1,15 +1,49 @@
-"""One WARNING per finding, however often it is seen again."""
+"""One WARNING per finding or fault episode, however often it is seen again."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 from ..store.codes import Corrupt
 from ..store.keys import Keys
 
-__all__ = ["Flapping", "OnceReports", "report_corrupt"]
+__all__ = ["Episode", "Flapping", "OnceReports", "report_corrupt"]
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Episode(Generic[K]):
+    """A fault that comes and goes, reported once when it starts (or
+    changes kind) and once when it ends, never per retry.  Safe to share
+    between threads: of threads failing at once, one sees the start.
+
+    The caller logs; this only says when: ``if episode.failing(kind):``
+    WARN that it fails, ``if episode.recovered() is not None:`` WARN that it
+    works again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kind: K | None = None
+
+    def failing(self, kind: K) -> bool:
+        """Record the fault ``kind``: True when it is new (report it)."""
+        with self._lock:
+            new, self._kind = kind != self._kind, kind
+            return new
+
+    def recovered(self) -> K | None:
+        """Record that it works: the kind of fault this ends (report it), or
+        None when nothing was failing."""
+        if self._kind is None:  # the common case, without the lock
+            return None
+        with self._lock:
+            ended, self._kind = self._kind, None
+            return ended
 
 
 class OnceReports:

@@ -103,8 +103,8 @@ class RuntimeFeed:
 
     def reload(self) -> None:
         """Read every definition into the queue (out of sync: the leader
-        syncs next).  The old set goes first, so that two sets of 100,000
-        never live side by side."""
+        syncs next).  The old set goes first, so that two large sets never
+        live side by side."""
         self.forget()
         version, loaded = self.store.load_all()
         version, changed = self.store.changes_since(version)

@@ -36,7 +36,7 @@ from .firing import BATCH_LIMIT, Firing, LeaderObserver
 from .following import Follower
 from .leadership import Expired, Leadership, State
 from .owed import OwedQueue
-from .reports import Flapping, OnceReports, report_corrupt
+from .reports import Episode, Flapping, OnceReports, report_corrupt
 from .runtime_feed import RUNTIME_POLL
 from .tick_queue import TickQueue
 
@@ -108,7 +108,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         self._release_lock = threading.Lock()
         self._released = False
         self._stopped = False
-        self._fault: str | None = None
+        self._fault: Episode[str] = Episode()
         declared = {s.id: s for s in schedules}
         reports, losses = OnceReports(logger), Flapping()
         self.owed = OwedQueue(
@@ -318,8 +318,8 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.firing.forget()
 
     def _healthy(self) -> None:
-        if self._fault is not None:
-            fault, self._fault = self._fault, None
+        fault = self._fault.recovered()
+        if fault is not None:
             if fault == "unreachable":
                 self.logger.warning("Cron scheduler reaches Redis again.")
             elif fault.startswith("refused:"):
@@ -336,8 +336,7 @@ class LeaderThread(threading.Thread, Generic[H]):
             key = f"{type(exc).__name__}: {exc}"
         else:
             key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
-        if key != self._fault:
-            self._fault = key
+        if self._fault.failing(key):
             if refused is None:
                 self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
             elif refused:

@@ -169,7 +169,7 @@ class TickQueue:
     def replace_all(self, schedules: Mapping[str, BoundSchedule]) -> None:
         """Take a new set of schedules; out of sync until the next sync
         (which reads every last tick again: the old ones are dropped now, so
-        that two sets of 100,000 never live side by side)."""
+        that two large sets never live side by side)."""
         self.schedules = dict(schedules)
         self._ahead = {sid: m for sid, m in self._ahead.items() if sid in self.schedules}
         self._to_build = []
@@ -314,8 +314,8 @@ class TickQueue:
     def build_ahead(self, now: int) -> None:
         """Build (and encode) the messages of the ticks that fall due soon,
         for the schedules put back since the last call.  Only what falls due
-        within :data:`AHEAD_MS`: with 100,000 runtime schedules spread over a
-        day, messages for all of them would cost far more memory than the
+        within :data:`AHEAD_MS`: with a large runtime set spread over a day,
+        messages for all of them would cost far more memory than the
         schedules themselves."""
         pending, self._to_build = self._to_build, []
         for sid in pending:

@@ -36,6 +36,7 @@ from ..schedules.schedule import NEVER, BoundSchedule, Schedule
 from ..store.codes import Outcome
 from ..store.connection import describe, redact, scheduler_clients
 from ..store.runtime import RuntimeSchedule, RuntimeSchedules
+from ..store.timing import Timing
 from .control import (
     AmbiguousTarget,
     Control,
@@ -43,10 +44,10 @@ from .control import (
     Target,
     TriggerRefused,
     UnknownTarget,
-    human_span,
     paused_by,
     resolve_target,
 )
+from .format import iso, span, when
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
 
@@ -60,7 +61,6 @@ EXIT_UNREACHABLE = 3
 
 # Short enough that an unreachable Redis is reported promptly, long enough
 # for a loaded server.
-_TIMEOUT_MS = 2000
 _UTC = dt.timezone.utc
 
 
@@ -146,7 +146,9 @@ def _load(spec: str, paths: Sequence[str]) -> _App:
     broker = _import_broker(spec)
     try:
         middleware = find_middleware(broker, needed_by=f"the app {spec!r}")
-        client, _ = scheduler_clients(middleware.redis_source(broker), op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
+        client, _ = scheduler_clients(
+            middleware.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
+        )
     except Exception as exc:
         raise _Failure(redact(str(exc))) from None
     control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
@@ -173,15 +175,6 @@ def _import_broker(spec: str) -> dramatiq.Broker:
 
 
 # -- formatting -----------------------------------------------------------
-
-
-def _iso(ms: int, zone: dt.tzinfo = _UTC) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(timespec="milliseconds")
-
-
-def _when(ms: int, zone: dt.tzinfo = _UTC) -> str:
-    text = dt.datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(sep=" ", timespec="seconds")
-    return text.replace("+00:00", "Z")
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -231,8 +224,8 @@ def _list(app: _App, args: argparse.Namespace) -> int:
                 "queue": s.queue_name,
                 "catch_up": s.catch_up,
                 "overlap": s.overlap,
-                "next": [_iso(t, s.zone) for t in upcoming],
-                "last_tick": _iso(decision.tick_ms, s.zone) if decision else None,
+                "next": [iso(t, s.zone) for t in upcoming],
+                "last_tick": iso(decision.tick_ms, s.zone) if decision else None,
                 "last_outcome": decision.outcome if decision else None,
                 "last_epoch": decision.epoch if decision else None,
                 "paused": paused_by(s, paused) is not None,
@@ -260,8 +253,8 @@ def _list(app: _App, args: argparse.Namespace) -> int:
                 s.source if app.declares(s.actor_name) else f"{s.source} (actor not declared)",
                 s.expression,
                 s.timezone,
-                ", ".join(_when(t, s.zone) for t in upcoming_ms) or "none (ended)",
-                _when(decision.tick_ms, s.zone) if decision else "-",
+                ", ".join(when(t, s.zone) for t in upcoming_ms) or "none (ended)",
+                when(decision.tick_ms, s.zone) if decision else "-",
                 decision.outcome if decision else "-",
                 "yes" if paused_by(s, paused) is not None else "no",
             ]
@@ -269,7 +262,7 @@ def _list(app: _App, args: argparse.Namespace) -> int:
     text = _table(headers, rows) if rows else "No cron schedules."
     if page.cursor is not None:
         text += f"\n... and {(page.total or 0) - len(page.items)} more runtime schedules (see --limit)."
-    data = {"now": _iso(now), "schedules": records, "runtime_total": page.total}
+    data = {"now": iso(now), "schedules": records, "runtime_total": page.total}
     _emit(args, data, text)
     return EXIT_OK
 
@@ -280,13 +273,12 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     ping_ms = (time.monotonic() - sent) * 1000
     leader = app.control.leader()
     ttl = leader.ttl_ms if leader else app.middleware.lock_ttl
-    # Followers refresh their entry about once per lease; three leases keeps
-    # a live follower listed while dropping the ones that stopped.
-    candidates = app.control.candidates(since_ms=now - 3 * ttl)
+    listed_ms = Timing.for_lease(ttl).candidate_listed_ms
+    candidates = app.control.candidates(since_ms=now - listed_ms)
     healthy = leader is not None and now - leader.renewed_ms <= leader.ttl_ms
     data: dict[str, Any] = {
         "redis": {"url": app.where, "reachable": True, "round_trip_ms": round(ping_ms, 2)},
-        "now": _iso(now),
+        "now": iso(now),
         "healthy": healthy,
         "leader": None,
         "candidates": [
@@ -294,7 +286,7 @@ def _status(app: _App, args: argparse.Namespace) -> int:
                 "host": c.host,
                 "pid": c.pid,
                 "candidate": c.candidate_id,
-                "last_seen": _iso(c.seen_ms),
+                "last_seen": iso(c.seen_ms),
                 "leader": leader is not None and c.candidate_id == leader.candidate.rsplit("|", 1)[-1],
                 "fingerprint": c.fingerprint,
                 "version": c.version,
@@ -304,22 +296,22 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     }
     lines = [f"Redis:      {app.where} reachable ({ping_ms:.1f} ms round trip)"]
     if leader is None:
-        lines.append(f"Leader:     none (no process holds the lease; lease length {human_span(ttl)})")
+        lines.append(f"Leader:     none (no process holds the lease; lease length {span(ttl)})")
     else:
         data["leader"] = {
             "host": leader.host,
             "pid": leader.pid,
             "epoch": leader.epoch,
-            "since": _iso(leader.since_ms),
-            "renewed": _iso(leader.renewed_ms),
+            "since": iso(leader.since_ms),
+            "renewed": iso(leader.renewed_ms),
             "lease_ms": leader.ttl_ms,
             "remaining_ms": leader.remaining_ms,
         }
         lines += [
             f"Leader:     {leader.host} pid {leader.pid}, epoch {leader.epoch}",
-            f"Since:      {_when(leader.since_ms)} ({human_span(now - leader.since_ms)} ago)",
-            f"Lease:      renewed {human_span(now - leader.renewed_ms)} ago, "
-            f"{human_span(leader.remaining_ms)} of {human_span(leader.ttl_ms)} left",
+            f"Since:      {when(leader.since_ms)} ({span(now - leader.since_ms)} ago)",
+            f"Lease:      renewed {span(now - leader.renewed_ms)} ago, "
+            f"{span(leader.remaining_ms)} of {span(leader.ttl_ms)} left",
         ]
     rows = [
         [
@@ -328,12 +320,12 @@ def _status(app: _App, args: argparse.Namespace) -> int:
             c["candidate"],
             c["fingerprint"] or "-",
             c["version"] or "-",
-            human_span(now - c_ms) + " ago",
+            span(now - c_ms) + " ago",
             "yes" if c["leader"] else "",
         ]
         for c, c_ms in zip(data["candidates"], (c.seen_ms for c in candidates), strict=True)
     ]
-    lines.append(f"Candidates: {len(candidates)} seen in the last {human_span(3 * ttl)}")
+    lines.append(f"Candidates: {len(candidates)} seen in the last {span(listed_ms)}")
     if rows:
         lines.append(_table(["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"], rows))
     sets = {c.fingerprint for c in candidates if c.fingerprint}
@@ -372,11 +364,11 @@ def _history(app: _App, args: argparse.Namespace) -> int:
     records = [_history_record(app, e) for e in entries]
     rows = [
         [
-            _when(e.at_ms),
+            when(e.at_ms),
             e.outcome,
             _source_of(e.schedule_id),
             e.schedule_id,
-            _when(e.tick_ms, app.zone_of(e.schedule_id)),
+            when(e.tick_ms, app.zone_of(e.schedule_id)),
             r["delay"] or "",
             "" if e.epoch is None else e.epoch,
             "" if e.detail.isdigit() else e.detail,  # a bare number is the delay, shown already
@@ -392,15 +384,15 @@ def _history(app: _App, args: argparse.Namespace) -> int:
 def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
     delay_ms = int(e.detail) if e.outcome in (Outcome.FIRED, Outcome.CAUGHT_UP) and e.detail.isdigit() else None
     return {
-        "at": _iso(e.at_ms),
+        "at": iso(e.at_ms),
         "outcome": e.outcome,
         "source": _source_of(e.schedule_id),
         "schedule": e.schedule_id,
         "actor": e.schedule_id.split(":", 1)[0] if _source_of(e.schedule_id) == "runtime" else e.actor_name,
-        "tick": _iso(e.tick_ms, app.zone_of(e.schedule_id)),
+        "tick": iso(e.tick_ms, app.zone_of(e.schedule_id)),
         "tick_ms": e.tick_ms,
         "delay_ms": delay_ms,
-        "delay": None if delay_ms is None else "+" + human_span(delay_ms),
+        "delay": None if delay_ms is None else "+" + span(delay_ms),
         "epoch": e.epoch,
         "detail": e.detail,
         "message_id": e.message_id or None,
@@ -421,7 +413,7 @@ def _trigger(app: _App, args: argparse.Namespace) -> int:
         "queue": done.queue_name,
         "message_id": done.message_id,
         "tick": done.tick,
-        "recorded_at": _iso(done.recorded_ms),
+        "recorded_at": iso(done.recorded_ms),
     }
     text = (
         f"Triggered {schedule.actor_name} ({schedule.id}): message {done.message_id} "
@@ -585,17 +577,17 @@ def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
         "queue": s.queue_name,
         "args": list(s.args),
         "kwargs": s.kwargs,
-        "start": None if s.start is None else _iso(s.start, s.zone),
-        "end": None if s.end is None else _iso(s.end, s.zone),
-        "created": _iso(stored.created_ms),
-        "updated": _iso(stored.updated_ms),
-        "next": None if stored.next_ms is None else _iso(stored.next_ms, s.zone),
+        "start": None if s.start is None else iso(s.start, s.zone),
+        "end": None if s.end is None else iso(s.end, s.zone),
+        "created": iso(stored.created_ms),
+        "updated": iso(stored.updated_ms),
+        "next": None if stored.next_ms is None else iso(stored.next_ms, s.zone),
     }
 
 
 def _added_text(stored: RuntimeSchedule) -> str:
     s = stored.schedule
-    upcoming = "no tick follows (past its end)" if stored.next_ms is None else f"next {_when(stored.next_ms, s.zone)}"
+    upcoming = "no tick follows (past its end)" if stored.next_ms is None else f"next {when(stored.next_ms, s.zone)}"
     return f"Stored runtime schedule {s.id} (revision {s.revision}): {s.expression} in {s.timezone}, {upcoming}."
 
 

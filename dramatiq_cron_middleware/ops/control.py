@@ -22,7 +22,7 @@ from dramatiq.brokers.stub import StubBroker
 from ..errors import CronScheduleError
 from ..schedules.planner import message_for
 from ..schedules.schedule import BoundSchedule
-from ..store.codes import ClaimResult, Outcome, decode, load_script, parse_ledger_value, whole_actor
+from ..store.codes import RESULT_OUTCOMES, ClaimResult, Outcome, decode, load_script, parse_ledger_value, whole_actor
 from ..store.connection import redact
 from ..store.keys import Keys
 
@@ -43,15 +43,6 @@ __all__ = [
     "paused_by",
     "resolve_target",
 ]
-
-# The per-entry claim results stored in the ledger, as outcomes.  A fired
-# tick may also have been a catch-up; the history stream tells which.
-_RESULT_OUTCOMES: dict[int | None, str] = {
-    ClaimResult.FIRE: Outcome.FIRED,
-    ClaimResult.RECORDED: Outcome.MISSED,
-    ClaimResult.SKIPPED: Outcome.SKIPPED,
-    ClaimResult.PAUSED: Outcome.PAUSED,
-}
 
 # How far back ``last_decisions`` looks in the stream for the precise
 # outcome of each schedule's last tick.
@@ -195,7 +186,7 @@ class Control:
             parsed = parse_ledger_value(value)
             if parsed is None:
                 continue  # unparsable: the leader replaces it with a baseline
-            fallback = "baseline" if parsed.baseline else _RESULT_OUTCOMES.get(parsed.result, "unknown")
+            fallback = "baseline" if parsed.baseline else _outcome_of(parsed.result)
             outcome = precise.get((sid, parsed.tick_ms), fallback)
             out[sid] = LastDecision(tick_ms=parsed.tick_ms, epoch=parsed.epoch, outcome=str(outcome))
         return out
@@ -243,7 +234,7 @@ class Control:
     # -- reads and actions for the web dashboard --------------------------
     #
     # The dashboard renders one page of schedules at a time, possibly out of
-    # 100,000, so these read only what a page needs: the ledger entries of
+    # a large runtime set, so these read only what a page needs: the ledger entries of
     # the page's schedules, a bounded slice of the history stream.
 
     def decisions(self, schedule_ids: Sequence[str]) -> dict[str, LastDecision]:
@@ -530,24 +521,14 @@ def _decision(value: str) -> LastDecision | None:
     parsed = parse_ledger_value(value)
     if parsed is None:
         return None
-    outcome = "baseline" if parsed.baseline else _RESULT_OUTCOMES.get(parsed.result, "unknown")
+    outcome = "baseline" if parsed.baseline else _outcome_of(parsed.result)
     return LastDecision(tick_ms=parsed.tick_ms, epoch=parsed.epoch, outcome=str(outcome))
 
 
-def human_span(ms: float) -> str:
-    """A duration as operators read it, for the CLI and the dashboard alike:
-    850ms, 12.3s, 4m05s, 2h03m, 3d04h."""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{ms:.0f}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
+def _outcome_of(result: int | None) -> str:
+    """A claim result stored in the ledger as an outcome ("unknown" for none
+    we know).  A fired tick may also have been a catch-up; the history
+    stream tells which."""
+    if result is None or result not in RESULT_OUTCOMES:
+        return "unknown"
+    return RESULT_OUTCOMES[ClaimResult(result)]

@@ -47,6 +47,7 @@ from croniter.croniter import CroniterError
 from ..errors import CronScheduleError
 
 __all__ = [
+    "DEFAULT_CATCH_UP_WINDOW",
     "DEFAULT_TIME_LIMIT",
     "MIN_EVERY",
     "NEVER",
@@ -88,6 +89,9 @@ MIN_EVERY = 1000
 #: dramatiq's ``TimeLimit`` default, used for the overlap guard's expiry
 #: when the broker has no ``TimeLimit`` middleware to ask.
 DEFAULT_TIME_LIMIT = 600_000
+#: How far back missed ticks are caught up when a schedule names no window: a
+#: failover, a restart or a deploy.
+DEFAULT_CATCH_UP_WINDOW = 300_000
 
 # Allowance for a message's time in the queue, added to the overlap guard's
 # expiry when the schedule sets no max_age.
@@ -252,8 +256,8 @@ class BoundSchedule:
     #: Whether the schedule was given a ``name=`` (otherwise ``name`` holds
     #: the expression, for display).
     named: bool = dataclasses.field(default=True, compare=False, repr=False)
-    # Caches, filled on first use (slots, not a __dict__: a leader holds
-    # 100,000 runtime schedules, and a dict per schedule doubled its memory).
+    # Caches, filled on first use (slots, not a __dict__: a leader may hold a
+    # large runtime set, and a dict per schedule doubles its memory).
     _id: str | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
     _shape: str | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
     _key: tuple[object, ...] | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
@@ -275,6 +279,18 @@ class BoundSchedule:
                 cached = f"{self.actor_name}/{self.name}"
             object.__setattr__(self, "_id", cached)
         return cached
+
+    def known_as(self, schedule_id: str) -> None:
+        """Check that ``schedule_id`` (a stored definition's key) is this
+        schedule's id, and keep that string as the id: a large runtime set
+        holds one copy of each id, not two.
+
+        Raises:
+          ValueError: when the definition describes another schedule.
+        """
+        if self.id != schedule_id:
+            raise ValueError(f"it describes {self.id!r}")
+        object.__setattr__(self, "_id", schedule_id)
 
     @property
     def shape(self) -> str:
@@ -447,9 +463,8 @@ class BoundSchedule:
     def _cron(self, start: dt.datetime) -> croniter:
         # croniter is fed wall-clock times as if they were UTC, so it does
         # pure calendar arithmetic and never applies an offset itself.
-        # Parsing costs ~0.5 ms and the leader walks every due schedule on
-        # every wake-up (1,000 due schedules took over a second per tick),
-        # so each expression is parsed once and a copy is walked from
+        # Parsing is costly and the leader walks every due schedule on
+        # every wake-up, so each expression is parsed once and a copy is walked from
         # ``start``; the cached parse is never advanced itself.
         hash_id = str(self._tick_key[-1])  # the identity only when a field uses H
         it = copy.copy(_parsed(self.expression, self.has_seconds, hash_id, self.day_or))
@@ -908,7 +923,7 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
     return _normalise_text(actor_name, expression)
 
 
-# Loading 100,000 runtime schedules binds each one; most share a handful of
+# Loading a large runtime set binds each schedule; most share a handful of
 # expressions, and normalising one costs a croniter parse.  (An exception
 # is not cached: a bad expression is checked again each time.)
 @functools.lru_cache(maxsize=4096)

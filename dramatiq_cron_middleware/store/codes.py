@@ -135,7 +135,6 @@ class Corrupt(enum.IntFlag):
     HISTORY = 16
     PAUSED = 32
     BATCH = 64
-    WAKE = 128
     #: The runtime definitions' revisions: every runtime tick is GONE.
     RUNTIME_REVS = 256
 

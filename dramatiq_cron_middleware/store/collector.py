@@ -12,9 +12,9 @@ __all__ = ["collector_paused"]
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a takeover loads and syncs
-    100,000 runtime schedules: they allocate some million objects, none of
-    them cyclic garbage, and each growth of the heap would make the
-    collector walk it all again (a third of the takeover).  Reference
+    a large runtime set: it allocates many objects, none of them cyclic
+    garbage, and each growth of the heap would make the collector walk it
+    all again.  Reference
     counting still frees everything; the collector runs again as soon as
     the block ends.  Nested uses keep it paused until the outermost ends."""
     was_enabled = gc.isenabled()

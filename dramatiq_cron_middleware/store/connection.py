@@ -16,6 +16,7 @@ from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis
+from dramatiq.logging import get_logger
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
@@ -30,6 +31,7 @@ __all__ = [
     "MasterChanged",
     "describe",
     "pool_for",
+    "presence_client",
     "redact",
     "refusal",
     "same_server",
@@ -388,3 +390,30 @@ def pool_for(client: Any, key: str) -> Any:
         node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
         return node.redis_connection.connection_pool
     return client.connection_pool
+
+
+def presence_client(source: Any, *, op_timeout_ms: int) -> redis.Redis | None:
+    """One dedicated connection whose id the leader registers (fast
+    takeover): it closes when the process dies.  None, with one WARNING,
+    where fast takeover cannot work (Redis Cluster, an ACL without
+    ``CLIENT``)."""
+    logger = get_logger(__name__, "presence_client")  # type: ignore[no-untyped-call]
+    client, _ = scheduler_clients(source, op_timeout_ms=op_timeout_ms, block_timeout_ms=0)
+    if not isinstance(client, redis.Redis) or isinstance(client, RedisCluster):
+        logger.warning(
+            "fast_takeover is not available on Redis Cluster (connection ids are per node); using lease-only takeover."
+        )
+        return None
+    presence = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
+    try:
+        presence.client_list(client_id=[presence.client_id()])
+    except redis.ResponseError as exc:  # NoPermissionError: an ACL without CLIENT
+        logger.warning(
+            "fast_takeover needs the CLIENT command (ACL +client|id +client|list): %s; using lease-only takeover.",
+            redact(str(exc)),
+        )
+        presence.close()
+        return None
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        pass  # unreachable now: checked again by the leader when it follows
+    return presence

@@ -22,6 +22,7 @@ from .clock import ServerClock
 from .codes import Corrupt, Reply, decode, load_script
 from .connection import pool_for
 from .keys import Keys
+from .timing import Timing
 
 __all__ = ["Acquired", "Held", "Lease", "Renewed"]
 
@@ -90,6 +91,7 @@ class Lease:
     ) -> None:
         self.keys = keys
         self.ttl_ms = ttl_ms
+        self._timing = Timing.for_lease(ttl_ms)
         self.clock = clock
         self.host = host
         self.pid = pid
@@ -117,7 +119,17 @@ class Lease:
         result = self._call(
             self._acquire,
             [self.keys.lease, self.keys.epoch, self.keys.candidates, self.keys.ticks, self.keys.candidate_info],
-            [token, self.ttl_ms, self.host, self.pid, self.member, self.presence_id(), self.fingerprint, self.version],
+            [
+                token,
+                self.ttl_ms,
+                self.host,
+                self.pid,
+                self.member,
+                self.presence_id(),
+                self.fingerprint,
+                self.version,
+                self._timing.candidate_forgotten_ms,
+            ],
         )
         self._attempt = None
         if result.ok:
@@ -137,7 +149,7 @@ class Lease:
         result = self._call(
             self._renew,
             [self.keys.lease, self.keys.candidates, self.keys.candidate_info],
-            [self.token, self.ttl_ms, self.member, self.presence_id(), 2 * self.ttl_ms],
+            [self.token, self.ttl_ms, self.member, self.presence_id(), self._timing.candidate_live_ms],
         )
         if not result.ok:
             self.token = None
@@ -157,7 +169,7 @@ class Lease:
         token, self.token, self._attempt = self.token or self._attempt, None, None
         result = self._release(
             keys=[self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info],
-            args=[token or "-", self.member, self.ttl_ms],
+            args=[token or "-", self.member, self.ttl_ms, self._timing.candidate_live_ms],
             client=client,
         )
         return decode(result).ok
@@ -171,8 +183,9 @@ class Lease:
         token = self.token or self._attempt or "-"
         wake = self.keys.wake_one(self.candidate_id)
         keys = [self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info]
+        args = [token, self.member, self.ttl_ms, self._timing.candidate_live_ms]
         return [
-            ("EVAL", self._release.script, len(keys), *keys, token, self.member, self.ttl_ms),
+            ("EVAL", self._release.script, len(keys), *keys, *args),
             ("RPUSH", wake, 1),
             ("PEXPIRE", wake, self.ttl_ms),
         ]

@@ -79,8 +79,8 @@ class Claim:
 
 class SyncEntry(NamedTuple):
     """A schedule as the ledger sees it: its identity and its shape digest.  (A
-    tuple: a takeover builds one per schedule, 100,000 of them for a large
-    runtime set.)"""
+    tuple: a takeover builds one per schedule, also for a large runtime
+    set.)"""
 
     schedule_id: str
     shape: str = ""
@@ -89,8 +89,8 @@ class SyncEntry(NamedTuple):
     def of(cls, schedule: BoundSchedule) -> SyncEntry:
         """The entry of a bound schedule.  A runtime schedule's shape is
         left out: its write keeps its ledger entry and shape consistent (see
-        runtime.py), so the leader never rebases it, and need not digest
-        100,000 of them."""
+        runtime.py), so the leader never rebases it, and need not digest a
+        large runtime set."""
         return cls(schedule.id, "" if schedule.source == "runtime" else schedule.shape)
 
 
@@ -159,9 +159,8 @@ class Ledger:
     Parameters:
       client: The scheduler's command client (short timeouts).
       keys: The key names.
-      observe: Called with ``(server_ms, sent, received)`` for every reply
-        (the leader's :class:`ServerClock`).
-      monotonic: The monotonic clock (injected in tests).
+      clock: The leader's :class:`ServerClock`, which every reply's server
+        time updates.
       history_length: Approximate cap of the history stream.
     """
 

@@ -18,7 +18,7 @@ def read_ahead(items: Iterator[T], depth: int = 2) -> Iterator[T]:
     ``depth`` ahead: with ``items`` a sequence of Redis calls (a scan's
     pages, a sync's script calls), Redis runs the next call and the socket
     waits for it while the caller processes the current reply (a takeover
-    of 100,000 runtime schedules, on two cores).  An error producing an
+    of a large runtime set).  An error producing an
     item is raised here, in its place; the thread ends with the iteration,
     also when the caller stops early."""
     ahead: queue.Queue[tuple[bool, object]] = queue.Queue(maxsize=depth)

@@ -8,6 +8,7 @@ the ratios below are written nowhere else.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 __all__ = ["Timing"]
 
@@ -18,6 +19,11 @@ class Timing:
 
     Build it with :meth:`for_lease`.
     """
+
+    #: Socket timeout of the operators' calls (the CLI, the dashboard, the
+    #: runtime API): they come from people and scripts, not lease traffic,
+    #: so they do not scale with the lease.
+    OPERATOR_TIMEOUT_MS: ClassVar[int] = 2000
 
     #: The lease length.
     lease_ms: int
@@ -40,6 +46,15 @@ class Timing:
     #: nobody renews before deposing it: the lease plus a renewal's worth of
     #: slack.  Key expiry follows the server's wall clock, which may step.
     stale_after: float
+    #: How recently a candidate must have touched the candidates set to
+    #: count as live (a renewal's count, the wake-ups at release): two
+    #: leases, as followers refresh their entry about once per lease.
+    candidate_live_ms: int
+    #: How far back operators' views list candidates: three leases keep a
+    #: live follower listed and drop the ones that stopped.
+    candidate_listed_ms: int
+    #: When an acquisition forgets a candidate that stopped touching the set.
+    candidate_forgotten_ms: int
 
     @classmethod
     def for_lease(cls, lease_ms: int) -> Timing:
@@ -55,4 +70,7 @@ class Timing:
             block_timeout_ms=lease_ms,
             failover_delay=lease,
             stale_after=lease + op_timeout_ms / 1000,
+            candidate_live_ms=2 * lease_ms,
+            candidate_listed_ms=3 * lease_ms,
+            candidate_forgotten_ms=10 * lease_ms,
         )

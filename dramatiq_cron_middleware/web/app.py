@@ -22,12 +22,13 @@ from dramatiq.logging import get_logger
 
 from ..middleware import find_middleware
 from ..ops.control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
+from ..ops.format import iso, span, when
 from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
+from ..store.timing import Timing
 from . import forms, pages
 from .chart import OUTCOME_COLOURS
-from .format import iso, span, when
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -48,7 +49,6 @@ WSGIEnviron = dict[str, Any]
 
 # Short enough that an unreachable Redis shows promptly on a page, long
 # enough for a loaded server (the same bound as the command).
-_TIMEOUT_MS = 2000
 # The cookie carrying the outcome of an action to the page it redirects to.
 NOTICE_COOKIE = "cron_notice"
 # A form is a handful of short fields; anything bigger is not ours.
@@ -197,7 +197,7 @@ class CronDashboard:
         self.access = Access(auth=auth, token=token)
         self.refresh_ms = refresh_ms
         source = redis if redis is not None else middleware.redis_source(broker)
-        client, _ = scheduler_clients(source, op_timeout_ms=_TIMEOUT_MS, block_timeout_ms=0)
+        client, _ = scheduler_clients(source, op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0)
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)
         self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)

@@ -13,8 +13,8 @@ import html
 from collections.abc import Sequence
 
 from ..ops.control import HistoryEntry
+from ..ops.format import span, when
 from ..store.codes import Outcome
-from .format import span, when
 
 __all__ = ["lag_chart", "OUTCOME_COLOURS"]
 

@@ -27,10 +27,11 @@ from ..ops.control import (
     find_runtime,
     paused_by,
 )
+from ..ops.format import span
 from ..schedules.schedule import NEVER, BoundSchedule
+from ..store.timing import Timing
 from .chart import lag_chart, lag_ms
 from .describe import describe
-from .format import span
 
 __all__ = [
     "Filters",
@@ -60,8 +61,8 @@ class Filters:
 
     ``cursor`` is where the page starts: ``""`` the beginning, ``c:<n>`` the
     n-th matching code schedule, ``r:<id>`` the runtime schedule after that
-    id (the runtime listing is keyed by id, so a page of 100,000 costs what
-    a page of 100 does).  ``at`` is the position of the first row, shown
+    id (the runtime listing is keyed by id, so a page costs the same
+    whatever the number of schedules).  ``at`` is the position of the first row, shown
     only.
     """
 
@@ -286,10 +287,7 @@ def overview(
         now = control.server_ms()
         leader = control.leader()
         ttl = leader.ttl_ms if leader else lock_ttl
-        # Followers refresh their entry about once per lease: three leases
-        # keep a live follower listed and drop the ones that stopped (the
-        # same window as ``dramatiq-cron status``).
-        candidates = control.candidates(since_ms=now - 3 * ttl)
+        candidates = control.candidates(since_ms=now - Timing.for_lease(ttl).candidate_listed_ms)
         paused = len(control.paused())
         policy = control.maxmemory_policy()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:

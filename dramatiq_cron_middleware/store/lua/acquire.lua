@@ -16,6 +16,7 @@
 -- ARGV[5] - the candidate's member in the candidates set
 -- ARGV[6] - the presence connection id ('' without fast takeover)
 -- ARGV[7] - the candidate's schedule fingerprint, ARGV[8] - its app version
+-- ARGV[9] - how long (ms) after its last touch a candidate is forgotten
 -- Returns {OK, now, flags, epoch, fresh} when the caller holds the lease,
 -- or {DECLINED, now, flags, pttl, holder token, holder renewal count}.
 local now = server_now()
@@ -39,7 +40,7 @@ if not ticks_ok then flags = flags + C_TICKS end
 if not candidates_ok then redis.call('DEL', KEYS[3]) end
 if not usable(KEYS[5], 'hash') then redis.call('DEL', KEYS[5]) end
 redis.call('ZADD', KEYS[3], now, ARGV[5])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - 10 * ttl)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[9]))
 if #gone > 0 then
   redis.call('ZREM', KEYS[3], unpack(gone))
   redis.call('HDEL', KEYS[5], unpack(gone))

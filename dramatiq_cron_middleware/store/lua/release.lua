@@ -8,6 +8,7 @@
 -- ARGV[1] - the caller's token ('-' for none)
 -- ARGV[2] - the candidate's member
 -- ARGV[3] - the lease length, ms
+-- ARGV[4] - how long (ms) a candidate last seen counts as live
 -- Returns {OK, now, 0} released, {DECLINED, now, 0} the lease was not ours.
 local now = server_now()
 local ttl = tonumber(ARGV[3])
@@ -19,7 +20,7 @@ if not usable(KEYS[1], 'hash') then return {ST_DECLINED, now, 0} end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {ST_DECLINED, now, 0} end
 redis.call('DEL', KEYS[1])
 local n = 1
-if usable(KEYS[3], 'zset') then n = redis.call('ZCOUNT', KEYS[3], now - 2 * ttl, '+inf') end
+if usable(KEYS[3], 'zset') then n = redis.call('ZCOUNT', KEYS[3], now - tonumber(ARGV[4]), '+inf') end
 if n < 1 then n = 1 end
 if n > 64 then n = 64 end
 if not usable(KEYS[2], 'list') then redis.call('DEL', KEYS[2]) end
