@@ -115,7 +115,10 @@ def test_an_idle_leader_sends_only_renewals_and_waits_on_redis_for_changes(
     cpu = thread_cpu_seconds(thread.native_id) - cpu_before
     sent = commands(redis_server) - first
     reads = commands(redis_server, ("get",)) - first_reads
-    assert reads == 0, f"{reads} version reads in 4 s"
+    # Polling read the counter every 500 ms (8 reads here).  An idle leader
+    # reads it only when its wait on Redis ended more than 500 ms before its
+    # next turn, which a starved CPU (a loaded CI machine) can cause once.
+    assert reads <= 1, f"{reads} version reads in 4 s"
     assert 2 <= sent <= 2 * (4.0 / 2.0) + 2, f"{sent} round trips in 4 s"
     # A busy loop burns the whole window; sleeping costs a few milliseconds.
     assert cpu < 0.5, f"the idle leader thread used {cpu:.2f} s of CPU in 4 s"
