@@ -3,7 +3,7 @@ in-process, with injected monotonic and wall clocks."""
 
 from __future__ import annotations
 
-from dramatiq_cron_middleware.store.clock import ServerClock, StepKind
+from dramatiq_cron_middleware.store.clock import WALL_VOUCH_MS, ServerClock, StepKind
 
 T0 = 1_800_000_000_000  # server ms at monotonic 0
 
@@ -126,3 +126,26 @@ def test_a_backward_step_towards_the_wall_clock_is_followed() -> None:
     clock.observe(T0 + 1000, clocks.mono, clocks.mono)
     assert [s.kind for s in steps] == [StepKind.BACKWARD_FOLLOWED]  # type: ignore[attr-defined]
     assert clock.now_ms() == clock.trusted_ms() == T0 + 1000
+
+
+def test_a_host_clock_far_ahead_does_not_vouch_for_a_ledger_entry_as_far_ahead() -> None:
+    """Given this host's wall clock an hour ahead of Redis (and never a step
+    seen), a ledger entry an hour ahead is an artefact to rebase, not a tick
+    the scheduler may have fired: ``trusted_ms`` takes the wall clock only
+    within WALL_VOUCH_MS of the Redis timeline (the soak found a schedule
+    silent for an hour: the poisoned entry, an hour ahead, was trusted)."""
+    clock, clocks, _ = make()
+    clocks.wall += 3600
+    clock.observe(T0, 0.0, 0.0)
+    clocks.advance(1)
+    clock.observe(T0 + 1000, clocks.mono, clocks.mono)
+    assert clock.trusted_ms() == T0 + 1000 + WALL_VOUCH_MS
+
+
+def test_a_host_clock_slightly_ahead_still_vouches_for_entries_a_fresh_process_never_saw() -> None:
+    """Given a process that starts after Redis's clock stepped 40 s back (it
+    never saw the later time), its wall clock still vouches for the genuine
+    entries of the last 40 s, so they are not rebased and fired again."""
+    clock, clocks, _ = make()
+    clock.observe(T0 - 40_000, 0.0, 0.0)
+    assert clock.trusted_ms() == T0

@@ -35,7 +35,17 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["ClockStep", "ServerClock", "StepKind"]
+__all__ = ["WALL_VOUCH_MS", "ClockStep", "ServerClock", "StepKind"]
+
+#: How far ahead of the Redis timeline this host's wall clock may vouch for
+#: a ledger entry (:meth:`ServerClock.trusted_ms`).  The wall clock covers a
+#: backward step of Redis's clock that this process never saw (it started
+#: after it); it must not make an entry a host clock far ahead agrees with
+#: look genuine, or that schedule stays silent until the entry's tick.  So
+#: a Redis clock stepped back further than this, seen by no running
+#: process, may fire its last ticks again, and a bogus entry at most this
+#: far ahead delays its schedule at most this long.
+WALL_VOUCH_MS = 300_000
 
 
 class StepKind(str, enum.Enum):
@@ -188,7 +198,8 @@ class ServerClock:
 
     def trusted_ms(self) -> int:
         """The latest time anything could have been decided at: the later of
-        the timeline, the server's time and this host's wall clock.  A
+        the timeline, the server's time and this host's wall clock (the
+        wall clock at most :data:`WALL_VOUCH_MS` ahead of the other two).  A
         ledger entry after it cannot have been fired (claims are never
         granted early); one before it may be genuine however the server's
         clock reads now."""
@@ -197,4 +208,5 @@ class ServerClock:
         wall = self._wall() * 1000
         if offset is None or server is None:
             return int(wall)
-        return int(max(self.monotonic() * 1000 + max(offset, server), wall))
+        timeline = self.monotonic() * 1000 + max(offset, server)
+        return int(max(timeline, min(wall, timeline + WALL_VOUCH_MS)))
