@@ -197,6 +197,8 @@ class Cluster(Lifecycle):
         self.instances: list[Instance] = []
         self.retired: list[Instance] = []
         self.faults: list[Fault] = []
+        #: Runtime schedules a fault removed for good: no longer expected to fire.
+        self.removed_schedules: set[str] = set()
         self.jobs_sent = 0
         self._client: redis.Redis | None = None
         self._sender: RedisBroker | None = None
@@ -330,9 +332,12 @@ class Cluster(Lifecycle):
         )
 
     def schedule_ids(self) -> list[str]:
-        """The schedules the cluster fires, as the history names them."""
+        """The schedules the cluster fires, as the history names them (less
+        the runtime schedules a fault removed for good)."""
         found: list[str] = wait_for(
-            lambda: sorted({e.schedule for e in self.history.enqueues()}), timeout=30, what="a first enqueue"
+            lambda: sorted({e.schedule for e in self.history.enqueues()} - self.removed_schedules),
+            timeout=30,
+            what="a first enqueue",
         )
         return found
 

@@ -789,6 +789,7 @@ def runtime_churn(cluster: Cluster) -> Fault:
             cluster.wait_fired_after(churn.events[sid][-1][2], timeout=30, schedule=sid)
     for sid in churn.ids:
         churn.write(sid, "remove")
+    cluster.removed_schedules.update(churn.ids)
     cluster.record(fault)
     cluster.wait_fired_after(now_ms() + 1000)
 
