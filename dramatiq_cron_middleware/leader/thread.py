@@ -215,24 +215,29 @@ class LeaderThread(threading.Thread, Generic[H]):
 
     def run(self) -> None:
         while self.state in (State.FOLLOWING, State.LEADING):
-            try:
-                replies = self.store.clock.observations
-                self._turn()
-                if self.store.clock.observations != replies:  # Redis answered this turn
-                    self._healthy()
-            except NotLeader:
-                self._step_down("Redis holds another leader's token")
-            except Expired as exc:
-                self._step_down(str(exc))
-            except redis.ReadOnlyError as exc:
-                # A replica answered: a failover is under way or just happened.
-                self.follower.suspect_failover()
-                self._faulty(exc)
-            except _FAULTS as exc:
-                self._faulty(exc)
-            except Exception as exc:  # a refusal (an expected fault), a bug or an unforeseen reply
-                self._faulty(exc, refused=refusal(exc))
+            self.step()
         self._stop_now()
+
+    def step(self) -> None:
+        """One turn of the loop, its faults handled (the thread's body; a
+        test or simulator on a fake clock turns it by hand)."""
+        try:
+            replies = self.store.clock.observations
+            self._turn()
+            if self.store.clock.observations != replies:  # Redis answered this turn
+                self._healthy()
+        except NotLeader:
+            self._step_down("Redis holds another leader's token")
+        except Expired as exc:
+            self._step_down(str(exc))
+        except redis.ReadOnlyError as exc:
+            # A replica answered: a failover is under way or just happened.
+            self.follower.suspect_failover()
+            self._faulty(exc)
+        except _FAULTS as exc:
+            self._faulty(exc)
+        except Exception as exc:  # a refusal (an expected fault), a bug or an unforeseen reply
+            self._faulty(exc, refused=refusal(exc))
 
     def _turn(self) -> None:
         """One pass of the state machine."""
