@@ -30,6 +30,7 @@ from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
 from dramatiq_cron_middleware.store.timing import Timing
+from dramatiq_cron_middleware.testing import _Errors
 
 LEASE_MS = 2000
 WINDOW_MS = 3_600_000
@@ -66,17 +67,6 @@ class _RecordingBroker(StubBroker):
         tick = int(datetime.fromisoformat(message.options["cron_tick"]).timestamp() * 1000)
         self.record.append((message.options["cron_schedule"], tick, self.now_ms()))
         return super().enqueue(message, delay=delay)
-
-
-class _Errors(logging.Handler):
-    """ERROR lines (a bug in the loop: a traceback) the leaders logged."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 class LeaderModel(RuleBasedStateMachine):
@@ -117,10 +107,8 @@ class LeaderModel(RuleBasedStateMachine):
             schedules=[self.declared],
             timing=Timing.for_lease(LEASE_MS),
             logger=self.logger,
+            pace=False,  # the model moves time: a turn never waits
         )
-        # The model moves time: a turn never waits (turn() returns at once).
-        leader.stopping.wait = lambda timeout: leader.stopping.is_set()  # type: ignore[method-assign]
-        leader.firing._sleep = lambda term: None  # type: ignore[method-assign]
         return leader
 
     def _turn(self, leader: LeaderThread[Any]) -> None:
