@@ -161,10 +161,11 @@ class Firing:
         if self.feed is not None:
             self.feed.forget()  # a follower holds no runtime schedules
 
-    def lead(self, term: Leadership) -> None:
-        """One leading turn.  Raises :class:`~.leadership.Expired` past the
-        firing deadline and :class:`~..store.ledger.NotLeader` when Redis
-        refuses the token."""
+    def lead(self, term: Leadership, *, sleep: bool = True) -> None:
+        """One leading turn, ending in a sleep until the next tick or
+        renewal unless ``sleep`` is False (a fake clock drives the turns).
+        Raises :class:`~.leadership.Expired` past the firing deadline and
+        :class:`~..store.ledger.NotLeader` when Redis refuses the token."""
         term.check(self.monotonic(), self.timing)
         reload = self.feed is not None and self.feed.stale
         if reload or not self.queue.in_sync:
@@ -181,7 +182,10 @@ class Firing:
         if self.feed is not None:
             self.feed.follow(term.token, term.epoch)
         self.owed.pay()
-        self._sleep(term)
+        # Nothing is due: build the next ticks' messages now, off the fire path.
+        self.queue.build_ahead(self.clock.now_ms())
+        if sleep:
+            self._sleep(term)
 
     def _renew_if_due(self, term: Leadership) -> None:
         now = self.monotonic()
@@ -348,8 +352,6 @@ class Firing:
         self.queue.invalidate()
 
     def _sleep(self, term: Leadership) -> None:
-        # Nothing is due: build the next ticks' messages now, off the fire path.
-        self.queue.build_ahead(self.clock.now_ms())
         now_mono = self.monotonic()
         wake = min(term.renew_at, term.deadline)
         due = self.queue.next_due_ms()

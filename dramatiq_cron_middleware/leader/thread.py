@@ -79,6 +79,9 @@ class LeaderThread(threading.Thread, Generic[H]):
       hand_over: Makes this thread's hand-over at shutdown (see
         shutdown.py).  Defaults to None: a signal only stops the thread,
         which then releases.
+      pace: Whether a turn waits (for the next tick, a renewal or a
+        retry).  Defaults to True; False when a fake clock drives
+        :meth:`step` by hand (``testing.CronSimulator``).
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         boot_check: Callable[[], object] | None = None,
         declared_actors: Callable[[str], bool] | None = None,
         hand_over: Callable[[LeaderThread[H]], H] | None = None,
+        pace: bool = True,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.store = store
@@ -102,6 +106,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.logger = logger
         self.observer = observer or LeaderObserver()
         self.stopping = StopRequest()
+        self.pace = pace
         #: The current term; None while following.
         self.leadership: Leadership | None = None
         self._boot_check = boot_check
@@ -215,24 +220,29 @@ class LeaderThread(threading.Thread, Generic[H]):
 
     def run(self) -> None:
         while self.state in (State.FOLLOWING, State.LEADING):
-            try:
-                replies = self.store.clock.observations
-                self._turn()
-                if self.store.clock.observations != replies:  # Redis answered this turn
-                    self._healthy()
-            except NotLeader:
-                self._step_down("Redis holds another leader's token")
-            except Expired as exc:
-                self._step_down(str(exc))
-            except redis.ReadOnlyError as exc:
-                # A replica answered: a failover is under way or just happened.
-                self.follower.suspect_failover()
-                self._faulty(exc)
-            except _FAULTS as exc:
-                self._faulty(exc)
-            except Exception as exc:  # a refusal (an expected fault), a bug or an unforeseen reply
-                self._faulty(exc, refused=refusal(exc))
+            self.step()
         self._stop_now()
+
+    def step(self) -> None:
+        """One turn of the loop, its faults handled (the thread's body; a
+        test or simulator on a fake clock turns it by hand)."""
+        try:
+            replies = self.store.clock.observations
+            self._turn()
+            if self.store.clock.observations != replies:  # Redis answered this turn
+                self._healthy()
+        except NotLeader:
+            self._step_down("Redis holds another leader's token")
+        except Expired as exc:
+            self._step_down(str(exc))
+        except redis.ReadOnlyError as exc:
+            # A replica answered: a failover is under way or just happened.
+            self.follower.suspect_failover()
+            self._faulty(exc)
+        except _FAULTS as exc:
+            self._faulty(exc)
+        except Exception as exc:  # a refusal (an expected fault), a bug or an unforeseen reply
+            self._faulty(exc, refused=refusal(exc))
 
     def _turn(self) -> None:
         """One pass of the state machine."""
@@ -244,7 +254,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.firing.settle()  # a claim whose reply was lost, even after a step-down
         leadership = self.leadership
         if leadership is not None:
-            self.firing.lead(leadership)
+            self.firing.lead(leadership, sleep=self.pace)
             return
         leadership = self.follower.follow()
         if leadership is not None:
@@ -361,7 +371,8 @@ class LeaderThread(threading.Thread, Generic[H]):
                 self._step_down(str(expired))
         self.queue.invalidate()
         self.owed.pay_quietly()
-        self.stopping.wait(self.timing.retry_interval)
+        if self.pace:
+            self.stopping.wait(self.timing.retry_interval)
 
     def _report_enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.observer.enqueued(schedule_id=schedule_id, tick_ms=tick_ms, lag_ms=lag_ms)
