@@ -144,6 +144,18 @@ class LeaderModel(RuleBasedStateMachine):
             self.live[sid] = (self.ms, schedule.shape)
             self.rebased.setdefault(sid, []).append(self.ms)
 
+    @rule(name=st.sampled_from(["a", "b"]), gap=st.integers(100, 3000))
+    def reshape_there_and_back(self, name: str, gap: int) -> None:
+        """An operator's edit and its undo: other ticks, then the first ones
+        again, ``gap`` ms apart with both candidates turning (each write
+        starts the schedule anew; the second must not take the first's
+        shape for unchanged)."""
+        self.add(name, 1000)
+        self.run(gap)
+        self.add(name, 2000)
+        self.run(gap)
+        self.add(name, 1000)
+
     @rule(name=st.sampled_from(["a", "b"]))
     def remove(self, name: str) -> None:
         sid = f"{ACTOR}:{name}"
