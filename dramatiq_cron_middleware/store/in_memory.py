@@ -29,7 +29,7 @@ from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
 from .keys import Keys
-from .lease import Acquired, Held, Renewed
+from .lease import Acquired, Held, Renewed, parse_schedule_set
 from .ledger import (
     BATCH_RECORD_MS,
     FUTURE_TOLERANCE_MS,
@@ -477,14 +477,7 @@ class _MemoryLease:
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
         values = self.server._call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])
         assert isinstance(values, list)
-        out: dict[str, dict[str, str] | None] = {}
-        for fingerprint, value in zip(fingerprints, values, strict=True):
-            try:
-                parsed = json.loads(value) if value else None
-            except ValueError:
-                parsed = None
-            out[fingerprint] = parsed if isinstance(parsed, dict) else None
-        return out
+        return {fingerprint: parse_schedule_set(value) for fingerprint, value in zip(fingerprints, values, strict=True)}
 
     def prune_schedule_sets(self, keep: set[str]) -> None:
         def run() -> None:

@@ -58,6 +58,16 @@ class Renewed:
     live: list[tuple[str, str]]
 
 
+def parse_schedule_set(value: str | bytes | None) -> dict[str, str] | None:
+    """A published schedule set (JSON ``{schedule id: shape}``), or None
+    when it is missing or unreadable."""
+    try:
+        parsed = json.loads(value) if value else None
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
 class Lease:
     """One candidate's handle on the shared lease.
 
@@ -245,14 +255,7 @@ class Lease:
         """The published schedule sets (id -> shape) by fingerprint; None
         for one that is missing or unreadable."""
         values = self._client.hmget(self.keys.candidate_sets, fingerprints) if fingerprints else []
-        out: dict[str, dict[str, str] | None] = {}
-        for fingerprint, value in zip(fingerprints, values, strict=True):
-            try:
-                parsed = json.loads(value) if value else None
-            except ValueError:
-                parsed = None
-            out[fingerprint] = parsed if isinstance(parsed, dict) else None
-        return out
+        return {fingerprint: parse_schedule_set(value) for fingerprint, value in zip(fingerprints, values, strict=True)}
 
     def prune_schedule_sets(self, keep: set[str]) -> None:
         """Drop published sets no candidate holds any more."""
