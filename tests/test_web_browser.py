@@ -22,7 +22,6 @@ from urllib.parse import quote
 
 import pytest
 
-import dramatiq_cron_middleware
 from tests.support.components import missing, require_module
 from tests.support.instances import ROOT, Instance, stop_group
 from tests.support.redis_server import RedisServer, free_port
@@ -30,23 +29,6 @@ from tests.support.redis_server import RedisServer, free_port
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 SCHEDULE = "tick_0"
-
-
-def _leader_reads_runtime_schedules() -> bool:
-    """Whether the scheduler fires runtime schedules yet: true once some
-    module besides runtime.py itself calls what the leader reads to learn
-    of them (``RuntimeSchedules.load_all`` / ``changes_since``), which is
-    the leader integration of issue 12.  Until then the test that waits
-    for a runtime schedule to fire is skipped; it turns on by itself."""
-    package = Path(dramatiq_cron_middleware.__file__).parent
-    return any(
-        "changes_since(" in path.read_text() or "load_all(" in path.read_text()
-        for path in package.glob("*.py")
-        if path.name != "runtime.py"
-    )
-
-
-LEADER_READS_RUNTIME_SCHEDULES = _leader_reads_runtime_schedules()
 
 
 @pytest.fixture
@@ -232,10 +214,6 @@ def test_an_operator_sees_the_leader_pauses_resumes_triggers_and_manages_runtime
     assert not browser.find_elements(By.CSS_SELECTOR, added)
 
 
-@pytest.mark.skipif(
-    not LEADER_READS_RUNTIME_SCHEDULES,
-    reason="the leader does not fire runtime schedules yet (issue 12's leader integration)",
-)
 def test_a_runtime_schedule_added_in_the_browser_fires_until_removed(browser: Any, dashboard: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
