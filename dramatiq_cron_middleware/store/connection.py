@@ -86,6 +86,9 @@ def redact(text: str) -> str:
 _REFUSALS = ("NOREPLICAS", "OOM", "MISCONF", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING")
 # What Redis appends to an error raised inside a script.
 _SCRIPT_SUFFIX = re.compile(r"\s*script: \w+, on @user_script:\d+\.?$")
+# How Redis 6.2 wraps an error a script's command met: "Error running
+# script (call to f_<sha>): @user_script:<n>: @user_script: <n>: -<CODE> ...".
+_WRAPPED = re.compile(r"^Error running script .*?: -(\w+) (.*)$", re.S)
 
 
 def refusal(exc: BaseException) -> str | None:
@@ -103,7 +106,10 @@ def refusal(exc: BaseException) -> str | None:
         return None
     text = _SCRIPT_SUFFIX.sub("", str(exc))
     code = getattr(exc, "status_code", None)
-    if code is None:
+    wrapped = _WRAPPED.match(text)
+    if wrapped:
+        code, text = wrapped.groups()
+    elif code is None:
         code, _, text = text.partition(" ")
     return f"{code}: {text}" if code in _REFUSALS else None
 
