@@ -41,6 +41,7 @@ from .ledger import (
     SyncEntry,
     SyncReply,
 )
+from .timing import Timing
 
 if TYPE_CHECKING:
     from .abc import Store
@@ -278,6 +279,7 @@ class _MemoryLease:
     ) -> None:
         self.server = server
         self.ttl_ms = ttl_ms
+        self._timing = Timing.for_lease(ttl_ms)
         self.clock = clock
         self.host = host
         self.pid = pid
@@ -306,7 +308,7 @@ class _MemoryLease:
     def _seen(self, now: int) -> None:
         s = self.server
         s.candidates[self.member] = now
-        for member in [m for m, at in s.candidates.items() if at <= now - 10 * self.ttl_ms]:
+        for member in [m for m, at in s.candidates.items() if at <= now - self._timing.candidate_forgotten_ms]:
             del s.candidates[member]
             s.candidate_info.pop(member, None)
         s.candidate_info[self.member] = f"{self.fingerprint}|{self.version}"
@@ -362,7 +364,9 @@ class _MemoryLease:
             s._lease.expires_ms = now + self.ttl_ms
             lease.update(renewed=str(now), conn=self.presence_id(), seq=str(int(lease["seq"]) + 1))
             live = []
-            for _, member in sorted((at, m) for m, at in s.candidates.items() if at >= now - 2 * self.ttl_ms):
+            for _, member in sorted(
+                (at, m) for m, at in s.candidates.items() if at >= now - self._timing.candidate_live_ms
+            ):
                 fingerprint, _, version = s.candidate_info.get(member, "").partition("|")
                 live.append((fingerprint, version))
             return now, Renewed(live=live)
@@ -385,7 +389,7 @@ class _MemoryLease:
             if lease is None or lease["token"] != (token or "-"):
                 return False
             s._lease = None
-            seen = sum(1 for at in s.candidates.values() if at >= now - 2 * self.ttl_ms)
+            seen = sum(1 for at in s.candidates.values() if at >= now - self._timing.candidate_live_ms)
             count, expires = s.wakes.get("", (0, 0))
             if expires < now:
                 count = 0
