@@ -133,9 +133,12 @@ class RuntimeFeed:
         if version < known:  # the store was wiped: read it all again
             self.reload()
             return
+        # Applied before the version moves: if the fenced sync of a written
+        # schedule fails, the same changes are read again at the next turn
+        # (a schedule added then would otherwise be missing until a takeover).
+        self._apply(token, epoch, changes)
         self.version = version
         self.checked, self.pending = now, False
-        self._apply(token, epoch, changes)
 
     def _apply(self, token: str, epoch: int, changes: Mapping[str, BoundSchedule | None]) -> None:
         written: list[BoundSchedule] = []

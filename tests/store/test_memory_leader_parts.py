@@ -50,3 +50,46 @@ def test_each_minute_fires_once_across_a_lost_reply_on_a_fake_clock() -> None:
     assert len(fired) == 5 and len(set(fired)) == 5
     assert all(tick % 60_000 == 0 and tick <= harness.now_ms() for tick in fired)
     assert [h.tick_ms for h in harness.server.history] == fired
+
+
+def test_a_runtime_add_whose_fenced_sync_fails_is_read_again_at_the_next_turn() -> None:
+    """Given a leading feed in sync, when a runtime schedule is added and
+    the fenced sync that brings it into the tick queue is refused, then the
+    change is read again at the next turn and the schedule joins the queue
+    (the feed used to move its version first: the schedule stayed out of
+    the queue, unfired, until the next takeover; the model test found it)."""
+    import logging
+
+    import pytest
+
+    from dramatiq_cron_middleware.leader.reports import OnceReports
+    from dramatiq_cron_middleware.leader.runtime_feed import RuntimeFeed
+
+    harness = MemoryHarness()
+    store = harness.candidate("a", ttl_ms=120_000)
+    acquired = store.lease.acquire()
+    assert isinstance(acquired, Acquired) and store.lease.token is not None and store.runtime is not None
+    token, epoch = store.lease.token, acquired.epoch
+    queue = TickQueue({}, prefix="contract", now_ms=store.clock.now_ms)
+    feed = RuntimeFeed(
+        store.runtime,
+        keys=store.keys,
+        queue=queue,
+        ledger=store.ledger,
+        declared={},
+        declared_actor=lambda name: True,
+        clock=store.clock,
+        report_once=OnceReports(logging.getLogger("test.feed")),
+    )
+    feed.reload()
+    queue.begin_load()
+    store.ledger.sync(token, epoch, [], on_chunk=queue.load_part)
+    queue.end_load()
+    added = harness.add_runtime("job", "* * * * *", name="r")
+    feed.pending = True  # as the notification of the write does
+    harness.server.refuse("sync")
+    with pytest.raises(OSError):
+        feed.follow(token, epoch)
+    assert added.id not in queue.schedules
+    feed.follow(token, epoch)
+    assert added.id in queue.schedules and queue.last(added.id) is not None
