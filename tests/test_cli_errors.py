@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import dramatiq
 import pytest
+from dramatiq.brokers.stub import StubBroker
 
+from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.command import dramatiq_cron
@@ -205,3 +208,42 @@ def test_list_streams_every_runtime_schedule_with_search_and_actor_filters(serve
         )
     finally:
         store.client.delete(*store.client.keys("{dramatiq-cron}:*"))
+
+
+def test_the_api_and_the_command_refuse_the_same_input_with_the_same_sentence(server: RedisServer) -> None:
+    """The command acts through the Python API's functions: for the same
+    bad input both say the same (the command may add the actors there are)."""
+    broker = StubBroker()
+    cron = CronMiddleware(redis=url(server))
+    broker.add_middleware(cron)
+
+    def plain_job(n: int) -> None:
+        pass
+
+    dramatiq.actor(plain_job, broker=broker)
+    dramatiq.actor(lambda: None, actor_name="tick_0", broker=broker, cron="* * * * * *")
+    cron.add("plain_job", Schedule("0 * * * *", args=(1,)), name="taken")
+    try:
+        cases: list[tuple[Callable[[], object], list[str]]] = [
+            (
+                lambda: cron.add("plain_job", "0 0 31 2 *", name="x"),
+                ["add", APP, "plain_job", "0 0 31 2 *", "--args", "[1]", "--name", "x"],
+            ),
+            (
+                lambda: cron.add("plain_job", Schedule("0 * * * *", args=(1,)), name="a b"),
+                ["add", APP, "plain_job", "0 * * * *", "--args", "[1]", "--name", "a b"],
+            ),
+            (
+                lambda: cron.add("plain_job", Schedule("0 * * * *", args=(1,)), name="taken", replace=False),
+                ["add", APP, "plain_job", "0 * * * *", "--args", "[1]", "--name", "taken", "--create-only"],
+            ),
+            (lambda: cron.pause("nosuch"), ["pause", APP, "--schedule", "nosuch"]),
+            (lambda: cron.remove("plain_job:a b"), ["remove", APP, "plain_job:a b"]),
+        ]
+        for call, args in cases:
+            with pytest.raises(CronScheduleError) as api:
+                call()
+            said = error(run(url(server), *args), 2)
+            assert said == str(api.value) or said.startswith(f"{api.value} ("), (said, str(api.value))
+    finally:
+        cron.remove("plain_job:taken")

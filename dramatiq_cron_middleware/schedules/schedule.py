@@ -210,7 +210,7 @@ class Schedule:
         # a test) can check a schedule on its own: the rules of cron=, with
         # a placeholder for the actor (arguments are checked against the
         # actor's signature when it is bound).
-        bind_schedule("", "", self, timezone="UTC", catch_up="each", catch_up_window=0)
+        bind_schedule("", "", self, timezone="UTC", catch_up="each", catch_up_window=0, fields_checked=False)
 
 
 #: What the ``cron`` actor option accepts.
@@ -719,6 +719,7 @@ def bind_schedule(
     source: Source = "code",
     revision: int = 0,
     signature: inspect.Signature | None = None,
+    fields_checked: bool = True,
 ) -> BoundSchedule:
     """Validate one schedule (an expression string or a :class:`Schedule`)
     and bind it to an actor: the one rule book for declared and runtime
@@ -739,6 +740,10 @@ def bind_schedule(
         ``args``/``kwargs`` must fit (see :func:`actor_signature`).
         Defaults to None, meaning not checked (an actor this process does
         not declare, or a stored definition read back).
+      fields_checked(bool): Whether the options that need neither actor
+        nor defaults (windows, jitter, overlap, args, kwargs, options) are
+        known good: a :class:`Schedule` checks them when it is built, by
+        calling this with False.  Defaults to True.
 
     Raises:
       CronScheduleError: naming the actor and the offending value.
@@ -774,31 +779,34 @@ def bind_schedule(
     if policy not in _CATCH_UP_POLICIES:
         raise CronScheduleError(f"{where}: catch_up must be one of {_CATCH_UP_POLICIES}, got {policy!r}")
     window = item.catch_up_window if item.catch_up_window is not None else catch_up_window
-    _check_ms(where, "catch_up_window", window, allow_none=False)
-    _check_ms(where, "jitter", item.jitter, allow_none=False)
-    _check_ms(where, "max_age", item.max_age, allow_none=True, positive=True)
-    if item.overlap not in _OVERLAP_POLICIES:
-        raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
-    _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
-    if not isinstance(item.args, (tuple, list)):
-        raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
-    if not isinstance(item.kwargs, Mapping):
-        raise CronScheduleError(f"{where}: kwargs must be a dict, got {item.kwargs!r}")
-    if not all(isinstance(key, str) for key in item.kwargs):
-        raise CronScheduleError(f"{where}: kwargs keys must be strings, got {list(item.kwargs)!r}")
-    if not isinstance(item.options, Mapping):
-        raise CronScheduleError(f"{where}: options must be a dict, got {item.options!r}")
-    for key in item.options:
-        if not isinstance(key, str) or key.startswith("cron_") or key in _RESERVED_OPTIONS:
-            hint = _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
-            raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
-    for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
-        if not value:  # () and {}: the usual case, and JSON already
-            continue
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {value!r}") from None
+    if not fields_checked:
+        _check_ms(where, "catch_up_window", window, allow_none=False)
+        _check_ms(where, "jitter", item.jitter, allow_none=False)
+        _check_ms(where, "max_age", item.max_age, allow_none=True, positive=True)
+        if item.overlap not in _OVERLAP_POLICIES:
+            raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
+        _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
+        if not isinstance(item.args, (tuple, list)):
+            raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
+        if not isinstance(item.kwargs, Mapping):
+            raise CronScheduleError(f"{where}: kwargs must be a dict, got {item.kwargs!r}")
+        if not all(isinstance(key, str) for key in item.kwargs):
+            raise CronScheduleError(f"{where}: kwargs keys must be strings, got {list(item.kwargs)!r}")
+        if not isinstance(item.options, Mapping):
+            raise CronScheduleError(f"{where}: options must be a dict, got {item.options!r}")
+        for key in item.options:
+            if not isinstance(key, str) or key.startswith("cron_") or key in _RESERVED_OPTIONS:
+                hint = (
+                    _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
+                )
+                raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
+        for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
+            if not value:  # () and {}: the usual case, and JSON already
+                continue
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {value!r}") from None
     overlap_ttl = item.overlap_ttl
     if overlap_ttl is None:
         # Long enough to cover a message's wait in the queue and its whole
