@@ -719,6 +719,7 @@ def bind_schedule(
     source: Source = "code",
     revision: int = 0,
     signature: inspect.Signature | None = None,
+    name: str | None = None,
     fields_checked: bool = True,
 ) -> BoundSchedule:
     """Validate one schedule (an expression string or a :class:`Schedule`)
@@ -740,6 +741,9 @@ def bind_schedule(
         ``args``/``kwargs`` must fit (see :func:`actor_signature`).
         Defaults to None, meaning not checked (an actor this process does
         not declare, or a stored definition read back).
+      name(str): The schedule's name, instead of the item's (a runtime
+        schedule's name is given beside its Schedule).  Defaults to None,
+        meaning the item's.
       fields_checked(bool): Whether the options that need neither actor
         nor defaults (windows, jitter, overlap, args, kwargs, options) are
         known good: a :class:`Schedule` checks them when it is built, by
@@ -769,9 +773,10 @@ def bind_schedule(
     zone = parse_timezone(zone_name, what=where)
     # The name is checked where it becomes part of an id (bound to an
     # actor), so that the error names both.
-    if actor_name and item.name is not None and (not isinstance(item.name, str) or not NAME_PATTERN.match(item.name)):
-        raise CronScheduleError(f"{where}: {NAME_RULE}, got {item.name!r}")
-    name = item.name if isinstance(item.name, str) else expression
+    given = item.name if name is None else name
+    if actor_name and given is not None and (not isinstance(given, str) or not NAME_PATTERN.match(given)):
+        raise CronScheduleError(f"{where}: {NAME_RULE}, got {given!r}")
+    name = given if isinstance(given, str) else expression
     if _CONTROL.search(name) or _CONTROL.search(actor_name):
         # Identities travel to the scripts one per line.
         raise CronScheduleError(f"{where}: control characters cannot appear in a schedule's identity, got {name!r}")
@@ -821,7 +826,7 @@ def bind_schedule(
         expression=expression,
         timezone=zone_name if zone is not _UTC else "UTC",
         name=name.strip(),
-        named=item.name is not None,
+        named=given is not None,
         args=tuple(item.args),
         kwargs=dict(item.kwargs),
         catch_up=policy,

@@ -657,7 +657,7 @@ class RuntimeSchedules:
                     f"actor {info.actor_name!r}, runtime schedule {name!r}: Schedule(name={schedule.name!r}) "
                     "differs from name=; give the name once, with name="
                 )
-            item = dataclasses.replace(schedule, name=name)
+            item = schedule  # its name is given to bind_schedule: no copy checked again
         else:
             raise CronScheduleError(
                 f"actor {info.actor_name!r}, runtime schedule {name!r}: schedule must be a cron expression or a "
@@ -673,6 +673,7 @@ class RuntimeSchedules:
             time_limit=info.time_limit,
             source="runtime",
             signature=info.signature,
+            name=name,
         )
         definition = _definition(bound)
         body = json.dumps(definition, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
