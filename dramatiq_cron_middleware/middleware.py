@@ -21,7 +21,7 @@ from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis import Redis
 
-from .audit import Action, AuditLog, Changed, Triggered, check_who, log_actions
+from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError, CronUnavailableError
 from .leader.thread import LeaderObserver, LeaderThread
@@ -631,12 +631,16 @@ class CronMiddleware(Middleware):
           CronUnavailableError: Redis did not answer.
         """
         target = self._target(schedule_id, actor, resuming=False)
+        if self._simulator is not None:
+            return self._simulated_pause(target.member, who=who, paused=True)
         return self._audit_log().pause(target.member, who=who)
 
     def resume(self, schedule_id: str | None = None, *, actor: str | None = None, who: str = "api") -> Changed:
         """Undo :meth:`pause` of the same schedule or actor (found even
         when the app no longer declares it)."""
         target = self._target(schedule_id, actor, resuming=True)
+        if self._simulator is not None:
+            return self._simulated_pause(target.member, who=who, paused=False)
         return self._audit_log().resume(target.member, who=who)
 
     def trigger(self, schedule_id: str, *, who: str = "api") -> Triggered:
@@ -651,20 +655,42 @@ class CronMiddleware(Middleware):
         """
         target = self._target(schedule_id, None, resuming=False)
         assert target.schedule is not None
+        if self._simulator is not None:
+            raise TriggerRefused("a CronSimulator is attached: advance its clock to fire ticks instead")
         return self._audit_log().trigger(self._known_broker(), target.schedule, prefix=self.prefix, who=who)
 
     def _target(self, schedule_id: str | None, actor: str | None, *, resuming: bool) -> Target:
         if (schedule_id is None) == (actor is None):
             raise CronScheduleError("give a schedule id or actor=, not both")
-        paused = self._audit_log().client.smembers(self.keys.paused) if resuming else ()
+        paused: Any = ()
+        if resuming:
+            simulator = self._simulator
+            paused = (
+                simulator.server.paused
+                if simulator is not None
+                else self._audit_log().client.smembers(self.keys.paused)
+            )
         with self._runtime_errors():
             return resolve_target(
                 declared=self.all_schedules(),
                 runtime=self.runtime,
                 schedule_id=schedule_id,
                 actor=actor,
-                paused=cast("set[str]", paused),
+                paused=paused,
             )
+
+    def _simulated_pause(self, member: str, *, who: str, paused: bool) -> Changed:
+        """Pause or resume in an attached ``testing.CronSimulator``'s store."""
+        check_who(who)
+        members: set[str] = self._simulator.server.paused
+        changed = (member not in members) if paused else (member in members)
+        if paused:
+            members.add(member)
+        else:
+            members.discard(member)
+        if changed:
+            log_actions(self.logger, Action.PAUSE if paused else Action.RESUME, who, [(member, "")])
+        return Changed(target=member, paused=paused, changed=changed, at_ms=int(self._simulator.now_ms))
 
     def _audit_log(self) -> AuditLog:
         runtime = self.runtime

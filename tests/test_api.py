@@ -15,9 +15,11 @@ import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
 from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.testing import CronSimulator
 from tests.support.redis_server import RedisServer
 
 HISTORY = "{dramatiq-cron}:history"
@@ -210,3 +212,27 @@ def test_list_pages_runtime_schedules_and_list_runtime_is_a_deprecated_alias(app
         assert app.cron.list_runtime(limit=3) == page
     rest = app.cron.list(cursor=page.cursor)
     assert [r.name for r in rest.items] == ["t3", "t4"] and rest.cursor is None
+
+
+def test_with_a_simulator_attached_pause_and_resume_act_on_the_simulated_leader(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An app's tests call the same API: pause stops the simulated firing,
+    resume restores it, and both are logged; trigger says to advance instead."""
+    caplog.set_level(logging.INFO, logger="dramatiq_cron_middleware")
+    broker = StubBroker()
+    cron = CronMiddleware()
+    broker.add_middleware(cron)
+    dramatiq.actor(lambda: None, actor_name="cleanup", broker=broker, cron="* * * * *")
+    simulator = CronSimulator(broker, now=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    try:
+        assert cron.pause("cleanup", who="test").changed
+        assert simulator.advance(by=dt.timedelta(minutes=3)) == []
+        assert cron.resume("cleanup").changed and not cron.resume("cleanup").changed
+        assert len(simulator.advance(by=dt.timedelta(minutes=2))) == 2
+        with pytest.raises(CronScheduleError, match="advance its clock"):
+            cron.trigger("cleanup")
+    finally:
+        simulator.close()
+    logged = [r.getMessage() for r in caplog.records if " by " in r.getMessage()]
+    assert logged == ["Cron cleanup: pause by test.", "Cron cleanup: resume by api."]
