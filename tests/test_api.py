@@ -19,6 +19,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
 from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedule, RuntimeSchedules
 from dramatiq_cron_middleware.testing import CronSimulator
 from tests.support.redis_server import RedisServer
 
@@ -236,3 +237,30 @@ def test_with_a_simulator_attached_pause_and_resume_act_on_the_simulated_leader(
         simulator.close()
     logged = [r.getMessage() for r in caplog.records if " by " in r.getMessage()]
     assert logged == ["Cron cleanup: pause by test.", "Cron cleanup: resume by api."]
+
+
+def test_an_update_never_undoes_a_write_that_came_between_its_read_and_its_write(app: App) -> None:
+    """Given a write by another process landing just after an update read
+    the schedule, the update's write is refused by Redis (compare-and-set
+    on the fencing revision) and done again on what is stored now: both
+    changes stay."""
+    keys = app.cron.keys
+    client = app.cron.runtime.client
+    other = RuntimeSchedules(client, keys, resolve_actor=lambda actor: ActorInfo("report", "reports"))
+
+    class RacedOnce(RuntimeSchedules):
+        raced = False
+
+        def get(self, actor: object, name: str) -> RuntimeSchedule | None:
+            found = super().get(actor, name)
+            if not self.raced:
+                self.raced = True
+                other.add("report", Schedule("0 9 * * *", kwargs={"tenant": 2}), name="t1")
+            return found
+
+    app.cron.add("report", Schedule("0 9 * * *", kwargs={"tenant": 1}), name="t1")
+    updating = RacedOnce(client, keys, resolve_actor=lambda actor: ActorInfo("report", "reports"))
+    before, after = updating.update("report:t1", {"jitter": 5000})
+    assert updating.raced
+    assert (after.schedule.kwargs, after.schedule.jitter, after.revision) == ({"tenant": 2}, 5000, 3)
+    assert before.schedule.kwargs == {"tenant": 2}  # what the retry read
