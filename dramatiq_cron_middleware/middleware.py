@@ -23,7 +23,7 @@ from redis import Redis
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
-from .errors import CronConfigurationError, CronScheduleError, CronUnavailableError
+from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .leader.thread import LeaderObserver, LeaderThread
 from .overlap import RunningMarks
 from .schedules.schedule import (
@@ -39,6 +39,7 @@ from .store.boundary import BrokerBoundary, boundary_for
 from .store.clock import ServerClock
 from .store.connection import (
     ENV_URL,
+    credentials_refused,
     describe,
     presence_client,
     redact,
@@ -633,7 +634,8 @@ class CronMiddleware(Middleware):
         target = self._target(schedule_id, actor, resuming=False)
         if self._simulator is not None:
             return self._simulated_pause(target.member, who=who, paused=True)
-        return self._audit_log().pause(target.member, who=who)
+        with self._runtime_errors():
+            return self._audit_log().pause(target.member, who=who)
 
     def resume(self, schedule_id: str | None = None, *, actor: str | None = None, who: str = "api") -> Changed:
         """Undo :meth:`pause` of the same schedule or actor (found even
@@ -641,7 +643,8 @@ class CronMiddleware(Middleware):
         target = self._target(schedule_id, actor, resuming=True)
         if self._simulator is not None:
             return self._simulated_pause(target.member, who=who, paused=False)
-        return self._audit_log().resume(target.member, who=who)
+        with self._runtime_errors():
+            return self._audit_log().resume(target.member, who=who)
 
     def trigger(self, schedule_id: str, *, who: str = "api") -> Triggered:
         """Enqueue a schedule's message now (by id, declared or runtime),
@@ -657,20 +660,21 @@ class CronMiddleware(Middleware):
         assert target.schedule is not None
         if self._simulator is not None:
             raise TriggerRefused("a CronSimulator is attached: advance its clock to fire ticks instead")
-        return self._audit_log().trigger(self._known_broker(), target.schedule, prefix=self.prefix, who=who)
+        with self._runtime_errors():
+            return self._audit_log().trigger(self._known_broker(), target.schedule, prefix=self.prefix, who=who)
 
     def _target(self, schedule_id: str | None, actor: str | None, *, resuming: bool) -> Target:
         if (schedule_id is None) == (actor is None):
             raise CronScheduleError("give a schedule id or actor=, not both")
         paused: Any = ()
-        if resuming:
-            simulator = self._simulator
-            paused = (
-                simulator.server.paused
-                if simulator is not None
-                else self._audit_log().client.smembers(self.keys.paused)
-            )
         with self._runtime_errors():
+            if resuming:  # what is paused can be resumed, known or not
+                simulator = self._simulator
+                paused = (
+                    simulator.server.paused
+                    if simulator is not None
+                    else self._audit_log().client.smembers(self.keys.paused)
+                )
             return resolve_target(
                 declared=self.all_schedules(),
                 runtime=self.runtime,
@@ -710,13 +714,21 @@ class CronMiddleware(Middleware):
 
     @contextmanager
     def _runtime_errors(self) -> Iterator[None]:
-        """Redis failures of an operator call as one clear exception."""
+        """Redis failures of an operator call as one clear exception, as the
+        runtime schedules' own calls raise them."""
         try:
             yield
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if isinstance(exc, CronUnavailableError):
-                raise
-            raise CronUnavailableError(f"Redis did not answer ({redact(str(exc))})") from None
+        except CronError:
+            raise
+        except redis.RedisError as exc:
+            runtime = self._runtime
+            where = describe(runtime.client) if runtime is not None and hasattr(runtime, "client") else "Redis"
+            refused = credentials_refused(exc, where)
+            if refused is not None:
+                raise CronConfigurationError(refused) from None
+            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+                raise CronUnavailableError(f"Redis at {where} did not answer ({redact(str(exc))})") from None
+            raise CronConfigurationError(f"Redis refused ({redact(str(exc))})") from None
 
     def _known_broker(self) -> Broker:
         if self._broker is None:

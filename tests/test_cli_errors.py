@@ -15,9 +15,16 @@ from typing import Any
 
 import dramatiq
 import pytest
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
+from dramatiq_cron_middleware import (
+    CronConfigurationError,
+    CronMiddleware,
+    CronScheduleError,
+    CronUnavailableError,
+    Schedule,
+)
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.command import dramatiq_cron
@@ -72,8 +79,10 @@ def test_a_wrong_password_is_a_refusal_not_an_unreachable_redis(server: RedisSer
 
 def test_no_password_says_one_is_needed_without_protocol_jargon(server: RedisServer) -> None:
     said = error(run(url(server, ""), "status", APP), 2)
-    assert said.startswith(f"Redis at redis://127.0.0.1:{server.port}/0 requires a password and none was given")
-    assert "HELLO" not in said and "RESP" not in said
+    assert said == (
+        "Redis requires a password and none was given: put it in the URL as ':PASSWORD@' (or 'USER:PASSWORD@') "
+        f"before the host, percent-encoded (Redis at redis://127.0.0.1:{server.port}/0)"
+    )
 
 
 def test_an_unencoded_password_is_one_whole_sentence_naming_what_to_encode(server: RedisServer) -> None:
@@ -247,3 +256,30 @@ def test_the_api_and_the_command_refuse_the_same_input_with_the_same_sentence(se
             assert said == str(api.value) or said.startswith(f"{api.value} ("), (said, str(api.value))
     finally:
         cron.remove("plain_job:taken")
+
+
+@pytest.mark.parametrize("userinfo", [":wrong@", ""], ids=["wrong-password", "no-password"])
+def test_the_api_says_the_commands_sentence_when_redis_refuses_the_credentials(
+    server: RedisServer, userinfo: str
+) -> None:
+    broker = StubBroker()
+    cron = CronMiddleware(redis=url(server, userinfo))
+    broker.add_middleware(cron)
+    dramatiq.actor(lambda: None, actor_name="tick_0", broker=broker, cron="* * * * * *")
+    said = error(run(url(server, userinfo), "pause", APP, "--schedule", "tick_0"), 2)
+    assert said.startswith("Redis ") and " password" in said
+    for call in (lambda: cron.pause("tick_0"), lambda: cron.add("tick_0", "0 * * * *", name="x")):
+        with pytest.raises(CronConfigurationError) as api:
+            call()
+        assert str(api.value).endswith(said), (said, str(api.value))  # an add says what it could not do first
+
+
+def test_the_api_raises_unavailable_when_redis_cannot_be_reached() -> None:
+    unreachable = f"redis://127.0.0.1:{free_port()}/0"
+    broker = RedisBroker(url=unreachable)
+    cron = CronMiddleware(redis=unreachable)
+    broker.add_middleware(cron)
+    dramatiq.actor(lambda: None, actor_name="tick_0", broker=broker, cron="* * * * * *")
+    for call in (lambda: cron.pause("tick_0"), lambda: cron.trigger("tick_0"), lambda: cron.get("tick_0:x")):
+        with pytest.raises(CronUnavailableError, match="did not answer"):
+            call()

@@ -88,9 +88,10 @@ def credentials_refused(exc: BaseException, where: str) -> str | None:
     if not isinstance(exc, (redis.AuthenticationError, redis.ResponseError)) and "NOAUTH" not in text:
         return None
     if "NOAUTH" in text or "must be called with the client already authenticated" in text:
+        # (The URL goes last: redact() hides up to the last '@' after it.)
         return (
-            f"Redis at {where} requires a password and none was given: put it in the URL, "
-            "redis://:PASSWORD@host:port/db (or redis://USER:PASSWORD@...), percent-encoded"
+            "Redis requires a password and none was given: put it in the URL as ':PASSWORD@' (or "
+            f"'USER:PASSWORD@') before the host, percent-encoded (Redis at {where})"
         )
     if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in text or "invalid password" in text:
         return (
