@@ -18,12 +18,15 @@ no change here).
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import shlex
 import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import dramatiq
 import dramatiq.broker
@@ -31,7 +34,7 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware import CronMiddleware
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -160,3 +163,133 @@ def test_the_python_examples_of_a_file_run_in_order(
             raise AssertionError(f"{_rel(path)}:{block.line}: the example raised {exc!r}") from exc
         ran += 1
     assert ran == len(python_blocks(path)) - MARKED.get(_rel(path), 0)
+
+
+# -- the command-line examples ---------------------------------------------
+#
+# Every ``$ dramatiq-cron ...`` line of a console block is parsed by the real
+# argument parser (a documented option that does not exist fails here).  The
+# transcripts of README.md and docs/operations.md are then replayed, in
+# order, by the real command against a redis-server that requires a
+# password (no workers run): a documented error must be said word for word
+# with its exit status, and a table's header must be the command's own.
+# What needs a leader (status) is only parsed.
+
+_CONSOLE = re.compile(r"^```console\s*$")
+_EXIT = re.compile(r"^# exit status (\d+)$")
+_OPTIONAL = re.compile(r"(?<!['\"])\[[^\]]*\](?!['\"])")
+_DOC_PORT = re.compile(r"127\.0\.0\.1:(6399|35113)\b")
+_PASSWORD = "s3cr/t"
+
+
+@dataclass(frozen=True)
+class Command:
+    path: Path
+    line: int
+    text: str  # without the "$ "
+    output: list[str]
+    status: int | None
+
+
+def commands(path: Path) -> list[Command]:
+    """The ``$ dramatiq-cron`` lines of a file's console blocks, each with
+    the lines documented after it and its ``# exit status``, if given."""
+    lines = path.read_text().splitlines()
+    out: list[Command] = []
+    inside = False
+    for n, line in enumerate(lines, 1):
+        if _CONSOLE.match(line):
+            inside = True
+            continue
+        if inside and line.strip() == "```":
+            inside = False
+            continue
+        if not inside:
+            continue
+        if line.startswith("$ "):
+            out.append(Command(path, n, line[2:], [], None))
+        elif out and out[-1].status is None and out[-1].path == path and out[-1].line < n:
+            exit_status = _EXIT.match(line)
+            if exit_status:
+                out[-1] = dataclasses.replace(out[-1], status=int(exit_status[1]))
+            else:
+                out[-1].output.append(line)
+    return [c for c in out if "dramatiq-cron " in c.text.split("#", 1)[0]]
+
+
+def _words(command: Command) -> tuple[dict[str, str], list[str]]:
+    """The environment assignments and the words of a command line, with
+    ``[optional]`` placeholders and the trailing comment taken out."""
+    words = shlex.split(_OPTIONAL.sub("", command.text), comments=True)
+    env = {}
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    assert words and words[0] == "dramatiq-cron", f"{_rel(command.path)}:{command.line}: {command.text}"
+    return env, words[1:]
+
+
+_DOCUMENTED = [c for path in FILES for c in commands(path)]
+
+
+def test_the_docs_show_the_commands_examples() -> None:
+    assert len(_DOCUMENTED) >= 40
+    assert {c.path.name for c in _DOCUMENTED} >= {"README.md", "operations.md"}
+
+
+@pytest.mark.parametrize("command", _DOCUMENTED, ids=lambda c: f"{_rel(c.path)}:{c.line}")
+def test_every_documented_command_line_is_one_the_command_accepts(command: Command) -> None:
+    from dramatiq_cron_middleware.ops.cli import _parser
+
+    _, words = _words(command)
+    try:
+        _parser().parse_args(words)
+    except SystemExit as exc:
+        raise AssertionError(f"{_rel(command.path)}:{command.line}: not accepted: {command.text}") from exc
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/operations.md"])
+def test_a_transcript_replayed_says_what_the_docs_show(name: str) -> None:
+    """Given the app of the transcripts (tests.apps.cronapp) on a Redis that
+    requires a password, When the documented commands run in order, Then
+    each documented error is said word for word with its exit status, and
+    each table starts with the documented header."""
+    from tests.support.command import dramatiq_cron
+
+    server = RedisServer().start()
+    try:
+        server.client().config_set("requirepass", _PASSWORD)
+        good = f"redis://:{quote(_PASSWORD, safe='')}@127.0.0.1:{server.port}/0"
+        down = free_port()
+        base = {
+            "DRAMATIQ_CRON_REDIS_URL": good,
+            "CRON_APP_BROKER": f"redis://:{quote(_PASSWORD, safe='')}@127.0.0.1:{server.port}/1",
+            "CRON_APP_CRON": "*/2 * * * * *",
+        }
+        replayed = 0
+        for command in [c for c in _DOCUMENTED if _rel(c.path) == name and "tests.apps.cronapp" in c.text]:
+            env, words = _words(command)
+            documents_an_error = bool(command.output) and command.output[0].startswith("dramatiq-cron: error:")
+            if words[0] in ("status", "web") and not documents_an_error:
+                continue  # needs a leader (status) or serves (web)
+            redis_down = command.text.rstrip().endswith("# Redis down")
+            port = str(down if redis_down else server.port)
+            env = {k: _DOC_PORT.sub(f"127.0.0.1:{port}", v) for k, v in env.items()}
+            if redis_down:
+                env["DRAMATIQ_CRON_REDIS_URL"] = f"redis://127.0.0.1:{down}/0"
+            result = dramatiq_cron({**base, **env}, *words)
+            where = f"{_rel(command.path)}:{command.line}: {command.text}"
+            if command.status is not None:
+                assert result.returncode == command.status, (where, result.stdout, result.stderr)
+            expected = [_DOC_PORT.sub(f"127.0.0.1:{port}", line) for line in command.output]
+            if expected and expected[0].startswith("dramatiq-cron: error:"):
+                assert result.stderr.splitlines() == expected[:1], where
+            elif expected and expected[0].split()[:1] in (["ACTOR"], ["WHEN"]):
+                assert result.returncode == 0, (where, result.stderr)
+                assert result.stdout.splitlines()[0].split() == expected[0].split(), where
+            else:
+                assert result.returncode == 0, (where, result.stderr)
+            replayed += 1
+        assert replayed >= 4
+    finally:
+        server.close()

@@ -29,6 +29,7 @@ its ticks without any shared state, and no time zone or DST rule applies.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime as dt
@@ -42,7 +43,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from croniter.croniter import CroniterError
+from croniter.croniter import CroniterBadDateError, CroniterError
 
 from ..errors import CronScheduleError
 
@@ -50,6 +51,8 @@ __all__ = [
     "DEFAULT_CATCH_UP_WINDOW",
     "DEFAULT_TIME_LIMIT",
     "MIN_EVERY",
+    "NAME_PATTERN",
+    "NAME_RULE",
     "NEVER",
     "BoundSchedule",
     "CatchUp",
@@ -59,6 +62,7 @@ __all__ = [
     "Source",
     "actor_signature",
     "bind_schedule",
+    "of_actor",
     "parse_timezone",
     "schedules_for_actor",
 ]
@@ -200,6 +204,13 @@ class Schedule:
     offset: int = 0
     start: int | dt.datetime | None = None
     end: int | dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        # Everything that needs no actor is checked now, so that a form (or
+        # a test) can check a schedule on its own: the rules of cron=, with
+        # a placeholder for the actor (arguments are checked against the
+        # actor's signature when it is bound).
+        bind_schedule("", "", self, timezone="UTC", catch_up="each", catch_up_window=0, fields_checked=False)
 
 
 #: What the ``cron`` actor option accepts.
@@ -708,6 +719,8 @@ def bind_schedule(
     source: Source = "code",
     revision: int = 0,
     signature: inspect.Signature | None = None,
+    name: str | None = None,
+    fields_checked: bool = True,
 ) -> BoundSchedule:
     """Validate one schedule (an expression string or a :class:`Schedule`)
     and bind it to an actor: the one rule book for declared and runtime
@@ -728,11 +741,19 @@ def bind_schedule(
         ``args``/``kwargs`` must fit (see :func:`actor_signature`).
         Defaults to None, meaning not checked (an actor this process does
         not declare, or a stored definition read back).
+      name(str): The schedule's name, instead of the item's (a runtime
+        schedule's name is given beside its Schedule).  Defaults to None,
+        meaning the item's.
+      fields_checked(bool): Whether the options that need neither actor
+        nor defaults (windows, jitter, overlap, args, kwargs, options) are
+        known good: a :class:`Schedule` checks them when it is built, by
+        calling this with False.  Defaults to True.
 
     Raises:
       CronScheduleError: naming the actor and the offending value.
     """
     if isinstance(item, str):
+        _normalise(actor_name, item)  # its error names the actor
         item = Schedule(item)
     if not isinstance(item, Schedule):
         raise CronScheduleError(
@@ -743,16 +764,19 @@ def bind_schedule(
         where, expression = _interval(actor_name, item)
         has_seconds = True
     else:
-        where = f"actor {actor_name!r}, cron {item.expression!r}"
+        where = f"{_subject(actor_name)}cron {item.expression!r}"
         expression, has_seconds = _normalise(actor_name, item.expression)
         if item.offset != 0:
             raise CronScheduleError(f"{where}: offset= applies to every= schedules only, got {item.offset!r}")
     start, end = check_bounds(where, item.start, item.end)
     zone_name = item.timezone if item.timezone is not None else timezone
     zone = parse_timezone(zone_name, what=where)
-    name = item.name if item.name is not None else expression
-    if not isinstance(name, str) or not name.strip():
-        raise CronScheduleError(f"{where}: name must be a non-empty string, got {name!r}")
+    # The name is checked where it becomes part of an id (bound to an
+    # actor), so that the error names both.
+    given = item.name if name is None else name
+    if actor_name and given is not None and (not isinstance(given, str) or not NAME_PATTERN.match(given)):
+        raise CronScheduleError(f"{where}: {NAME_RULE}, got {given!r}")
+    name = given if isinstance(given, str) else expression
     if _CONTROL.search(name) or _CONTROL.search(actor_name):
         # Identities travel to the scripts one per line.
         raise CronScheduleError(f"{where}: control characters cannot appear in a schedule's identity, got {name!r}")
@@ -760,31 +784,34 @@ def bind_schedule(
     if policy not in _CATCH_UP_POLICIES:
         raise CronScheduleError(f"{where}: catch_up must be one of {_CATCH_UP_POLICIES}, got {policy!r}")
     window = item.catch_up_window if item.catch_up_window is not None else catch_up_window
-    _check_ms(where, "catch_up_window", window, allow_none=False)
-    _check_ms(where, "jitter", item.jitter, allow_none=False)
-    _check_ms(where, "max_age", item.max_age, allow_none=True, positive=True)
-    if item.overlap not in _OVERLAP_POLICIES:
-        raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
-    _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
-    if not isinstance(item.args, (tuple, list)):
-        raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
-    if not isinstance(item.kwargs, Mapping):
-        raise CronScheduleError(f"{where}: kwargs must be a dict, got {item.kwargs!r}")
-    if not all(isinstance(key, str) for key in item.kwargs):
-        raise CronScheduleError(f"{where}: kwargs keys must be strings, got {list(item.kwargs)!r}")
-    if not isinstance(item.options, Mapping):
-        raise CronScheduleError(f"{where}: options must be a dict, got {item.options!r}")
-    for key in item.options:
-        if not isinstance(key, str) or key.startswith("cron_") or key in _RESERVED_OPTIONS:
-            hint = _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
-            raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
-    for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
-        if not value:  # () and {}: the usual case, and JSON already
-            continue
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {value!r}") from None
+    if not fields_checked:
+        _check_ms(where, "catch_up_window", window, allow_none=False)
+        _check_ms(where, "jitter", item.jitter, allow_none=False)
+        _check_ms(where, "max_age", item.max_age, allow_none=True, positive=True)
+        if item.overlap not in _OVERLAP_POLICIES:
+            raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
+        _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
+        if not isinstance(item.args, (tuple, list)):
+            raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
+        if not isinstance(item.kwargs, Mapping):
+            raise CronScheduleError(f"{where}: kwargs must be a dict, got {item.kwargs!r}")
+        if not all(isinstance(key, str) for key in item.kwargs):
+            raise CronScheduleError(f"{where}: kwargs keys must be strings, got {list(item.kwargs)!r}")
+        if not isinstance(item.options, Mapping):
+            raise CronScheduleError(f"{where}: options must be a dict, got {item.options!r}")
+        for key in item.options:
+            if not isinstance(key, str) or key.startswith("cron_") or key in _RESERVED_OPTIONS:
+                hint = (
+                    _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
+                )
+                raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
+        for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
+            if not value:  # () and {}: the usual case, and JSON already
+                continue
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {value!r}") from None
     overlap_ttl = item.overlap_ttl
     if overlap_ttl is None:
         # Long enough to cover a message's wait in the queue and its whole
@@ -799,7 +826,7 @@ def bind_schedule(
         expression=expression,
         timezone=zone_name if zone is not _UTC else "UTC",
         name=name.strip(),
-        named=item.name is not None,
+        named=given is not None,
         args=tuple(item.args),
         kwargs=dict(item.kwargs),
         catch_up=policy,
@@ -839,12 +866,12 @@ def _interval(actor_name: str, item: Schedule) -> tuple[str, str]:
     schedule's label (its ``expression`` and default name)."""
     if item.expression is not None:
         raise CronScheduleError(
-            f"actor {actor_name!r}: give either a cron expression or every=, not both "
+            f"{_subject(actor_name, end=': ')}give either a cron expression or every=, not both "
             f"(got {item.expression!r} and every={item.every!r})"
         )
     if item.every is None:
-        raise CronScheduleError(f"actor {actor_name!r}: a Schedule needs a cron expression or every=<ms>")
-    where = f"actor {actor_name!r}, every {item.every!r}"
+        raise CronScheduleError(f"{_subject(actor_name, end=': ')}a Schedule needs a cron expression or every=<ms>")
+    where = f"{_subject(actor_name)}every {item.every!r}"
     return where, interval_label(where, item.every, item.offset)
 
 
@@ -907,6 +934,33 @@ def _check_ms(where: str, label: str, value: object, *, allow_none: bool, positi
         raise CronScheduleError(f"{where}: {label} must be a {kind} int of milliseconds, got {value!r}")
 
 
+def _subject(actor_name: str, *, end: str = ", ") -> str:
+    """How an error names what it is about: the actor, or (a Schedule
+    checked on its own, before any actor) the Schedule."""
+    return f"actor {actor_name!r}{end}" if actor_name else ("Schedule: " if end == ": " else "Schedule, ")
+
+
+@contextlib.contextmanager
+def of_actor(actor_name: str) -> Iterator[None]:
+    """Name the actor in the error of a :class:`Schedule` built for it
+    (which checks itself before it knows its actor)."""
+    try:
+        yield
+    except CronScheduleError as exc:
+        text = str(exc)
+        for unbound, end in (("Schedule, ", ", "), ("Schedule: ", ": ")):
+            if text.startswith(unbound):
+                raise CronScheduleError(_subject(actor_name, end=end) + text[len(unbound) :]) from None
+        raise
+
+
+#: What a schedule's name may be, declared (``name=``) or runtime: a short
+#: identifier, so that ids (``actor/name``, ``actor:name``) are never
+#: ambiguous.  (``\Z``, not ``$``, which would also accept a trailing newline.)
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
+#: The rule, as errors state it.
+NAME_RULE = "name must be 1 to 64 letters, digits, '_', '.' or '-' (it is part of the schedule's id)"
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FIELD_CHARS = re.compile(r"^[0-9A-Za-z*/,\-#?()]+$")
 # croniter's ``R`` picks a random value per process: every worker would
@@ -918,7 +972,8 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
     """Return the expression with single spaces, and whether it has seconds."""
     if not isinstance(expression, str):
         raise CronScheduleError(
-            f"actor {actor_name!r}: cron expression must be a string, got {expression!r} ({type(expression).__name__})"
+            f"{_subject(actor_name, end=': ')}cron expression must be a string, got {expression!r} "
+            f"({type(expression).__name__})"
         )
     return _normalise_text(actor_name, expression)
 
@@ -928,7 +983,7 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
 # is not cached: a bad expression is checked again each time.)
 @functools.lru_cache(maxsize=4096)
 def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
-    where = f"actor {actor_name!r}, cron {expression!r}"
+    where = f"{_subject(actor_name)}cron {expression!r}"
     text = " ".join(expression.split())
     if not text:
         raise CronScheduleError(f"{where}: the expression is empty")
@@ -956,6 +1011,10 @@ def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
         it = copy.copy(_parsed(text, has_seconds, actor_name if _hashed(text) else "", _day_or(fields[-3], fields[-1])))
         it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
         it.get_next(float)
+    except CroniterBadDateError:
+        raise CronScheduleError(
+            f"{where}: this expression never fires (no date matches all of its fields together)"
+        ) from None
     except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise CronScheduleError(f"{where}: {exc}") from None
     return text, has_seconds

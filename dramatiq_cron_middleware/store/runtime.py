@@ -35,7 +35,6 @@ import functools
 import inspect
 import json
 import operator
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +48,8 @@ from ..schedules.schedule import _UTC as UTC_ZONE
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
     DEFAULT_TIME_LIMIT,
+    NAME_PATTERN,
+    NAME_RULE,
     NEVER,
     BoundSchedule,
     CatchUp,
@@ -56,11 +57,12 @@ from ..schedules.schedule import (
     bind_schedule,
     check_bounds,
     interval_label,
+    of_actor,
     parse_timezone,
 )
 from .codes import decode, load_script
 from .collector import collector_paused
-from .connection import describe, redact
+from .connection import credentials_refused, describe, redact
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -78,6 +80,10 @@ __all__ = [
     "RuntimePage",
     "RuntimeSchedule",
     "RuntimeSchedules",
+    "already_exists",
+    "as_schedule",
+    "describe_changes",
+    "split_id",
 ]
 
 #: The definition format written (the ``"v"`` field).  A definition of
@@ -89,9 +95,6 @@ FORMAT = 1
 #: they are meant to be small: pass a tenant id, not the tenant.
 MAX_DEFINITION_BYTES = 65_536
 
-#: What a runtime schedule's name may be: a short identifier.  (``\Z``, not
-#: ``$``, which would also accept a trailing newline.)
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 # Definitions per script call in add_many: a script of 500 writes runs in a
 # few milliseconds, short of any client timeout, and keeps other clients'
@@ -118,9 +121,10 @@ class ActorInfo:
 class RuntimeSchedule:
     """A runtime schedule as stored in Redis.
 
-    ``schedule`` is what the leader fires (``source="runtime"``, its
-    ``revision`` set); ``created_ms``/``updated_ms`` are Redis server times,
-    and ``as_of_ms`` the server time of the call that returned it.
+    ``schedule`` is what the leader fires (``source="runtime"``);
+    ``created_ms``/``updated_ms`` are Redis server times (``created_at``,
+    ``updated_at`` as datetimes), ``as_of_ms`` the server time of the call
+    that returned it, and ``revision`` counts this schedule's writes.
     """
 
     schedule: BoundSchedule
@@ -128,6 +132,11 @@ class RuntimeSchedule:
     updated_ms: int
     #: Not compared: two reads of one stored schedule are equal.
     as_of_ms: int = dataclasses.field(compare=False)
+    #: The schedule's own count of writes: 1 when created (also when added
+    #: again after a removal), one more at each replacement or update.
+    #: (``schedule.revision`` is the fencing revision the leader's claims
+    #: check, a counter shared by all runtime schedules.)
+    revision: int = 1
 
     @functools.cached_property
     def next_ms(self) -> int | None:
@@ -153,9 +162,20 @@ class RuntimeSchedule:
         return self.schedule.name
 
     @property
-    def revision(self) -> int:
-        """The version at which it was last written."""
-        return self.schedule.revision
+    def next_at(self) -> dt.datetime | None:
+        """:attr:`next_ms` as an aware datetime in the schedule's zone, or None."""
+        upcoming = self.next_ms
+        return None if upcoming is None else _datetime(upcoming, self.schedule.zone)
+
+    @property
+    def created_at(self) -> dt.datetime:
+        """``created_ms`` as an aware UTC datetime."""
+        return _datetime(self.created_ms, UTC_ZONE)
+
+    @property
+    def updated_at(self) -> dt.datetime:
+        """``updated_ms`` as an aware UTC datetime."""
+        return _datetime(self.updated_ms, UTC_ZONE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,8 +261,9 @@ class RuntimeSchedules:
 
     # -- writing -------------------------------------------------------------
 
-    def add(self, actor: object, schedule: str | Schedule, *, name: str) -> RuntimeSchedule:
-        """Create or replace the runtime schedule ``name`` of ``actor``.
+    def add(self, actor: object, schedule: str | Schedule, *, name: str, replace: bool = True) -> RuntimeSchedule:
+        """Create (or, with ``replace``, replace) the runtime schedule
+        ``name`` of ``actor``.
 
         Parameters:
           actor(Actor|str): A declared actor, or its name.
@@ -250,6 +271,11 @@ class RuntimeSchedules:
             with all its options (its ``name``, if set, must be ``name``).
           name(str): Unique among the actor's runtime schedules: 1 to 64
             letters, digits, ``_``, ``.`` or ``-``.
+          replace(bool): Whether a schedule already stored under that name
+            is replaced (with the whole new definition).  Defaults to True,
+            as before this option existed: adding the same schedule again is
+            harmless, which is what a retry after a lost reply does.  False
+            creates only, refusing an existing name.
 
         Returns:
           RuntimeSchedule: what was stored, with its revision and next tick.
@@ -257,42 +283,105 @@ class RuntimeSchedules:
         Raises:
           CronScheduleError: naming the bad value (unknown actor, bad name,
             expression, zone or option, arguments that are not JSON, a
-            definition over :data:`MAX_DEFINITION_BYTES`); nothing is written.
+            definition over :data:`MAX_DEFINITION_BYTES`, or with
+            ``replace=False`` a name already stored); nothing is written.
           CronUnavailableError: Redis did not answer; the write happened
             entirely or not at all.
         """
-        return self.add_many([(actor, schedule, name)])[0]
+        return self.add_many([(actor, schedule, name)], replace=replace)[0]
 
-    def add_many(self, items: Iterable[tuple[object, str | Schedule, str]]) -> list[RuntimeSchedule]:
-        """Create or replace many runtime schedules: ``(actor, schedule,
-        name)`` each, as for :meth:`add`.
+    def add_many(
+        self, items: Iterable[tuple[object, str | Schedule, str]], *, replace: bool = True
+    ) -> builtins.list[RuntimeSchedule]:
+        """Create (or, with ``replace``, replace) many runtime schedules:
+        ``(actor, schedule, name)`` each, as for :meth:`add`.
 
         Every item is validated before anything is written, so one bad item
         writes nothing.  The writes then go in scripts of 500 definitions;
         each script is atomic, the whole call is not
         (after a :class:`CronUnavailableError` a prefix of the items may be
-        stored: adding them again is harmless).
+        stored: adding them again with ``replace=True`` is harmless).  With
+        ``replace=False`` a batch holding a stored name writes nothing, and
+        the error names that schedule.
 
         Raises:
           CronScheduleError: as for :meth:`add`, naming the item.
           CronUnavailableError: Redis did not answer.
         """
         prepared = [self._prepare(actor, schedule, name) for actor, schedule, name in items]
-        out: list[RuntimeSchedule] = []
+        ids = [bound.id for bound, _ in prepared]
+        if len(set(ids)) != len(ids):
+            twice = sorted({i for i in ids if ids.count(i) > 1})[:5]
+            raise CronScheduleError(f"runtime schedules: the same schedule is given twice: {', '.join(twice)}")
+        return self._write_prepared(prepared, "" if replace else "new")
+
+    def update(self, schedule_id: str, changes: dict[str, Any]) -> tuple[RuntimeSchedule, RuntimeSchedule]:
+        """Change some options of a stored runtime schedule and keep the
+        rest (its arguments, zone, options...): a :class:`Schedule` field
+        per keyword, as ``update("report:tenant-42", {"expression": "0 10
+        * * *"})``.  Giving ``expression`` clears ``every`` and the reverse.
+        The write is refused if another write changed the schedule since it
+        was read here (the read and write are then tried again, up to three
+        times).
+
+        Returns:
+          tuple: ``(before, after)``, both as stored.
+
+        Raises:
+          CronScheduleError: no such schedule, an unknown or bad option
+            (named), or a ``name`` (a rename is a new schedule: add it and
+            remove this one); nothing is written.
+          CronUnavailableError: Redis did not answer.
+        """
+        actor, name = split_id(schedule_id)
+        unknown = sorted(set(changes) - _SCHEDULE_FIELDS)
+        if unknown or "name" in changes:
+            options = ", ".join(sorted(_SCHEDULE_FIELDS - {"name"}))
+            what = (
+                f"unknown option(s) {', '.join(unknown)}; the options are {options}"
+                if unknown
+                else "name cannot be changed (add the new name, then remove this one)"
+            )
+            raise CronScheduleError(f"runtime schedule {schedule_id!r}: {what}")
+        for _ in range(3):
+            before = self.get(actor, name)
+            if before is None:
+                raise CronScheduleError(f"there is no runtime schedule {schedule_id!r}")
+            with of_actor(actor):
+                item = dataclasses.replace(as_schedule(before.schedule), **_switched(changes))
+            prepared = self._prepare(actor, item, name)
+            try:
+                (after,) = self._write_prepared([prepared], str(before.schedule.revision))
+            except _Changed:
+                continue
+            return before, after
+        raise CronScheduleError(f"runtime schedule {schedule_id!r} kept changing while being updated; try again")
+
+    def _write_prepared(
+        self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
+    ) -> builtins.list[RuntimeSchedule]:
+        """Write validated definitions under ``condition`` (see
+        runtime_write.lua)."""
+        out: builtins.list[RuntimeSchedule] = []
         with self._store("write runtime schedules"):
             # One script call per batch, not pipelined: a batch runs for a
             # few milliseconds inside Redis, so the round trip hardly counts,
             # and Redis Cluster's pipelines refuse scripts.
             for first in range(0, len(prepared), _BATCH):
                 batch = prepared[first : first + _BATCH]
-                args: list[Any] = [MAX_DEFINITION_BYTES, self.history_length]
+                args: builtins.list[Any] = [MAX_DEFINITION_BYTES, self.history_length, condition]
                 for bound, body in batch:
                     args += [bound.id, body, bound.shape]
-                reply = decode(self._write(keys=self._write_keys, args=args))
+                try:
+                    reply = decode(self._write(keys=self._write_keys, args=args))
+                except redis.ResponseError as exc:
+                    _refused_condition(exc)
+                    raise
                 now, written = reply.server_ms, reply.payload
                 for i, (bound, _) in enumerate(batch):
-                    stored = dataclasses.replace(bound, revision=int(written[2 * i]))
-                    out.append(_stored(stored, created=int(written[1 + 2 * i]), updated=now, now=now))
+                    rev, created, revision = (int(v) for v in written[3 * i : 3 * i + 3])
+                    stored = dataclasses.replace(bound, revision=rev)
+                    out.append(_stored(stored, created=created, updated=now, now=now, revision=revision))
         return out
 
     def remove(self, actor: object, name: str) -> bool:
@@ -556,21 +645,19 @@ class RuntimeSchedules:
         """Validate one item; return it bound, and its definition without the
         closing brace (the write script appends revision and times)."""
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise CronScheduleError(
-                f"runtime schedule of {_describe_actor(actor)}: name must be 1 to 64 letters, digits, "
-                f"'_', '.' or '-', got {name!r}"
-            )
+            raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {name!r}")
         info = self.resolve_actor(actor)
         _check_actor_name(info.actor_name)
         if isinstance(schedule, str):
-            item = Schedule(schedule, name=name)
+            with of_actor(info.actor_name):
+                item = Schedule(schedule, name=name)
         elif isinstance(schedule, Schedule):
             if schedule.name is not None and schedule.name != name:
                 raise CronScheduleError(
                     f"actor {info.actor_name!r}, runtime schedule {name!r}: Schedule(name={schedule.name!r}) "
                     "differs from name=; give the name once, with name="
                 )
-            item = dataclasses.replace(schedule, name=name)
+            item = schedule  # its name is given to bind_schedule: no copy checked again
         else:
             raise CronScheduleError(
                 f"actor {info.actor_name!r}, runtime schedule {name!r}: schedule must be a cron expression or a "
@@ -586,6 +673,7 @@ class RuntimeSchedules:
             time_limit=info.time_limit,
             source="runtime",
             signature=info.signature,
+            name=name,
         )
         definition = _definition(bound)
         body = json.dumps(definition, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -626,23 +714,123 @@ class RuntimeSchedules:
         if bound is None:
             return None
         data = json.loads(text)
-        return _stored(bound, created=int(data.get("created", 0)), updated=int(data.get("updated", 0)), now=now)
+        return _stored(
+            bound,
+            created=int(data.get("created", 0)),
+            updated=int(data.get("updated", 0)),
+            now=now,
+            revision=int(data.get("revision", 1)),
+        )
 
     @contextmanager
     def _store(self, what: str) -> Iterator[None]:
         """Turn Redis failures into one clear exception."""
         try:
             yield
+        except (redis.AuthenticationError, redis.ResponseError) as exc:
+            refused = credentials_refused(exc, describe(self.client))
+            if refused is None and isinstance(exc, redis.ResponseError):
+                raise CronConfigurationError(f"cannot {what}: Redis refused ({redact(str(exc))})") from None
+            raise CronConfigurationError(f"cannot {what}: {refused or redact(str(exc))}") from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise CronUnavailableError(
                 f"cannot {what}: Redis at {describe(self.client)} did not answer ({redact(str(exc))})"
             ) from None
-        except redis.ResponseError as exc:
-            raise CronConfigurationError(f"cannot {what}: Redis refused ({redact(str(exc))})") from None
 
 
-def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int) -> RuntimeSchedule:
-    return RuntimeSchedule(schedule=bound, created_ms=created, updated_ms=updated, as_of_ms=now)
+def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int, revision: int) -> RuntimeSchedule:
+    return RuntimeSchedule(schedule=bound, created_ms=created, updated_ms=updated, as_of_ms=now, revision=revision)
+
+
+def _datetime(ms: int, zone: dt.tzinfo) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=zone)
+
+
+class _Changed(Exception):
+    """An update's conditional write found another write first."""
+
+
+def _refused_condition(exc: redis.ResponseError) -> None:
+    """Raise what a failed write condition means (see runtime_write.lua)."""
+    text = str(exc)
+    for word in ("EXISTS ", "CHANGED "):
+        at = text.find(word)
+        if at >= 0:
+            schedule_id = text[at + len(word) :].split()[0] if text[at + len(word) :].split() else "?"
+            if word == "CHANGED ":
+                raise _Changed(schedule_id) from None
+            raise already_exists(schedule_id) from None
+
+
+def already_exists(schedule_id: str) -> CronScheduleError:
+    """The error of a create-only add of a stored name."""
+    return CronScheduleError(
+        f"runtime schedule {schedule_id!r} already exists (an add that may replace it, or an update, changes it)"
+    )
+
+
+#: The options of a :class:`Schedule`, which :meth:`RuntimeSchedules.update` may change.
+_SCHEDULE_FIELDS = frozenset(f.name for f in dataclasses.fields(Schedule))
+
+
+def as_schedule(bound: BoundSchedule) -> Schedule:
+    """The :class:`Schedule` that binds to ``bound`` again: every option as
+    resolved when it was stored (an interval schedule has no expression)."""
+    values = {f: getattr(bound, f) for f in _SCHEDULE_FIELDS if hasattr(bound, f)}
+    values["name"] = bound.name if bound.named else None
+    if bound.every is not None:
+        values["expression"] = None
+    return Schedule(**values)
+
+
+def _switched(changes: dict[str, Any]) -> dict[str, Any]:
+    """``changes``, where an expression clears the interval and the reverse."""
+    out = dict(changes)
+    if out.get("expression") is not None and "every" not in out:
+        out.update(every=None, offset=0)
+    if out.get("every") is not None and "expression" not in out:
+        out["expression"] = None
+    return out
+
+
+def describe_changes(before: RuntimeSchedule, after: RuntimeSchedule) -> str:
+    """What an update changed, for the audit trail: ``expression '0 9 * * *'
+    -> '0 10 * * *'``.  Of args, kwargs and options only the changed keys
+    are named (their values may be private)."""
+    old, new = _definition(before.schedule), _definition(after.schedule)
+    parts = [f"revision {after.revision}"]
+    for key, value in new.items():
+        was = old.get(key)
+        if was == value:
+            continue
+        if key == "args":
+            parts.append("args changed")
+        elif key in ("kwargs", "options"):
+            was = was or {}
+            keys = sorted(k for k in {*was, *value} if was.get(k, _GONE) != value.get(k, _GONE))
+            parts.append(f"{key} {', '.join(keys)} changed")
+        else:
+            parts.append(f"{key} {was!r} -> {value!r}")
+    return "; ".join(parts)
+
+
+_GONE = object()
+
+
+def split_id(schedule_id: object) -> tuple[str, str]:
+    """A runtime schedule's id, ``actor:name``, as its two parts.
+
+    Raises:
+      CronScheduleError: not a runtime schedule's id (naming it).
+    """
+    actor, sep, name = schedule_id.partition(":") if isinstance(schedule_id, str) else ("", "", "")
+    if not sep or not actor or not name:
+        raise CronScheduleError(
+            f"a runtime schedule's id is 'actor:name' (see list), got {schedule_id!r}"
+            + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
+        )
+    _schedule_id(actor, name)
+    return actor, name
 
 
 def _definition(bound: BoundSchedule) -> dict[str, Any]:
@@ -860,7 +1048,5 @@ def _describe_actor(actor: object) -> str:
 def _schedule_id(actor: object, name: object) -> str:
     actor_name = _actor_name(actor)
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(
-            f"runtime schedule of {actor_name!r}: name must be 1 to 64 letters, digits, '_', '.' or '-', got {name!r}"
-        )
+        raise CronScheduleError(f"runtime schedule of {actor_name!r}: {NAME_RULE}, got {name!r}")
     return f"{actor_name}:{name}"

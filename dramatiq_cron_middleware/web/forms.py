@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import CronConfigurationError, CronScheduleError
 from ..middleware import CronMiddleware
-from ..schedules.schedule import BoundSchedule, Schedule
+from ..schedules.schedule import BoundSchedule, Schedule, of_actor
 
 __all__ = ["RuntimeForm", "runtime_of", "save"]
 
@@ -80,7 +80,8 @@ def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
     old_actor, sep, old_name = (original or "").partition(":")
     try:
         previous = store.get(old_actor, old_name) if sep else None
-        schedule = _schedule(form, args, kwargs, None if previous is None else previous.schedule)
+        with of_actor(form.actor):  # a Schedule checks itself before it knows its actor
+            schedule = _schedule(form, args, kwargs, None if previous is None else previous.schedule)
         store.add(form.actor, schedule, name=form.name)
     except CronScheduleError as exc:
         return str(exc)
