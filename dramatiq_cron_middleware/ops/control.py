@@ -225,10 +225,22 @@ class Control:
         """Undo :meth:`pause` of the same target.  False if it was not paused."""
         return bool(self.client.srem(self.keys.paused, target.member))
 
-    def record_trigger(self, *, schedule_id: str, tick_ms: int, message_id: str) -> int:
-        """Append a manual trigger to the history; returns its server time.
-        The ledger is left alone, so the schedule fires as before."""
-        args: list[Any] = [self.history_length, schedule_id, tick_ms, Outcome.TRIGGERED, "manual", message_id]
+    def record_trigger(self, *, schedule_id: str, tick_ms: int, message_id: str, who: str | None = None) -> int:
+        """Append a manual trigger to the history (by ``who`` when named);
+        returns its server time.  The ledger is left alone, so the schedule
+        fires as before."""
+        detail = "manual" if who is None else f"manual, by {who}"
+        args: list[Any] = [self.history_length, schedule_id, tick_ms, Outcome.TRIGGERED, detail, message_id]
+        return decode(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
+
+    def record_action(self, *, schedule_id: str, action: str, who: str, change: str = "") -> int:
+        """Append an operator's action on a schedule (``pause``, ``resume``,
+        ``add``, ``update``, ``remove``) to its history, with who did it and
+        what changed; returns its server time.  Its outcome is the action's
+        verb, so it never reads as the outcome of a tick."""
+        detail = f"by {who}" + (f": {change}" if change else "")
+        now = self.server_ms()
+        args: list[Any] = [self.history_length, schedule_id, now, action, detail, ""]
         return decode(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
 
     # -- reads and actions for the web dashboard --------------------------
@@ -291,10 +303,10 @@ class Control:
         value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
         return str(value) if value else None
 
-    def trigger(self, broker: Broker, schedule: BoundSchedule, *, prefix: str) -> Triggered:
+    def trigger(self, broker: Broker, schedule: BoundSchedule, *, prefix: str, who: str | None = None) -> Triggered:
         """Enqueue a schedule's message now, marked manual with a fresh id,
-        and record it as ``triggered``; the ledger is left alone, so the
-        schedule fires as before.
+        and record it as ``triggered`` (by ``who`` when named); the ledger is
+        left alone, so the schedule fires as before.
 
         Raises:
           TriggerRefused: the broker is a ``StubBroker`` (the message would
@@ -314,7 +326,7 @@ class Control:
         except Exception as exc:
             detail = redact(f"{type(exc).__name__}: {exc}")
             raise TriggerRefused(f"enqueueing {schedule.actor_name} failed: {detail}") from None
-        at = self.record_trigger(schedule_id=schedule.id, tick_ms=tick, message_id=message.message_id)
+        at = self.record_trigger(schedule_id=schedule.id, tick_ms=tick, message_id=message.message_id, who=who)
         return Triggered(
             message_id=message.message_id,
             tick=message.options["cron_tick"],

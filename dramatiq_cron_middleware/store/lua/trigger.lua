@@ -1,5 +1,6 @@
--- Append a manual trigger to the history with the server's clock, so its
--- time sorts with the leader's entries whatever the operator's clock says.
+-- Append an operator's entry (a manual trigger, or an action such as a
+-- pause) to the history with the server's clock, so its time sorts with
+-- the leader's entries whatever the operator's clock says.
 --
 -- KEYS[1] - the history stream
 -- KEYS[2] - the lease hash (its epoch is recorded)
