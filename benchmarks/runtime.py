@@ -167,11 +167,11 @@ def main() -> int:
             "version": new_version,
         }
         started = time.perf_counter()
-        page = cron.list_runtime(search="tenant-9999", limit=20)
+        page = cron.list(search="tenant-9999", limit=20)
         results["list_search_ms"] = round((time.perf_counter() - started) * 1000, 1)
         results["list_search_found"] = len(page.items)
         started = time.perf_counter()
-        cron.list_runtime(limit=100, cursor="report:tenant-5")
+        cron.list(limit=100, cursor="report:tenant-5")
         results["list_page_ms"] = round((time.perf_counter() - started) * 1000, 1)
         info: Any = store.client.info("memory")
         results["redis_used_memory_mib"] = round(info["used_memory"] / 2**20, 1)

@@ -3,21 +3,27 @@ that start and stop the leader thread in every worker process."""
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import socket
 import threading
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import dramatiq
+import redis
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis import Redis
 
+from .audit import Action, AuditLog, Changed, Triggered, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
-from .errors import CronConfigurationError, CronScheduleError
+from .errors import CronConfigurationError, CronScheduleError, CronUnavailableError
 from .leader.thread import LeaderObserver, LeaderThread
 from .overlap import RunningMarks
 from .schedules.schedule import (
@@ -35,6 +41,7 @@ from .store.connection import (
     ENV_URL,
     describe,
     presence_client,
+    redact,
     same_server,
     scheduler_clients,
     url_from_environment,
@@ -43,9 +50,17 @@ from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
 from .store.redis_store import RedisStore
-from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
+from .store.runtime import (
+    ActorInfo,
+    RuntimePage,
+    RuntimeSchedule,
+    RuntimeSchedules,
+    describe_changes,
+    split_id,
+)
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
+from .targets import Target, resolve_target
 
 __all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
 
@@ -139,6 +154,7 @@ class CronMiddleware(Middleware):
         # Not the start lock: a web request asking for the runtime schedules
         # need not wait for a leader thread starting.
         self._runtime_lock = threading.Lock()
+        self._audit: AuditLog | None = None
 
     # -- the configuration, read-only -----------------------------------------
 
@@ -470,48 +486,107 @@ class CronMiddleware(Middleware):
                 self._runtime = self._runtime_store(client, broker)
             return self._runtime
 
-    def add(self, actor: Any, schedule: str | Schedule, *, name: str) -> RuntimeSchedule:
-        """Create or replace a runtime schedule of a declared actor, checked
-        by the same rules as ``cron=``; see :meth:`RuntimeSchedules.add`.
+    # -- the Python API: runtime schedules, pause, resume, trigger --------------
+    #
+    # Every change is recorded in the history as done by ``who`` (the audit
+    # trail, audit.py) and logged at INFO here.  The ``dramatiq-cron``
+    # command calls these with who="cli", the dashboard with its user.
+
+    def get(self, schedule_id: str) -> RuntimeSchedule | None:
+        """The runtime schedule with this id (``actor:name``), or None.
+
+        Raises:
+          CronScheduleError: not a runtime schedule's id.
+          CronUnavailableError: Redis did not answer.
+        """
+        actor, name = split_id(schedule_id)
+        return self.runtime.get(actor, name)
+
+    def add(
+        self, actor: Any, schedule: str | Schedule, *, name: str, replace: bool = True, who: str = "api"
+    ) -> RuntimeSchedule:
+        """Create a runtime schedule of a declared actor, checked by the same
+        rules as ``cron=``; with ``replace`` (the default) replace a stored
+        one of that name with the whole new definition (see :meth:`update`
+        to change a few options and keep the rest).
 
         Parameters:
           actor(Actor|str): The actor, or its name.
           schedule(str|Schedule): A cron expression or a :class:`Schedule`.
           name(str): Unique among the actor's runtime schedules (1 to 64 of
             ``A-Z a-z 0-9 _ . -``).
+          replace(bool): Whether a stored schedule of that name is replaced.
+            Defaults to True, which is what ``add`` always did: code that
+            adds the same schedule at every start, or retries after a lost
+            reply, keeps working.  False creates only: an existing name is
+            refused (CronScheduleError), nothing written.
+          who(str): Who acts, recorded in the history.  Defaults to "api".
 
         Returns:
-          RuntimeSchedule: what was stored, with its next fire time.
+          RuntimeSchedule: what was stored, with its revision (1 for a new
+          schedule) and next fire time (``next_ms``, ``next_at``).
 
         Raises:
           CronScheduleError: a bad value, named.
           CronUnavailableError: Redis did not answer (nothing half-written).
         """
-        return self.runtime.add(actor, schedule, name=name)
+        return self.add_many([(actor, schedule, name)], replace=replace, who=who)[0]
 
-    def remove(self, actor: Any, name: str) -> bool:
-        """Remove a runtime schedule; it never fires after this returns.
-        See :meth:`RuntimeSchedules.remove`.
+    def add_many(
+        self, items: Iterable[tuple[Any, str | Schedule, str]], *, replace: bool = True, who: str = "api"
+    ) -> builtins.list[RuntimeSchedule]:
+        """Create (or, with ``replace``, replace) many runtime schedules,
+        ``(actor, schedule, name)`` each, as :meth:`add`; every item is
+        checked before anything is written.  See
+        :meth:`RuntimeSchedules.add_many`."""
+        check_who(who)
+        stored = self.runtime.add_many(items, replace=replace)
+        self._record(Action.ADD, who, [(s.id, _added_detail(s)) for s in stored])
+        return stored
 
-        Parameters:
-          actor(Actor|str): The actor, or its name (it need not be declared
-            any more).
-          name(str): The runtime schedule's name.
+    def update(self, schedule_id: str, *, who: str = "api", **changes: Any) -> RuntimeSchedule:
+        """Change some options of a runtime schedule and keep the others
+        (arguments, zone, message options...): any :class:`Schedule`
+        option by keyword, e.g. ``update("report:tenant-42",
+        expression="0 10 * * *")``.  An ``expression`` replaces an interval
+        and ``every`` an expression.  Its revision grows by one.
+
+        Raises:
+          CronScheduleError: no such schedule, or a bad or unknown option
+            (named); nothing is written.
+          CronUnavailableError: Redis did not answer.
+        """
+        check_who(who)
+        before, after = self.runtime.update(schedule_id, changes)
+        self._record(Action.UPDATE, who, [(after.id, describe_changes(before, after))])
+        return after
+
+    def remove(self, actor: Any, name: str | None = None, *, who: str = "api") -> bool:
+        """Remove a runtime schedule, by id (``remove("report:tenant-42")``)
+        or by actor and name (``remove(send_report, "tenant-42")``); it
+        never fires after this returns.  See :meth:`RuntimeSchedules.remove`.
 
         Returns:
           bool: False if there was no such schedule.
 
         Raises:
-          CronScheduleError: a bad actor or name.
+          CronScheduleError: a bad id, actor or name.
           CronUnavailableError: Redis did not answer (nothing half-written).
         """
-        return self.runtime.remove(actor, name)
+        check_who(who)
+        if name is None:
+            actor, name = split_id(actor)
+        removed = self.runtime.remove(actor, name)
+        if removed:
+            self._record(Action.REMOVE, who, [(f"{getattr(actor, 'actor_name', actor)}:{name}", "")])
+        return removed
 
-    def list_runtime(
+    def list(
         self, *, actor: Any = None, search: str | None = None, cursor: str | None = None, limit: int = 100
     ) -> RuntimePage:
         """One page of runtime schedules, in order of their ids; see
-        :meth:`RuntimeSchedules.list`.
+        :meth:`RuntimeSchedules.list` (:meth:`all_schedules` lists the
+        declared ones).
 
         Parameters:
           actor(Actor|str): Only this actor's.  Defaults to None, meaning all.
@@ -528,6 +603,92 @@ class CronMiddleware(Middleware):
           CronUnavailableError: Redis did not answer.
         """
         return self.runtime.list(actor=actor, search=search, cursor=cursor, limit=limit)
+
+    def list_runtime(
+        self, *, actor: Any = None, search: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> RuntimePage:
+        """Deprecated: the same as :meth:`list`."""
+        warnings.warn("CronMiddleware.list_runtime() is deprecated: use list()", DeprecationWarning, stacklevel=2)
+        return self.list(actor=actor, search=search, cursor=cursor, limit=limit)
+
+    def pause(self, schedule_id: str | None = None, *, actor: str | None = None, who: str = "api") -> Changed:
+        """Pause one schedule (declared or runtime, by id), or with
+        ``actor=`` every schedule of an actor: whichever process leads
+        records their ticks as ``paused`` and enqueues nothing.
+
+        Returns:
+          Changed: ``changed`` is False when it already was paused.
+
+        Raises:
+          CronScheduleError: no such schedule or actor (``UnknownTarget``).
+          CronUnavailableError: Redis did not answer.
+        """
+        target = self._target(schedule_id, actor, resuming=False)
+        return self._audit_log().pause(target.member, who=who)
+
+    def resume(self, schedule_id: str | None = None, *, actor: str | None = None, who: str = "api") -> Changed:
+        """Undo :meth:`pause` of the same schedule or actor (found even
+        when the app no longer declares it)."""
+        target = self._target(schedule_id, actor, resuming=True)
+        return self._audit_log().resume(target.member, who=who)
+
+    def trigger(self, schedule_id: str, *, who: str = "api") -> Triggered:
+        """Enqueue a schedule's message now (by id, declared or runtime),
+        marked ``cron_manual`` with a fresh message id, and record it as
+        ``triggered``; the schedule fires as before.
+
+        Raises:
+          CronScheduleError: no such schedule (``UnknownTarget``), or the
+            trigger cannot work (``TriggerRefused``: a StubBroker).
+          CronUnavailableError: Redis did not answer.
+        """
+        target = self._target(schedule_id, None, resuming=False)
+        assert target.schedule is not None
+        return self._audit_log().trigger(self._known_broker(), target.schedule, prefix=self.prefix, who=who)
+
+    def _target(self, schedule_id: str | None, actor: str | None, *, resuming: bool) -> Target:
+        if (schedule_id is None) == (actor is None):
+            raise CronScheduleError("give a schedule id or actor=, not both")
+        paused = self._audit_log().client.smembers(self.keys.paused) if resuming else ()
+        with self._runtime_errors():
+            return resolve_target(
+                declared=self.all_schedules(),
+                runtime=self.runtime,
+                schedule_id=schedule_id,
+                actor=actor,
+                paused=cast("set[str]", paused),
+            )
+
+    def _audit_log(self) -> AuditLog:
+        runtime = self.runtime
+        with self._runtime_lock:
+            if self._audit is None or self._audit.client is not runtime.client:
+                self._audit = AuditLog(client=runtime.client, keys=self.keys, history_length=self.history_length)
+            return self._audit
+
+    def _record(self, action: Action, who: str, entries: builtins.list[tuple[str, str]]) -> None:
+        if not entries:
+            return
+        if self._simulator is not None:  # no Redis to record in: the log line only
+            log_actions(self.logger, action, who, entries)
+            return
+        with self._runtime_errors():
+            self._audit_log().record(action, who=who, entries=entries)
+
+    @contextmanager
+    def _runtime_errors(self) -> Iterator[None]:
+        """Redis failures of an operator call as one clear exception."""
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if isinstance(exc, CronUnavailableError):
+                raise
+            raise CronUnavailableError(f"Redis did not answer ({redact(str(exc))})") from None
+
+    def _known_broker(self) -> Broker:
+        if self._broker is None:
+            raise CronConfigurationError("CronMiddleware: declare actors on the broker first")
+        return self._broker
 
     @classmethod
     def of(cls, broker: Broker | None = None) -> CronMiddleware:
@@ -615,3 +776,9 @@ def _time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
         return DEFAULT_TIME_LIMIT
     return int(limit)
+
+
+def _added_detail(stored: RuntimeSchedule) -> str:
+    """What an add recorded: the definition in brief."""
+    s = stored.schedule
+    return f"revision {stored.revision}: {s.expression} in {s.timezone}"

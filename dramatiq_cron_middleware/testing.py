@@ -15,7 +15,7 @@ messages carry the same ``cron_tick`` option, arguments, options and
 deterministic message ids a real leader would send, and a leaderless gap
 (``advance(..., leading=False)``) is caught up by the schedules' catch-up
 policy.  Runtime schedules added while it is attached (``cron.add``,
-``cron.remove``, ``cron.list_runtime``, ``cron.runtime``) are written to
+``cron.remove``, ``cron.list``, ``cron.runtime``) are written to
 that store and fire like declared ones, from the fake time of their
 ``add``; a replacement or removal takes effect as on Redis.  No thread is
 started and no Redis is needed.  ``overlap="skip"`` is not simulated (no
@@ -29,7 +29,7 @@ import builtins
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dramatiq import Broker, Message
@@ -40,12 +40,12 @@ from .leader.thread import LeaderThread
 from .middleware import CronMiddleware, find_middleware
 from .schedules.outcome import Outcome
 from .schedules.planner import message_for
-from .schedules.schedule import Schedule
+from .schedules.schedule import BoundSchedule
 from .store.boundary import Boundary, BrokerBoundary
 from .store.clock import ServerClock
 from .store.in_memory import InMemoryStore, MemoryServer
 from .store.keys import Keys
-from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id
+from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id, already_exists
 
 __all__ = ["CronSimulator", "Instant", "SimulatedRuntime", "cron_middleware_of", "ticks_between"]
 
@@ -276,9 +276,16 @@ class SimulatedRuntime(RuntimeSchedules):
         """Every stored runtime schedule by id."""
         return dict(self._stored)
 
-    def add_many(self, items: Iterable[tuple[object, str | Schedule, str]]) -> builtins.list[RuntimeSchedule]:
-        """As :meth:`RuntimeSchedules.add_many`, in memory."""
-        prepared = [self._prepare(actor, schedule, name) for actor, schedule, name in items]
+    def _write_prepared(
+        self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
+    ) -> builtins.list[RuntimeSchedule]:
+        """As :meth:`RuntimeSchedules._write_prepared`, in memory."""
+        for bound, _ in prepared:
+            before = self._stored.get(bound.id)
+            if condition == "new" and before is not None:
+                raise already_exists(bound.id)
+            if condition not in ("", "new") and (before is None or str(before.schedule.revision) != condition):
+                raise CronScheduleError(f"runtime schedule {bound.id!r} changed while being updated; try again")
         now = self._clock()
         out = []
         written = self._server.add_runtime([bound for bound, _ in prepared])
@@ -289,6 +296,7 @@ class SimulatedRuntime(RuntimeSchedules):
                 created_ms=now if before is None else before.created_ms,
                 updated_ms=now,
                 as_of_ms=now,
+                revision=1 if before is None else before.revision + 1,
             )
             self._stored[schedule.id] = stored
             out.append(stored)

@@ -29,6 +29,6 @@ def test_runtime_schedules_are_stored_listed_and_removed_on_a_three_master_clust
     version, everything = store.load_all()
     assert version == 1202 and len(everything) == 1200
     assert store.changes_since(1200) == (1202, {"report:bulk-1199": everything["report:bulk-1199"], "report:t1": None})
-    page = cron.list_runtime(actor="report", limit=1000)
+    page = cron.list(actor="report", limit=1000)
     assert page.total == 1200 and len(page.items) == 1000 and page.cursor is not None
     assert store.count_by_actor() == {"report": 1200}

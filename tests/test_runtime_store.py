@@ -247,25 +247,25 @@ def test_listing_filters_by_actor_and_search_and_pages_with_a_cursor(app: App) -
     app.store.add_many([("report", "0 * * * *", f"tenant-{n:03d}") for n in range(250)])
     app.cron.add("cleanup", "0 * * * *", name="tenant-007")
 
-    first = app.cron.list_runtime(actor="report", limit=100)
+    first = app.cron.list(actor="report", limit=100)
     assert first.total == 250 and len(first.items) == 100 and first.cursor == "report:tenant-099"
     seen = [i.id for i in first.items]
     page = first
     while page.cursor is not None:
-        page = app.cron.list_runtime(actor="report", limit=100, cursor=page.cursor)
+        page = app.cron.list(actor="report", limit=100, cursor=page.cursor)
         seen += [i.id for i in page.items]
     assert seen == [f"report:tenant-{n:03d}" for n in range(250)]
 
-    everything = app.cron.list_runtime(limit=1000)
+    everything = app.cron.list(limit=1000)
     assert everything.total == 251 and everything.cursor is None
     assert everything.items[0].id == "cleanup:tenant-007"
 
-    found = app.cron.list_runtime(search="TENANT-00", limit=5)
+    found = app.cron.list(search="TENANT-00", limit=5)
     assert [i.id for i in found.items] == ["cleanup:tenant-007"] + [f"report:tenant-00{n}" for n in range(4)]
     assert found.total is None and found.cursor == "report:tenant-003"
-    rest = app.cron.list_runtime(search="tenant-00", limit=100, cursor=found.cursor)
+    rest = app.cron.list(search="tenant-00", limit=100, cursor=found.cursor)
     assert [i.id for i in rest.items] == [f"report:tenant-00{n}" for n in range(4, 10)] and rest.cursor is None
-    assert app.cron.list_runtime(actor="nobody").items == []
+    assert app.cron.list(actor="nobody").items == []
 
 
 def test_a_schedule_whose_actor_is_no_longer_declared_is_still_read_and_removable(redis_server: RedisServer) -> None:
@@ -274,7 +274,7 @@ def test_a_schedule_whose_actor_is_no_longer_declared_is_still_read_and_removabl
     other = make_app(redis_server.url)  # a deploy without "report"
     del other.broker.actors["report"]
     assert set(other.store.load_all()[1]) == {"report:daily"}
-    assert [i.id for i in other.cron.list_runtime().items] == ["report:daily"]
+    assert [i.id for i in other.cron.list().items] == ["report:daily"]
     assert other.cron.remove("report", "daily") is True
 
 
@@ -337,7 +337,7 @@ def test_an_unreachable_redis_raises_one_clear_error_and_writes_nothing(redis_se
     assert isinstance(info.value, redis.ConnectionError)
     for call in (
         lambda: app.cron.remove("report", "daily"),
-        lambda: app.cron.list_runtime(),
+        lambda: app.cron.list(),
         app.store.version,
         app.store.load_all,
         lambda: app.store.changes_since(0),
@@ -483,7 +483,8 @@ def test_a_new_schedule_starts_in_the_ledger_at_its_creation(app: App) -> None:
     tick, epoch, kind = app.redis.hget(ticks, stored.id).split(":")  # type: ignore[union-attr]
     assert (epoch, kind) == ("0", "baseline") and before <= int(tick) <= stored.created_ms
     assert app.redis.hget(shapes, stored.id) == stored.schedule.shape
-    assert not [e for e in app.redis.xrange(f"{P}:history") if e[1]["schedule"] == stored.id]
+    # Only the add itself is recorded (the audit trail), no rebase.
+    assert [e[1]["outcome"] for e in app.redis.xrange(f"{P}:history") if e[1]["schedule"] == stored.id] == ["add"]
     # A ledger key of the wrong type is the leader's to repair: add still works.
     app.redis.delete(ticks)
     app.redis.set(ticks, "garbage")
@@ -521,7 +522,7 @@ def test_a_replacement_keeps_its_entry_unless_its_ticks_change(app: App) -> None
     app.redis.hset(ticks, stored.id, fired)
     again = app.cron.add("report", "0 10 * * *", name="x")  # the same shape, but added again
     restarted_at(again)
-    entries = [e[1] for e in app.redis.xrange(history) if e[1]["schedule"] == stored.id]
+    entries = [e[1] for e in app.redis.xrange(history) if e[1]["schedule"] == stored.id and "who" not in e[1]]
     assert [(e["outcome"], int(e["tick"])) for e in entries] == [
         ("rebased", other.updated_ms),
         ("rebased", again.updated_ms),

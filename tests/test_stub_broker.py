@@ -87,7 +87,7 @@ def test_runtime_calls_without_redis_name_the_fix(broker: StubBroker) -> None:
     for call in (
         lambda: cron.add(send_report, "0 9 * * *", name="tenant-1"),
         lambda: cron.remove(send_report, "tenant-1"),
-        lambda: cron.list_runtime(),
+        lambda: cron.list(),
     ):
         with pytest.raises(CronConfigurationError) as refused:
             call()
@@ -108,7 +108,7 @@ def test_runtime_calls_go_to_an_attached_simulator_which_fires_them(broker: Stub
         (T0 + dt.timedelta(hours=9)).timestamp() * 1000
     )
     cron.add("send_report", "0 10 * * *", name="tenant-7")
-    page = cron.list_runtime(actor=send_report)
+    page = cron.list(actor=send_report)
     assert [r.id for r in page.items] == ["send_report:tenant-42", "send_report:tenant-7"] and page.total == 2
     assert cron.remove(send_report, "tenant-7") is True
     assert cron.remove(send_report, "tenant-7") is False
@@ -125,7 +125,7 @@ def test_runtime_calls_go_to_an_attached_simulator_which_fires_them(broker: Stub
     assert ran == [42, 42]
     simulator.close()
     with pytest.raises(CronConfigurationError, match="CronSimulator"):
-        cron.list_runtime()
+        cron.list()
 
 
 def test_a_malformed_redis_url_still_fails_at_boot() -> None:

@@ -86,7 +86,7 @@ def test_every_dashboard_action_is_recorded_with_its_user_and_shown_in_the_histo
     assert history.count("alice") >= 6, history
     for action in ("add", "pause", "resume", "triggered", "update", "remove"):
         assert f'data-outcome="{action}"' in history, action
-    assert "0 4 * * * → 0 5 * * *" in history
+    assert "expression '0 4 * * *' -> '0 5 * * *'" in history
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "alice" in r.getMessage()]
     assert len(logged) == 6, logged
 

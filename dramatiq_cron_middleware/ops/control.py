@@ -12,19 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import redis
 from dramatiq import Broker
-from dramatiq.brokers.stub import StubBroker
 
-from ..errors import CronScheduleError
-from ..schedules.planner import message_for
+from ..audit import Action, AuditLog, Triggered, TriggerRefused
 from ..schedules.schedule import BoundSchedule
-from ..store.codes import RESULT_OUTCOMES, ClaimResult, Outcome, decode, load_script, parse_ledger_value, whole_actor
-from ..store.connection import redact
+from ..store.codes import RESULT_OUTCOMES, ClaimResult, parse_ledger_value
 from ..store.keys import Keys
+from ..targets import (
+    AmbiguousTarget,
+    RuntimeCatalogue,
+    Target,
+    UnknownTarget,
+    actor_of,
+    find_runtime,
+    paused_by,
+    resolve_target,
+)
 
 __all__ = [
     "AmbiguousTarget",
@@ -99,6 +106,9 @@ class HistoryEntry:
     epoch: int | None
     detail: str
     message_id: str
+    #: Who did an operator action (``api``, ``cli``, a dashboard user);
+    #: "" for the leader's tick outcomes.
+    who: str = ""
 
     @property
     def actor_name(self) -> str:
@@ -109,7 +119,7 @@ class HistoryEntry:
     @staticmethod
     def actor_of(schedule_id: str) -> str:
         """The actor part of a schedule id."""
-        return schedule_id.split("/", 1)[0].split(":", 1)[0]
+        return actor_of(schedule_id)
 
 
 class Control:
@@ -127,7 +137,8 @@ class Control:
         self.client = client
         self.keys = keys
         self.history_length = history_length
-        self._record_trigger = load_script(client, "trigger")
+        #: Pause, resume and trigger, recorded in the history (the audit trail).
+        self.audit = AuditLog(client=client, keys=keys, history_length=history_length)
 
     def server_ms(self) -> int:
         """Redis server time in epoch milliseconds (the scheduler's clock)."""
@@ -216,32 +227,22 @@ class Control:
         members: Any = self.client.smembers(self.keys.paused)
         return set(members)
 
-    def pause(self, target: Target) -> bool:
+    def pause(self, target: Target, *, who: str = "api") -> bool:
         """Pause one schedule, or every schedule of an actor; the leader
-        records their ticks as paused.  False if it already was."""
-        return bool(self.client.sadd(self.keys.paused, target.member))
+        records their ticks as paused.  False if it already was.  The
+        change is recorded in the history as done by ``who``."""
+        return self.audit.pause(target.member, who=who).changed
 
-    def resume(self, target: Target) -> bool:
+    def resume(self, target: Target, *, who: str = "api") -> bool:
         """Undo :meth:`pause` of the same target.  False if it was not paused."""
-        return bool(self.client.srem(self.keys.paused, target.member))
+        return self.audit.resume(target.member, who=who).changed
 
-    def record_trigger(self, *, schedule_id: str, tick_ms: int, message_id: str, who: str | None = None) -> int:
-        """Append a manual trigger to the history (by ``who`` when named);
-        returns its server time.  The ledger is left alone, so the schedule
-        fires as before."""
-        detail = "manual" if who is None else f"manual, by {who}"
-        args: list[Any] = [self.history_length, schedule_id, tick_ms, Outcome.TRIGGERED, detail, message_id]
-        return decode(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
-
-    def record_action(self, *, schedule_id: str, action: str, who: str, change: str = "") -> int:
-        """Append an operator's action on a schedule (``pause``, ``resume``,
-        ``add``, ``update``, ``remove``) to its history, with who did it and
-        what changed; returns its server time.  Its outcome is the action's
-        verb, so it never reads as the outcome of a tick."""
-        detail = f"by {who}" + (f": {change}" if change else "")
-        now = self.server_ms()
-        args: list[Any] = [self.history_length, schedule_id, now, action, detail, ""]
-        return decode(self._record_trigger(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
+    def record_trigger(self, *, schedule_id: str, tick_ms: int, message_id: str, who: str = "api") -> int:
+        """Append a manual trigger to the history; returns its server time.
+        The ledger is left alone, so the schedule fires as before."""
+        return self.audit.record(
+            Action.TRIGGER, who=who, entries=[(schedule_id, "manual")], tick_ms=tick_ms, message_id=message_id
+        )
 
     # -- reads and actions for the web dashboard --------------------------
     #
@@ -303,186 +304,15 @@ class Control:
         value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
         return str(value) if value else None
 
-    def trigger(self, broker: Broker, schedule: BoundSchedule, *, prefix: str, who: str | None = None) -> Triggered:
+    def trigger(self, broker: Broker, schedule: BoundSchedule, *, prefix: str, who: str = "api") -> Triggered:
         """Enqueue a schedule's message now, marked manual with a fresh id,
-        and record it as ``triggered`` (by ``who`` when named); the ledger is
-        left alone, so the schedule fires as before.
+        and record it as ``triggered`` by ``who``; see :meth:`AuditLog.trigger`.
 
         Raises:
-          TriggerRefused: the broker is a ``StubBroker`` (the message would
-            only live in this process), or the enqueue failed for a reason
-            other than Redis (a ``redis.RedisError`` propagates).
+          TriggerRefused: the broker is a ``StubBroker``, or the enqueue failed
+            for a reason other than Redis (a ``redis.RedisError`` propagates).
         """
-        if isinstance(broker, StubBroker):
-            raise TriggerRefused(
-                "the app's broker is a StubBroker: a triggered message would only live in this process"
-            )
-        tick = self.server_ms()
-        message = message_for(schedule, tick, prefix=prefix, manual=True, timestamp_ms=tick)
-        try:
-            broker.enqueue(message)
-        except redis.RedisError:
-            raise
-        except Exception as exc:
-            detail = redact(f"{type(exc).__name__}: {exc}")
-            raise TriggerRefused(f"enqueueing {schedule.actor_name} failed: {detail}") from None
-        at = self.record_trigger(schedule_id=schedule.id, tick_ms=tick, message_id=message.message_id, who=who)
-        return Triggered(
-            message_id=message.message_id,
-            tick=message.options["cron_tick"],
-            queue_name=schedule.queue_name,
-            recorded_ms=at,
-        )
-
-
-class RuntimeCatalogue(Protocol):
-    """What operator tools need of the runtime schedules: the part of
-    :class:`~dramatiq_cron_middleware.store.runtime.RuntimeSchedules` they call."""
-
-    def list(
-        self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100
-    ) -> Any:
-        """A page of runtime schedules (``items``, ``cursor``, ``total``)."""
-
-    def get(self, actor: object, name: str) -> Any:
-        """One runtime schedule (with ``.schedule``), or None."""
-
-
-def find_runtime(runtime: RuntimeCatalogue, schedule_id: str) -> BoundSchedule | None:
-    """The runtime schedule with this id (``actor:name``), if any."""
-    actor, sep, name = schedule_id.partition(":")
-    if not sep or not actor or not name or "/" in actor:
-        return None
-    try:
-        record = runtime.get(actor, name)
-    except CronScheduleError:  # not a valid runtime name: not one of them
-        return None
-    return None if record is None else record.schedule
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """What an operator acts on: one schedule, or every schedule of an actor
-    (declared and runtime) when ``schedule_id`` is None."""
-
-    actor_name: str
-    schedule_id: str | None
-    #: The schedule, when this process knows it (None for a whole actor, and
-    #: for a paused schedule the app no longer declares).
-    schedule: BoundSchedule | None = None
-
-    @classmethod
-    def of(cls, schedule: BoundSchedule) -> Target:
-        """That schedule alone."""
-        return cls(schedule.actor_name, schedule.id, schedule)
-
-    @property
-    def member(self) -> str:
-        """Its member of the paused set: the schedule's id, or
-        ``<actor>:*`` for the whole actor (an actor's unnamed schedule has
-        the actor's name as its id, so the actor needs a member of its own)."""
-        return self.schedule_id if self.schedule_id is not None else whole_actor(self.actor_name)
-
-    def __str__(self) -> str:
-        return self.schedule_id if self.schedule_id is not None else f"every schedule of actor {self.actor_name}"
-
-
-class UnknownTarget(Exception):
-    """No schedule or actor by that name; the message says which."""
-
-
-class AmbiguousTarget(Exception):
-    """An actor name that stands for several schedules.
-
-    ``actor`` is the name, ``total`` how many schedules it has, and
-    ``choices`` the ids of the first few, to choose from.
-    """
-
-    def __init__(self, actor: str, total: int, choices: list[str]) -> None:
-        self.actor = actor
-        self.total = total
-        self.choices = choices
-        shown = ", ".join(choices) + (", ..." if total > len(choices) else "")
-        super().__init__(f"actor {actor!r} has {total} schedules ({shown})")
-
-
-#: How many schedule ids an :class:`AmbiguousTarget` lists.
-_CHOICES = 5
-
-
-def resolve_target(
-    *,
-    declared: Sequence[BoundSchedule],
-    runtime: RuntimeCatalogue | None,
-    name: str | None = None,
-    schedule_id: str | None = None,
-    actor: str | None = None,
-    paused: Collection[str] = (),
-) -> Target:
-    """The one thing an operator named, for the command and the dashboard
-    alike.  Give exactly one of:
-
-    - ``schedule_id``: exactly that schedule (``actor``, ``actor/name`` or a
-      runtime ``actor:name``);
-    - ``name``: an actor with a single schedule, or a schedule id (an actor
-      name that has several schedules, declared or runtime, is refused: the
-      actor's unnamed schedule shares its name, and acting on the wrong one,
-      or on all, is worse than asking);
-    - ``actor``: every schedule of that actor, said explicitly.
-
-    A target that is in ``paused`` is found even when the app no longer
-    knows it, so whatever is paused can be resumed.
-
-    Raises:
-      UnknownTarget: nothing by that name.
-      AmbiguousTarget: ``name`` is an actor with several schedules.
-    """
-    if [name, schedule_id, actor].count(None) != 2:
-        raise ValueError("resolve_target() takes exactly one of name=, schedule_id= or actor=")
-    if actor is not None:
-        if any(s.actor_name == actor for s in declared) or _runtime_of(runtime, actor, 1)[1]:
-            return Target(actor, None)
-        if whole_actor(actor) in paused:
-            return Target(actor, None)
-        raise UnknownTarget(f"unknown cron actor {actor!r}")
-    text = name if name is not None else schedule_id
-    assert text is not None
-    if name is not None:
-        own = [s for s in declared if s.actor_name == name]
-        listed, total = _runtime_of(runtime, name, _CHOICES)
-        total += len(own)
-        if total == 1:
-            found = own or listed
-            return Target.of(found[0])
-        if total > 1:
-            raise AmbiguousTarget(name, total, [s.id for s in [*own, *listed][:_CHOICES]])
-    schedule = next((s for s in declared if s.id == text), None)
-    if schedule is None and runtime is not None:
-        schedule = find_runtime(runtime, text)
-    if schedule is not None:
-        return Target.of(schedule)
-    if text in paused:
-        return Target(HistoryEntry.actor_of(text), text)
-    raise UnknownTarget(f"unknown cron {'actor or schedule' if name is not None else 'schedule'} {text!r}")
-
-
-def _runtime_of(runtime: RuntimeCatalogue | None, actor: str, limit: int) -> tuple[list[BoundSchedule], int]:
-    """The first ``limit`` runtime schedules of an actor, and how many it has."""
-    if runtime is None:
-        return [], 0
-    try:
-        page = runtime.list(actor=actor, limit=limit)
-    except CronScheduleError:  # not a valid actor name for runtime schedules
-        return [], 0
-    return [r.schedule for r in page.items], int(page.total or len(page.items))
-
-
-def paused_by(schedule: BoundSchedule, paused: Collection[str]) -> Target | None:
-    """What is paused that stops this schedule (itself, or its whole actor),
-    as a resume would name it; None when it runs."""
-    if schedule.id in paused:
-        return Target.of(schedule)
-    return Target(schedule.actor_name, None) if whole_actor(schedule.actor_name) in paused else None
+        return self.audit.trigger(broker, schedule, prefix=prefix, who=who)
 
 
 def _entry(entry_id: str, fields: dict[str, str]) -> HistoryEntry:
@@ -496,21 +326,8 @@ def _entry(entry_id: str, fields: dict[str, str]) -> HistoryEntry:
         epoch=int(epoch) if epoch.isdigit() else None,
         detail=fields.get("detail", ""),
         message_id=fields.get("message_id", ""),
+        who=fields.get("who", ""),
     )
-
-
-class TriggerRefused(Exception):
-    """A manual trigger that cannot work; the message says why."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Triggered:
-    """A manual trigger that was enqueued and recorded."""
-
-    message_id: str
-    tick: str
-    queue_name: str
-    recorded_ms: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,6 +78,10 @@ __all__ = [
     "RuntimePage",
     "RuntimeSchedule",
     "RuntimeSchedules",
+    "already_exists",
+    "as_schedule",
+    "describe_changes",
+    "split_id",
 ]
 
 #: The definition format written (the ``"v"`` field).  A definition of
@@ -118,9 +122,10 @@ class ActorInfo:
 class RuntimeSchedule:
     """A runtime schedule as stored in Redis.
 
-    ``schedule`` is what the leader fires (``source="runtime"``, its
-    ``revision`` set); ``created_ms``/``updated_ms`` are Redis server times,
-    and ``as_of_ms`` the server time of the call that returned it.
+    ``schedule`` is what the leader fires (``source="runtime"``);
+    ``created_ms``/``updated_ms`` are Redis server times (``created_at``,
+    ``updated_at`` as datetimes), ``as_of_ms`` the server time of the call
+    that returned it, and ``revision`` counts this schedule's writes.
     """
 
     schedule: BoundSchedule
@@ -128,6 +133,11 @@ class RuntimeSchedule:
     updated_ms: int
     #: Not compared: two reads of one stored schedule are equal.
     as_of_ms: int = dataclasses.field(compare=False)
+    #: The schedule's own count of writes: 1 when created (also when added
+    #: again after a removal), one more at each replacement or update.
+    #: (``schedule.revision`` is the fencing revision the leader's claims
+    #: check, a counter shared by all runtime schedules.)
+    revision: int = 1
 
     @functools.cached_property
     def next_ms(self) -> int | None:
@@ -153,9 +163,20 @@ class RuntimeSchedule:
         return self.schedule.name
 
     @property
-    def revision(self) -> int:
-        """The version at which it was last written."""
-        return self.schedule.revision
+    def next_at(self) -> dt.datetime | None:
+        """:attr:`next_ms` as an aware datetime in the schedule's zone, or None."""
+        upcoming = self.next_ms
+        return None if upcoming is None else _datetime(upcoming, self.schedule.zone)
+
+    @property
+    def created_at(self) -> dt.datetime:
+        """``created_ms`` as an aware UTC datetime."""
+        return _datetime(self.created_ms, UTC_ZONE)
+
+    @property
+    def updated_at(self) -> dt.datetime:
+        """``updated_ms`` as an aware UTC datetime."""
+        return _datetime(self.updated_ms, UTC_ZONE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,8 +262,9 @@ class RuntimeSchedules:
 
     # -- writing -------------------------------------------------------------
 
-    def add(self, actor: object, schedule: str | Schedule, *, name: str) -> RuntimeSchedule:
-        """Create or replace the runtime schedule ``name`` of ``actor``.
+    def add(self, actor: object, schedule: str | Schedule, *, name: str, replace: bool = True) -> RuntimeSchedule:
+        """Create (or, with ``replace``, replace) the runtime schedule
+        ``name`` of ``actor``.
 
         Parameters:
           actor(Actor|str): A declared actor, or its name.
@@ -250,6 +272,11 @@ class RuntimeSchedules:
             with all its options (its ``name``, if set, must be ``name``).
           name(str): Unique among the actor's runtime schedules: 1 to 64
             letters, digits, ``_``, ``.`` or ``-``.
+          replace(bool): Whether a schedule already stored under that name
+            is replaced (with the whole new definition).  Defaults to True,
+            as before this option existed: adding the same schedule again is
+            harmless, which is what a retry after a lost reply does.  False
+            creates only, refusing an existing name.
 
         Returns:
           RuntimeSchedule: what was stored, with its revision and next tick.
@@ -257,42 +284,104 @@ class RuntimeSchedules:
         Raises:
           CronScheduleError: naming the bad value (unknown actor, bad name,
             expression, zone or option, arguments that are not JSON, a
-            definition over :data:`MAX_DEFINITION_BYTES`); nothing is written.
+            definition over :data:`MAX_DEFINITION_BYTES`, or with
+            ``replace=False`` a name already stored); nothing is written.
           CronUnavailableError: Redis did not answer; the write happened
             entirely or not at all.
         """
-        return self.add_many([(actor, schedule, name)])[0]
+        return self.add_many([(actor, schedule, name)], replace=replace)[0]
 
-    def add_many(self, items: Iterable[tuple[object, str | Schedule, str]]) -> list[RuntimeSchedule]:
-        """Create or replace many runtime schedules: ``(actor, schedule,
-        name)`` each, as for :meth:`add`.
+    def add_many(
+        self, items: Iterable[tuple[object, str | Schedule, str]], *, replace: bool = True
+    ) -> builtins.list[RuntimeSchedule]:
+        """Create (or, with ``replace``, replace) many runtime schedules:
+        ``(actor, schedule, name)`` each, as for :meth:`add`.
 
         Every item is validated before anything is written, so one bad item
         writes nothing.  The writes then go in scripts of 500 definitions;
         each script is atomic, the whole call is not
         (after a :class:`CronUnavailableError` a prefix of the items may be
-        stored: adding them again is harmless).
+        stored: adding them again with ``replace=True`` is harmless).  With
+        ``replace=False`` a batch holding a stored name writes nothing, and
+        the error names that schedule.
 
         Raises:
           CronScheduleError: as for :meth:`add`, naming the item.
           CronUnavailableError: Redis did not answer.
         """
         prepared = [self._prepare(actor, schedule, name) for actor, schedule, name in items]
-        out: list[RuntimeSchedule] = []
+        ids = [bound.id for bound, _ in prepared]
+        if len(set(ids)) != len(ids):
+            twice = sorted({i for i in ids if ids.count(i) > 1})[:5]
+            raise CronScheduleError(f"runtime schedules: the same schedule is given twice: {', '.join(twice)}")
+        return self._write_prepared(prepared, "" if replace else "new")
+
+    def update(self, schedule_id: str, changes: dict[str, Any]) -> tuple[RuntimeSchedule, RuntimeSchedule]:
+        """Change some options of a stored runtime schedule and keep the
+        rest (its arguments, zone, options...): a :class:`Schedule` field
+        per keyword, as ``update("report:tenant-42", {"expression": "0 10
+        * * *"})``.  Giving ``expression`` clears ``every`` and the reverse.
+        The write is refused if another write changed the schedule since it
+        was read here (the read and write are then tried again, up to three
+        times).
+
+        Returns:
+          tuple: ``(before, after)``, both as stored.
+
+        Raises:
+          CronScheduleError: no such schedule, an unknown or bad option
+            (named), or a ``name`` (a rename is a new schedule: add it and
+            remove this one); nothing is written.
+          CronUnavailableError: Redis did not answer.
+        """
+        actor, name = split_id(schedule_id)
+        unknown = sorted(set(changes) - _SCHEDULE_FIELDS)
+        if unknown or "name" in changes:
+            options = ", ".join(sorted(_SCHEDULE_FIELDS - {"name"}))
+            what = (
+                f"unknown option(s) {', '.join(unknown)}; the options are {options}"
+                if unknown
+                else "name cannot be changed (add the new name, then remove this one)"
+            )
+            raise CronScheduleError(f"runtime schedule {schedule_id!r}: {what}")
+        for _ in range(3):
+            before = self.get(actor, name)
+            if before is None:
+                raise CronScheduleError(f"there is no runtime schedule {schedule_id!r}")
+            item = dataclasses.replace(as_schedule(before.schedule), **_switched(changes))
+            prepared = self._prepare(actor, item, name)
+            try:
+                (after,) = self._write_prepared([prepared], str(before.schedule.revision))
+            except _Changed:
+                continue
+            return before, after
+        raise CronScheduleError(f"runtime schedule {schedule_id!r} kept changing while being updated; try again")
+
+    def _write_prepared(
+        self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
+    ) -> builtins.list[RuntimeSchedule]:
+        """Write validated definitions under ``condition`` (see
+        runtime_write.lua)."""
+        out: builtins.list[RuntimeSchedule] = []
         with self._store("write runtime schedules"):
             # One script call per batch, not pipelined: a batch runs for a
             # few milliseconds inside Redis, so the round trip hardly counts,
             # and Redis Cluster's pipelines refuse scripts.
             for first in range(0, len(prepared), _BATCH):
                 batch = prepared[first : first + _BATCH]
-                args: list[Any] = [MAX_DEFINITION_BYTES, self.history_length]
+                args: builtins.list[Any] = [MAX_DEFINITION_BYTES, self.history_length, condition]
                 for bound, body in batch:
                     args += [bound.id, body, bound.shape]
-                reply = decode(self._write(keys=self._write_keys, args=args))
+                try:
+                    reply = decode(self._write(keys=self._write_keys, args=args))
+                except redis.ResponseError as exc:
+                    _refused_condition(exc)
+                    raise
                 now, written = reply.server_ms, reply.payload
                 for i, (bound, _) in enumerate(batch):
-                    stored = dataclasses.replace(bound, revision=int(written[2 * i]))
-                    out.append(_stored(stored, created=int(written[1 + 2 * i]), updated=now, now=now))
+                    rev, created, revision = (int(v) for v in written[3 * i : 3 * i + 3])
+                    stored = dataclasses.replace(bound, revision=rev)
+                    out.append(_stored(stored, created=created, updated=now, now=now, revision=revision))
         return out
 
     def remove(self, actor: object, name: str) -> bool:
@@ -663,7 +752,13 @@ class RuntimeSchedules:
         if bound is None:
             return None
         data = json.loads(text)
-        return _stored(bound, created=int(data.get("created", 0)), updated=int(data.get("updated", 0)), now=now)
+        return _stored(
+            bound,
+            created=int(data.get("created", 0)),
+            updated=int(data.get("updated", 0)),
+            now=now,
+            revision=int(data.get("revision", 1)),
+        )
 
     @contextmanager
     def _store(self, what: str) -> Iterator[None]:
@@ -678,8 +773,99 @@ class RuntimeSchedules:
             raise CronConfigurationError(f"cannot {what}: Redis refused ({redact(str(exc))})") from None
 
 
-def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int) -> RuntimeSchedule:
-    return RuntimeSchedule(schedule=bound, created_ms=created, updated_ms=updated, as_of_ms=now)
+def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int, revision: int) -> RuntimeSchedule:
+    return RuntimeSchedule(schedule=bound, created_ms=created, updated_ms=updated, as_of_ms=now, revision=revision)
+
+
+def _datetime(ms: int, zone: dt.tzinfo) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=zone)
+
+
+class _Changed(Exception):
+    """An update's conditional write found another write first."""
+
+
+def _refused_condition(exc: redis.ResponseError) -> None:
+    """Raise what a failed write condition means (see runtime_write.lua)."""
+    text = str(exc)
+    for word in ("EXISTS ", "CHANGED "):
+        at = text.find(word)
+        if at >= 0:
+            schedule_id = text[at + len(word) :].split()[0] if text[at + len(word) :].split() else "?"
+            if word == "CHANGED ":
+                raise _Changed(schedule_id) from None
+            raise already_exists(schedule_id) from None
+
+
+def already_exists(schedule_id: str) -> CronScheduleError:
+    """The error of a create-only add of a stored name."""
+    return CronScheduleError(
+        f"runtime schedule {schedule_id!r} already exists: update() changes it, add(..., replace=True) replaces it"
+    )
+
+
+#: The options of a :class:`Schedule`, which :meth:`RuntimeSchedules.update` may change.
+_SCHEDULE_FIELDS = frozenset(f.name for f in dataclasses.fields(Schedule))
+
+
+def as_schedule(bound: BoundSchedule) -> Schedule:
+    """The :class:`Schedule` that binds to ``bound`` again: every option as
+    resolved when it was stored (an interval schedule has no expression)."""
+    values = {f: getattr(bound, f) for f in _SCHEDULE_FIELDS if hasattr(bound, f)}
+    values["name"] = bound.name if bound.named else None
+    if bound.every is not None:
+        values["expression"] = None
+    return Schedule(**values)
+
+
+def _switched(changes: dict[str, Any]) -> dict[str, Any]:
+    """``changes``, where an expression clears the interval and the reverse."""
+    out = dict(changes)
+    if out.get("expression") is not None and "every" not in out:
+        out.update(every=None, offset=0)
+    if out.get("every") is not None and "expression" not in out:
+        out["expression"] = None
+    return out
+
+
+def describe_changes(before: RuntimeSchedule, after: RuntimeSchedule) -> str:
+    """What an update changed, for the audit trail: ``expression '0 9 * * *'
+    -> '0 10 * * *'``.  Of args, kwargs and options only the changed keys
+    are named (their values may be private)."""
+    old, new = _definition(before.schedule), _definition(after.schedule)
+    parts = [f"revision {after.revision}"]
+    for key, value in new.items():
+        was = old.get(key)
+        if was == value:
+            continue
+        if key == "args":
+            parts.append("args changed")
+        elif key in ("kwargs", "options"):
+            was = was or {}
+            keys = sorted(k for k in {*was, *value} if was.get(k, _GONE) != value.get(k, _GONE))
+            parts.append(f"{key} {', '.join(keys)} changed")
+        else:
+            parts.append(f"{key} {was!r} -> {value!r}")
+    return "; ".join(parts)
+
+
+_GONE = object()
+
+
+def split_id(schedule_id: object) -> tuple[str, str]:
+    """A runtime schedule's id, ``actor:name``, as its two parts.
+
+    Raises:
+      CronScheduleError: not a runtime schedule's id (naming it).
+    """
+    actor, sep, name = schedule_id.partition(":") if isinstance(schedule_id, str) else ("", "", "")
+    if not sep or not actor or not name:
+        raise CronScheduleError(
+            f"a runtime schedule's id is 'actor:name' (see list), got {schedule_id!r}"
+            + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
+        )
+    _schedule_id(actor, name)
+    return actor, name
 
 
 def _definition(bound: BoundSchedule) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import dramatiq
 import redis
 from dramatiq.logging import get_logger
 
+from ..audit import Action
 from ..errors import CronUnavailableError
 from ..middleware import find_middleware
 from ..ops.control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
@@ -364,15 +365,14 @@ class CronDashboard:
 
     def _pause(self, request: _Request) -> _Response:
         target = self._target(request)
-        action = request.path.strip("/")
-        if action == "pause":
-            changed = self.control.pause(target)
+        # Both record themselves in the history, as done by the user.
+        who = self._user(request)
+        if request.path == "/pause":
+            changed = self.control.pause(target, who=who)
             notice = f"Paused {target}." if changed else f"{target} was already paused."
         else:
-            changed = self.control.resume(target)
+            changed = self.control.resume(target, who=who)
             notice = f"Resumed {target}." if changed else f"{target} was not paused."
-        if changed:
-            self._audit(request, action, target.member)
         return self._back(request, notice)
 
     def _trigger(self, request: _Request) -> _Response:
@@ -380,13 +380,10 @@ class CronDashboard:
         schedule = target.schedule
         if schedule is None:
             raise _HTTPError("404 Not Found", f"Unknown cron schedule {target.member!r}.")
-        who = self.access.user(request.environ)
-        try:
-            done = self.control.trigger(self.broker, schedule, prefix=self.middleware.prefix, who=who)
+        try:  # recorded in the history as done by the user
+            done = self.control.trigger(self.broker, schedule, prefix=self.middleware.prefix, who=self._user(request))
         except TriggerRefused as exc:
             raise _HTTPError("409 Conflict", str(exc)) from None
-        # Trigger records its own history entry, naming who.
-        self.logger.info("Dashboard: %s triggered %s (message %s).", who, schedule.id, done.message_id)
         return self._back(request, f"Triggered {schedule.id}: message {done.message_id} on queue {done.queue_name}.")
 
     def _confirm(self, request: _Request) -> _Response:
@@ -435,7 +432,7 @@ class CronDashboard:
                 original=original,
                 status="400 Bad Request",
             )
-        self._audit(request, "update" if saved.updated else "add", saved.schedule_id, saved.change)
+        self._audit(request, Action.ADD if saved.previous is None else Action.UPDATE, saved.schedule_id, saved.change)
         return self._back(request, f"Saved runtime schedule {saved.schedule_id}.", default="/schedules")
 
     def _runtime_remove(self, request: _Request) -> _Response:
@@ -444,7 +441,7 @@ class CronDashboard:
         if schedule is None:
             raise _HTTPError("404 Not Found", "No such runtime schedule.")
         store.remove(schedule.actor_name, schedule.name)
-        self._audit(request, "remove", schedule.id, f"was {schedule.expression} in {schedule.timezone}")
+        self._audit(request, Action.REMOVE, schedule.id, f"was {schedule.expression} in {schedule.timezone}")
         return self._back(request, f"Removed runtime schedule {schedule.id}.", default="/schedules")
 
     def _form_page(
@@ -453,12 +450,15 @@ class CronDashboard:
         context = {"form": form, "editing": editing, "original": original, "actors": self._actor_names()}
         return self._page(request, "runtime_form.html", context, status=status)
 
-    def _audit(self, request: _Request, action: str, schedule_id: str, change: str = "") -> None:
-        """Record an action in the schedule's history, with who did it and
-        what changed, and log it at INFO."""
-        who = self.access.user(request.environ)
-        self.control.record_action(schedule_id=schedule_id, action=action, who=who, change=change)
-        self.logger.info("Dashboard: %s: %s %s%s.", who, action, schedule_id, f" ({change})" if change else "")
+    def _audit(self, request: _Request, action: Action, schedule_id: str, change: str) -> None:
+        """Record a runtime schedule's add, update or removal in its history
+        as done by the user, with what changed (the audit log also says so
+        at INFO).  Pause, resume and trigger record themselves."""
+        self.control.audit.record(action, who=self._user(request), entries=[(schedule_id, change)])
+
+    def _user(self, request: _Request) -> str:
+        """Who the request acts as, as the audit records it."""
+        return self.access.user(request.environ)[:200]
 
     # -- lookups --------------------------------------------------------------
 

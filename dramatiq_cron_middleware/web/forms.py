@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import CronConfigurationError, CronScheduleError
 from ..middleware import CronMiddleware
 from ..schedules.schedule import DEFAULT_CATCH_UP_WINDOW, BoundSchedule, Schedule, bind_schedule
-from ..store.runtime import NAME_PATTERN
+from ..store.runtime import NAME_PATTERN, describe_changes
 
 __all__ = ["CATCH_UPS", "OVERLAPS", "RuntimeForm", "Saved", "runtime_of", "save"]
 
@@ -92,12 +92,23 @@ class RuntimeForm:
 
 @dataclasses.dataclass(frozen=True)
 class Saved:
-    """What :func:`save` did: the id saved, whether it replaced one, and
-    what changed (for the audit)."""
+    """What :func:`save` stored, and what it replaced (None for an add)."""
 
-    schedule_id: str
-    updated: bool
-    change: str
+    stored: Any
+    previous: Any
+
+    @property
+    def schedule_id(self) -> str:
+        """The id saved."""
+        return str(self.stored.id)
+
+    @property
+    def change(self) -> str:
+        """What changed, for the audit: the definition in brief for an
+        add, the changed fields for an update."""
+        if self.previous is None:
+            return f"{self.stored.schedule.expression} in {self.stored.schedule.timezone}"
+        return describe_changes(self.previous, self.stored)
 
 
 def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequence[str]) -> Saved | dict[str, str]:
@@ -163,8 +174,7 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
     if sep and (old_actor, old_name) != (form.actor, form.name):
         # A rename: the new one is stored, so the old one can go.
         store.remove(old_actor, old_name)
-    change = _change(None if previous is None else previous.schedule, stored.schedule)
-    return Saved(schedule_id=stored.id, updated=previous is not None, change=change)
+    return Saved(stored=stored, previous=previous)
 
 
 def _json(form: RuntimeForm, errors: dict[str, str]) -> tuple[list[Any], dict[str, Any]]:
@@ -197,31 +207,6 @@ def _keep(schedule: Schedule, previous: BoundSchedule) -> Schedule:
         start=previous.start,
         end=previous.end,
     )
-
-
-def _change(before: BoundSchedule | None, after: BoundSchedule) -> str:
-    """What an edit changed, for the audit: ``expression 0 4 * * * → 0 5 * * *; jitter 0 → 500``."""
-    if before is None:
-        return f"{_timing(after)} in {after.timezone}"
-    shown: dict[str, Callable[[BoundSchedule], str]] = {
-        "schedule": _timing,
-        "timezone": lambda s: s.timezone,
-        "args": lambda s: json.dumps(list(s.args)),
-        "kwargs": lambda s: json.dumps(s.kwargs, sort_keys=True),
-        "catch_up": lambda s: s.catch_up,
-        "catch_up_window": lambda s: str(s.catch_up_window),
-        "jitter": lambda s: str(s.jitter),
-        "max_age": lambda s: str(s.max_age),
-        "overlap": lambda s: s.overlap,
-    }
-    parts = [f"{label} {show(before)} → {show(after)}" for label, show in shown.items() if show(before) != show(after)]
-    if before.id != after.id:
-        parts.insert(0, f"renamed from {before.id}")
-    return "; ".join(parts) or "saved unchanged"
-
-
-def _timing(schedule: BoundSchedule) -> str:
-    return schedule.expression
 
 
 def runtime_of(middleware: CronMiddleware) -> Any:

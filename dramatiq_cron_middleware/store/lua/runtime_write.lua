@@ -21,19 +21,30 @@
 -- KEYS[9] - the notification list the idle leader blocks on
 -- ARGV[1] - the largest definition accepted, in bytes
 -- ARGV[2] - the history cap
--- ARGV[3k], ARGV[3k+1], ARGV[3k+2] - a schedule id, its definition JSON
---           without the closing brace (the script appends rev, created and
---           updated), and its shape digest
--- Returns {OK, now, flags, rev1, created1, rev2, created2, ...}; an error
--- (nothing written) for a foreign value under KEYS[1..5] or a malformed
--- definition.
+-- ARGV[3] - the condition: '' writes whatever is stored, 'new' only where
+--           nothing is stored (create-only), a revision only where the
+--           stored definition is at that revision (an update's compare)
+-- ARGV[3k+1], ARGV[3k+2], ARGV[3k+3] - a schedule id, its definition JSON
+--           without the closing brace (the script appends rev, revision,
+--           created and updated), and its shape digest
+-- Returns {OK, now, flags, rev1, created1, revision1, rev2, ...}: rev is
+-- the fencing revision (the version counter), revision the schedule's own
+-- count of writes (1 for a new schedule, also after a removal); an error
+-- (nothing written) for a foreign value under KEYS[1..5], a malformed
+-- definition, or a failed condition ('EXISTS <id>' or 'CHANGED <id>').
 local refused = runtime_keys_refusal()
 if refused then return refused end
 local limit = tonumber(ARGV[1])
-for i = 3, #ARGV, 3 do
+local condition = ARGV[3]
+for i = 4, #ARGV, 3 do
   local id, body, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if id == '' or body == nil or string.sub(body, 1, 7) ~= '{"v":1,' or #body > limit or not shape or shape == '' then
     return redis.error_reply('ERR malformed runtime schedule definition for ' .. id)
+  end
+  if condition == 'new' then
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then return redis.error_reply('EXISTS ' .. id) end
+  elseif condition ~= '' and redis.call('HGET', KEYS[2], id) ~= condition then
+    return redis.error_reply('CHANGED ' .. id)
   end
 end
 local now = server_now()
@@ -43,12 +54,14 @@ local flags = 0
 if not ledger_ok then flags = flags + C_TICKS end
 if not history_ok then flags = flags + C_HISTORY end
 local out = {ST_OK, now, flags}
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   local id, body, shape = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local created = string.format('%d', now)
+  local revision = 1
   local old = redis.call('HGET', KEYS[1], id)
   if old then
     created = string.match(old, ',"created":(%d+),"updated":%d+}$') or created
+    revision = (tonumber(string.match(old, ',"revision":(%d+),"created":%d+,"updated":%d+}$')) or 1) + 1
   end
   local rev = redis.call('INCR', KEYS[3])
   if ledger_ok then
@@ -73,12 +86,14 @@ for i = 3, #ARGV, 3 do
     end
   end
   redis.call('HSET', KEYS[1], id,
-             body .. ',"rev":' .. rev .. ',"created":' .. created .. ',"updated":' .. string.format('%d', now) .. '}')
+             body .. ',"rev":' .. rev .. ',"revision":' .. revision .. ',"created":' .. created ..
+             ',"updated":' .. string.format('%d', now) .. '}')
   redis.call('HSET', KEYS[2], id, rev)
   redis.call('ZADD', KEYS[4], rev, id)
   redis.call('ZADD', KEYS[5], 0, id)
   out[#out + 1] = rev
   out[#out + 1] = tonumber(created)
+  out[#out + 1] = revision
 end
 notify_runtime(KEYS[9])
 return out

@@ -1,0 +1,223 @@
+"""The audit trail: every operator action (add, update, remove, pause,
+resume, trigger), whoever did it (the Python API, the ``dramatiq-cron``
+command or a dashboard user), is recorded in the history stream beside the
+tick outcomes and logged at INFO by the process that did it.
+
+Actions are written as verbs (``add``, ``pause``...), tick outcomes as
+participles (``fired``, ``paused``...), so the two never read alike; a
+manual trigger is both an action and a tick, recorded once as
+``triggered``.  The record is written after the action succeeded, in a
+second command: if Redis goes away between the two, the action stands
+unrecorded (the INFO line is still logged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from dramatiq import Broker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.logging import get_logger
+
+from .errors import CronScheduleError
+from .schedules.outcome import Outcome
+from .schedules.planner import message_for
+from .schedules.schedule import BoundSchedule
+from .store.codes import decode, load_script
+from .store.connection import redact
+from .store.keys import Keys
+
+__all__ = ["Action", "AuditLog", "Changed", "TriggerRefused", "Triggered", "check_who", "log_actions"]
+
+_UTC = dt.timezone.utc
+
+
+class Action(str, enum.Enum):
+    """An operator action, as the history stream's ``outcome`` records it."""
+
+    ADD = "add"
+    UPDATE = "update"
+    REMOVE = "remove"
+    PAUSE = "pause"
+    RESUME = "resume"
+    #: A manual trigger: an action and a tick at once.
+    TRIGGER = Outcome.TRIGGERED.value
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Every action's outcome string, for readers of the history.
+ACTIONS = frozenset(a.value for a in Action)
+
+_WHO = re.compile(r"^[^\x00-\x1f\x7f]{1,200}\Z")
+
+
+def check_who(who: object) -> str:
+    """``who`` as recorded: 1 to 200 printable characters.
+
+    Raises:
+      CronScheduleError: naming the value.
+    """
+    if not isinstance(who, str) or not _WHO.match(who) or not who.strip():
+        raise CronScheduleError(
+            f"who must name who acts (1 to 200 printable characters, e.g. 'api', 'cli' or a user), got {who!r}"
+        )
+    return who
+
+
+@dataclasses.dataclass(frozen=True)
+class Changed:
+    """A pause or resume as done: ``target`` is the schedule id, or
+    ``<actor>:*`` for a whole actor; ``changed`` is False when it already
+    was so (nothing recorded then); ``at_ms`` the server time of the call."""
+
+    target: str
+    paused: bool
+    changed: bool
+    at_ms: int
+
+    @property
+    def at(self) -> dt.datetime:
+        """``at_ms`` as an aware UTC datetime."""
+        return dt.datetime.fromtimestamp(self.at_ms / 1000, tz=_UTC)
+
+
+class TriggerRefused(CronScheduleError):
+    """A manual trigger that cannot work; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Triggered:
+    """A manual trigger that was enqueued and recorded."""
+
+    message_id: str
+    tick: str
+    queue_name: str
+    recorded_ms: int
+
+    @property
+    def recorded_at(self) -> dt.datetime:
+        """``recorded_ms`` as an aware UTC datetime."""
+        return dt.datetime.fromtimestamp(self.recorded_ms / 1000, tz=_UTC)
+
+
+def log_actions(logger: logging.Logger, action: Action, who: str, entries: Sequence[tuple[str, str]]) -> None:
+    """Log ``action`` at INFO: one line per ``(schedule id, detail)``, or
+    one summary line for more than ten."""
+    if len(entries) <= 10:
+        for schedule_id, detail in entries:
+            logger.info("Cron %s: %s by %s%s.", schedule_id, action, who, f": {detail}" if detail else "")
+    elif entries:
+        logger.info(
+            "Cron %d schedules (%s ... %s): %s by %s.", len(entries), entries[0][0], entries[-1][0], action, who
+        )
+
+
+class AuditLog:
+    """Operator actions on one scheduler's Redis, each recorded and logged.
+
+    Parameters:
+      client(redis.Redis): A client with short timeouts and
+        ``decode_responses=True``.
+      keys(Keys): The scheduler's key names.
+      history_length(int): Approximate cap of the history stream.
+        Defaults to 10000.
+    """
+
+    def __init__(self, *, client: redis.Redis, keys: Keys, history_length: int = 10_000) -> None:
+        self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
+        self.client = client
+        self.keys = keys
+        self.history_length = history_length
+        self._script = load_script(client, "audit")
+
+    def record(
+        self,
+        action: Action,
+        *,
+        who: str,
+        entries: Sequence[tuple[str, str]],
+        tick_ms: int | None = None,
+        message_id: str = "",
+    ) -> int:
+        """Record ``action`` by ``who`` on each ``(schedule id, what
+        changed)`` of ``entries`` in the history, and log it at INFO (one
+        line per entry, or one summary line for more than ten); returns the
+        server time of the record.
+
+        Raises:
+          CronScheduleError: a bad ``who``.
+          redis.RedisError: the record could not be written.
+        """
+        check_who(who)
+        log_actions(self.logger, action, who, entries)
+        now = 0
+        tick = "" if tick_ms is None else str(tick_ms)
+        for first in range(0, len(entries), 500):
+            args: list[Any] = [self.history_length, who]
+            for schedule_id, detail in entries[first : first + 500]:
+                args += [schedule_id, tick, action.value, detail, message_id]
+            now = decode(self._script(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
+        return now
+
+    def server_ms(self) -> int:
+        """Redis server time in epoch milliseconds."""
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def pause(self, member: str, *, who: str) -> Changed:
+        """Add ``member`` (a schedule id or ``<actor>:*``) to the paused set;
+        the leader records its ticks as ``paused``."""
+        check_who(who)
+        changed = bool(self.client.sadd(self.keys.paused, member))
+        at = self.record(Action.PAUSE, who=who, entries=[(member, "")]) if changed else self.server_ms()
+        return Changed(target=member, paused=True, changed=changed, at_ms=at)
+
+    def resume(self, member: str, *, who: str) -> Changed:
+        """Undo :meth:`pause` of the same member."""
+        check_who(who)
+        changed = bool(self.client.srem(self.keys.paused, member))
+        at = self.record(Action.RESUME, who=who, entries=[(member, "")]) if changed else self.server_ms()
+        return Changed(target=member, paused=False, changed=changed, at_ms=at)
+
+    def trigger(self, broker: Broker, schedule: BoundSchedule, *, prefix: str, who: str) -> Triggered:
+        """Enqueue a schedule's message now, marked manual with a fresh id,
+        and record it as ``triggered``; the ledger is left alone, so the
+        schedule fires as before.
+
+        Raises:
+          TriggerRefused: the broker is a ``StubBroker`` (the message would
+            only live in this process), or the enqueue failed for a reason
+            other than Redis (a ``redis.RedisError`` propagates).
+        """
+        check_who(who)
+        if isinstance(broker, StubBroker):
+            raise TriggerRefused(
+                "the app's broker is a StubBroker: a triggered message would only live in this process"
+            )
+        tick = self.server_ms()
+        message = message_for(schedule, tick, prefix=prefix, manual=True, timestamp_ms=tick)
+        try:
+            broker.enqueue(message)
+        except redis.RedisError:
+            raise
+        except Exception as exc:
+            detail = redact(f"{type(exc).__name__}: {exc}")
+            raise TriggerRefused(f"enqueueing {schedule.actor_name} failed: {detail}") from None
+        at = self.record(
+            Action.TRIGGER, who=who, entries=[(schedule.id, "manual")], tick_ms=tick, message_id=message.message_id
+        )
+        return Triggered(
+            message_id=message.message_id,
+            tick=message.options["cron_tick"],
+            queue_name=schedule.queue_name,
+            recorded_ms=at,
+        )
