@@ -22,8 +22,8 @@ import dramatiq
 import redis
 from dramatiq.logging import get_logger
 
-from ..audit import Action
-from ..errors import CronUnavailableError
+from ..audit import Action, check_who
+from ..errors import CronScheduleError, CronUnavailableError
 from ..middleware import find_middleware
 from ..ops.control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
 from ..ops.format import iso, short_when, span, when
@@ -458,7 +458,11 @@ class CronDashboard:
 
     def _user(self, request: _Request) -> str:
         """Who the request acts as, as the audit records it."""
-        return self.access.user(request.environ)[:200]
+        who = self.access.user(request.environ)[:200]
+        try:
+            return check_who(who)
+        except CronScheduleError:  # a proxy's REMOTE_USER of control characters
+            return "dashboard"
 
     # -- lookups --------------------------------------------------------------
 

@@ -164,12 +164,15 @@ class BrowsableRuntime(RuntimeCatalogue, Protocol):
         """The stored schedules of these ids, in their order."""
 
 
-def natural_key(text: str) -> tuple[Any, ...]:
+def natural_key(text: str) -> tuple[list[Any], str]:
     """Sorts names as people read them: ``tenant-9`` before ``tenant-10``
     and ``tenant-118`` before ``tenant-1179``; case is ignored, and the text
     itself breaks ties (``r007`` and ``r7``)."""
-    parts = _DIGITS.split(text.lower())
-    return (tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in parts), text)
+    # Splitting on runs of digits alternates text and digits (text at even
+    # places), so the same places always compare the same types.
+    parts: list[Any] = _DIGITS.split(text.lower())
+    parts[1::2] = map(int, parts[1::2])
+    return (parts, text)
 
 
 _DIGITS = re.compile(r"(\d+)")
