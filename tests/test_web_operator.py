@@ -87,6 +87,8 @@ def test_every_dashboard_action_is_recorded_with_its_user_and_shown_in_the_histo
     for action in ("add", "pause", "resume", "triggered", "update", "remove"):
         assert f'data-outcome="{action}"' in history, action
     assert "expression '0 4 * * *' -> '0 5 * * *'" in history
+    chart = history[history.index("<svg") : history.index("</svg>")]
+    assert 'data-outcome="triggered"' in chart and 'data-outcome="pause"' not in chart  # ticks only
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "alice" in r.getMessage()]
     assert len(logged) == 6, logged
 
@@ -129,6 +131,17 @@ def test_pages_go_forward_back_and_to_the_last_over_10000_schedules_in_natural_o
     assert seen.index("report:tenant-118") < seen.index("report:tenant-1179")
     second = browser.get(html.unescape(re.search(r'<a rel="next" href="([^"]+)"', first).group(1))).text
     assert row_ids(second)[0] == expected[200]
+
+
+def test_a_runtime_schedule_added_or_removed_between_two_pages_shows_on_the_next_one(app: DashboardApp) -> None:
+    """The ids are kept between pages: a write anywhere (another process
+    here) moves the runtime version, and the next page reads them again."""
+    app.middleware.runtime.add_many(("report", "0 4 * * *", f"t{i}") for i in (1, 2, 10))
+    browser = app.dashboard()
+    assert row_ids(browser.get("/cron/schedules?source=runtime").text) == ["report:t1", "report:t2", "report:t10"]
+    app.middleware.runtime.add("report", "0 4 * * *", name="t3")
+    app.middleware.runtime.remove("report", "t1")
+    assert row_ids(browser.get("/cron/schedules?source=runtime").text) == ["report:t2", "report:t3", "report:t10"]
 
 
 def test_the_next_to_run_view_lists_every_schedule_soonest_first(app: DashboardApp) -> None:

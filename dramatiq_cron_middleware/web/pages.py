@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import redis
 
+from ..audit import ACTIONS, Action
 from ..ops.control import (
     Candidate,
     Control,
@@ -497,7 +498,9 @@ def history_view(
         source=source,
         rows=[HistoryRow(entry=e, lag_ms=lag_ms(e)) for e in page.entries],
         page=page,
-        chart=lag_chart(page.entries),
+        # The chart is of ticks: an operator's action (but a trigger, which
+        # is a tick too) is listed, not drawn.
+        chart=lag_chart([e for e in page.entries if e.outcome not in ACTIONS or e.outcome == Action.TRIGGER]),
         paused_by=stopped_by,
         last=control.decisions([schedule_id]).get(schedule_id),
         next_ms=[] if schedule is None else upcoming(schedule, now),
