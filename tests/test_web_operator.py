@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pytest
 
 from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.web import CronDashboard
 from tests.support.dashboards import EVIL, DashboardApp, csrf_of, dashboard_app, row_ids
 from tests.support.instances import ROOT
 from tests.support.redis_server import RedisServer, free_port
@@ -243,6 +244,15 @@ def test_the_history_of_an_unknown_schedule_is_a_plain_404(app: DashboardApp) ->
 
 
 # -- credentials of the standalone server ----------------------------------------------
+
+
+@pytest.mark.parametrize("credential", [{"token": ""}, {"token": "  "}, {"auth": ("ops", "")}, {"auth": ("", "pw")}])
+def test_a_dashboard_given_an_empty_credential_is_refused(app: DashboardApp, credential: dict[str, object]) -> None:
+    from dramatiq_cron_middleware.errors import CronConfigurationError
+
+    with pytest.raises(CronConfigurationError, match=r"empty|non-empty") as refused:
+        CronDashboard(app.broker, **credential)  # type: ignore[arg-type]
+    assert "pw" not in str(refused.value)
 
 
 def _web(env: dict[str, str], *args: str, wait: bool = True) -> subprocess.Popen[str]:

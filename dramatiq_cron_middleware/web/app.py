@@ -178,6 +178,15 @@ class CronDashboard:
 
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         middleware = find_middleware(broker, needed_by="CronDashboard")
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            raise CronConfigurationError(f"CronDashboard: token= is empty ({token!r}); pass a token, or leave it out")
+        if auth is not None and (
+            not isinstance(auth, tuple) or len(auth) != 2 or not all(isinstance(p, str) and p for p in auth)
+        ):
+            shown = "(user, '***')" if isinstance(auth, tuple) and len(auth) == 2 else type(auth).__name__
+            raise CronConfigurationError(
+                f"CronDashboard: auth= wants (user, password), both non-empty strings, got {shown}"
+            )
         credentials = auth is not None or token is not None
         if unauthenticated and credentials:
             raise CronConfigurationError("CronDashboard: unauthenticated=True contradicts auth= or token=; pass one")
