@@ -382,13 +382,20 @@ class CronMiddleware(Middleware):
                 declared_actors=lambda name: name in broker.actors,
                 hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
             )
-            self.logger.info(
-                "Cron scheduler started with %d schedule(s) on %s (lease %d ms, enqueue %s).",
-                len(schedules),
-                where,
-                self.lock_ttl,
-                mode.value.replace("_", " "),
+            started = (
+                f"Cron scheduler started on {where} (lease {self.lock_ttl} ms, enqueue "
+                f"{mode.value.replace('_', ' ')}): {len(schedules)} declared schedule(s)"
             )
+            # The runtime count is read off the main thread: a worker's boot
+            # never waits on Redis for a log line.
+            table = schedule_table(schedules)
+            threading.Thread(
+                target=lambda: self.logger.info(
+                    "%s, %s runtime schedule(s)%s", started, _runtime_count(client, self.keys), table
+                ),
+                name="cron-start-log",
+                daemon=True,
+            ).start()
             self.leader.start()
             return self.leader
 
@@ -782,3 +789,31 @@ def _added_detail(stored: RuntimeSchedule) -> str:
     """What an add recorded: the definition in brief."""
     s = stored.schedule
     return f"revision {stored.revision}: {s.expression} in {s.timezone}"
+
+
+def _runtime_count(client: Redis, keys: Keys) -> str:
+    """How many runtime schedules there are, for the start log."""
+    try:
+        return str(int(cast(Any, client.zcard(keys.runtime_ids))))
+    except redis.RedisError:
+        return "an unknown number of (Redis did not answer)"
+
+
+#: The start log lists at most this many declared schedules.
+_TABLE_ROWS = 50
+
+
+def schedule_table(schedules: builtins.list[BoundSchedule]) -> str:
+    """The declared schedules, briefly, as the start log prints them after
+    its first line: one line each (actor, name, expression, zone), or ""
+    for none."""
+    if not schedules:
+        return ""
+    rows = [("ACTOR", "NAME", "SCHEDULE", "ZONE")] + [
+        (s.actor_name, s.name if s.named else "-", s.expression, s.timezone) for s in schedules[:_TABLE_ROWS]
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if len(schedules) > _TABLE_ROWS:
+        lines.append(f"  ... and {len(schedules) - _TABLE_ROWS} more (dramatiq-cron list shows them all)")
+    return ":\n" + "\n".join(lines)

@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.instances import ROOT, History, Instance, now_ms, wait_for
+from tests.support.command import dramatiq_cron
+from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
 APP = "tests.apps.cronapp"
@@ -31,15 +31,7 @@ LEASE = "{dramatiq-cron}:lease"
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m dramatiq_cron_middleware *args`` as an operator would."""
-    full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "dramatiq_cron_middleware", *args],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return dramatiq_cron(env, *args)
 
 
 def cli_json(env: dict[str, str], *args: str) -> Any:
@@ -124,7 +116,19 @@ def test_list_shows_each_schedule_with_its_next_fire_times_last_outcome_and_paus
     table = cli(running.env, "list", APP)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
-    assert header.split() == ["ACTOR", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST", "TICK", "OUTCOME", "PAUSED"]
+    assert header.split() == [
+        "ACTOR",
+        "NAME",
+        "SOURCE",
+        "EXPRESSION",
+        "ZONE",
+        "NEXT",
+        "LAST",
+        "TICK",
+        "OUTCOME",
+        "PAUSED",
+    ]
+    assert row.split()[:3] == ["tick_0", "-", "code"]  # an unnamed schedule has no NAME
     assert row.startswith("tick_0") and " code " in row and "* * * * * *" in row and " UTC " in row
     assert row.rstrip().endswith("no")
 
@@ -175,7 +179,7 @@ def test_history_lists_recent_tick_outcomes_with_delay_and_epoch(running: Runnin
     table = cli(running.env, "history", APP, "-n", "2")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["WHEN", "OUTCOME", "SOURCE", "SCHEDULE", "TICK", "DELAY", "EPOCH", "DETAIL"]
+    assert lines[0].split() == ["WHEN", "OUTCOME", "SOURCE", "SCHEDULE", "TICK", "DELAY", "EPOCH", "BY", "DETAIL"]
     assert len(lines) == 3 and all(SCHEDULE in line for line in lines[1:])
 
 

@@ -113,15 +113,16 @@ def test_history_shows_each_entrys_source_and_filters_runtime_schedules_by_actor
     control.record_trigger(schedule_id="tick_0", tick_ms=2_000, message_id="m-code")
 
     by_actor = cli_json(env, "history", APP, "tick_0")["entries"]
-    assert [(e["schedule"], e["source"], e["actor"]) for e in by_actor] == [
-        ("tick_0:hourly", "runtime", "tick_0"),
-        ("tick_0", "code", "tick_0"),
+    assert [(e["outcome"], e["schedule"], e["source"], e["actor"], e["who"]) for e in by_actor] == [
+        ("add", "tick_0:hourly", "runtime", "tick_0", "cli"),  # the audit trail
+        ("triggered", "tick_0:hourly", "runtime", "tick_0", "api"),
+        ("triggered", "tick_0", "code", "tick_0", "api"),
     ]
     by_id = cli_json(env, "history", APP, "tick_0:hourly")["entries"]
-    assert [e["message_id"] for e in by_id] == ["m-runtime"]
+    assert [e["message_id"] for e in by_id] == [None, "m-runtime"]
     table = cli(env, "history", APP).stdout.splitlines()
     assert table[0].split()[:4] == ["WHEN", "OUTCOME", "SOURCE", "SCHEDULE"]
-    assert " runtime " in table[1] and " code " in table[2]
+    assert " runtime " in table[2] and " code " in table[3]
 
 
 def test_pause_accepts_a_runtime_schedule_id(redis_server: RedisServer) -> None:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +23,8 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
-from tests.support.instances import ROOT, wait_for
+from tests.support.command import dramatiq_cron
+from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.wsgi import Browser
 
@@ -37,20 +36,8 @@ TENANTS = 2000
 
 def cli(server: RedisServer, *args: str) -> subprocess.CompletedProcess[str]:
     """``dramatiq-cron`` as an operator runs it, against the report app."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "DRAMATIQ_CRON_REDIS_URL": server.url,
-        "REPORT_APP_BROKER": f"redis://127.0.0.1:{server.port}/1",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "dramatiq_cron_middleware", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    env = {"DRAMATIQ_CRON_REDIS_URL": server.url, "REPORT_APP_BROKER": f"redis://127.0.0.1:{server.port}/1"}
+    return dramatiq_cron(env, *args)
 
 
 def queued(server: RedisServer) -> list[dict[str, Any]]:

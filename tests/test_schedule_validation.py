@@ -67,28 +67,67 @@ def test_a_bad_expression_fails_at_declaration_naming_actor_and_value(cron: Any,
     assert value in message, message
 
 
-BAD_OPTIONS = [
-    ("unknown zone", Schedule("0 * * * *", timezone="Mars/Olympus_Mons"), "Mars/Olympus_Mons"),
-    ("zone not a string", Schedule("0 * * * *", timezone=3), "3"),  # type: ignore[arg-type]
-    ("path-like zone", Schedule("0 * * * *", timezone="../etc/passwd"), "../etc/passwd"),
-    ("args not JSON", Schedule("0 * * * *", args=(object(),)), "args"),
-    ("args a string", Schedule("0 * * * *", args="abc"), "'abc'"),  # type: ignore[arg-type]
-    ("kwargs not JSON", Schedule("0 * * * *", kwargs={"when": dt.date(2026, 1, 1)}), "kwargs"),
-    ("kwargs NaN", Schedule("0 * * * *", kwargs={"x": float("nan")}), "nan"),
-    ("kwargs int key", Schedule("0 * * * *", kwargs={1: "a"}), "[1]"),  # type: ignore[dict-item]
-    ("catch_up", Schedule("0 * * * *", catch_up="sometimes"), "'sometimes'"),  # type: ignore[arg-type]
-    ("negative window", Schedule("0 * * * *", catch_up_window=-1), "-1"),
-    ("negative jitter", Schedule("0 * * * *", jitter=-5), "-5"),
-    ("float jitter", Schedule("0 * * * *", jitter=1.5), "1.5"),  # type: ignore[arg-type]
-    ("bool jitter", Schedule("0 * * * *", jitter=True), "True"),
-    ("zero max_age", Schedule("0 * * * *", max_age=0), "max_age"),
-    ("overlap", Schedule("0 * * * *", overlap="queue"), "'queue'"),  # type: ignore[arg-type]
-    ("overlap_ttl", Schedule("0 * * * *", overlap="skip", overlap_ttl=0), "overlap_ttl"),
-    ("blank name", Schedule("0 * * * *", name="  "), "name"),
-    ("options not a dict", Schedule("0 * * * *", options=["x"]), "['x']"),  # type: ignore[arg-type]
-    ("reserved option", Schedule("0 * * * *", options={"cron_tick": "x"}), "cron_tick"),
-    ("max_age in options", Schedule("0 * * * *", options={"max_age": 5}), "max_age"),
-    ("overlap_ttl in options", Schedule("0 * * * *", options={"overlap_ttl": 5}), "overlap_ttl"),
+BAD_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
+    ("unknown zone", {"timezone": "Mars/Olympus_Mons"}, "Mars/Olympus_Mons"),
+    ("zone not a string", {"timezone": 3}, "3"),
+    ("path-like zone", {"timezone": "../etc/passwd"}, "../etc/passwd"),
+    ("args not JSON", {"args": (object(),)}, "args"),
+    ("args a string", {"args": "abc"}, "'abc'"),
+    ("kwargs not JSON", {"kwargs": {"when": dt.date(2026, 1, 1)}}, "kwargs"),
+    ("kwargs NaN", {"kwargs": {"x": float("nan")}}, "nan"),
+    ("kwargs int key", {"kwargs": {1: "a"}}, "[1]"),
+    ("catch_up", {"catch_up": "sometimes"}, "'sometimes'"),
+    ("negative window", {"catch_up_window": -1}, "-1"),
+    ("negative jitter", {"jitter": -5}, "-5"),
+    ("float jitter", {"jitter": 1.5}, "1.5"),
+    ("bool jitter", {"jitter": True}, "True"),
+    ("zero max_age", {"max_age": 0}, "max_age"),
+    ("overlap", {"overlap": "queue"}, "'queue'"),
+    ("overlap_ttl", {"overlap": "skip", "overlap_ttl": 0}, "overlap_ttl"),
+    ("options not a dict", {"options": ["x"]}, "['x']"),
+    ("reserved option", {"options": {"cron_tick": "x"}}, "cron_tick"),
+    ("max_age in options", {"options": {"max_age": 5}}, "max_age"),
+    ("overlap_ttl in options", {"options": {"overlap_ttl": 5}}, "overlap_ttl"),
+]
+
+
+@pytest.mark.parametrize(("options", "value"), [(b[1], b[2]) for b in BAD_OPTIONS], ids=[b[0] for b in BAD_OPTIONS])
+def test_a_bad_schedule_option_fails_when_the_schedule_is_built_naming_the_value(
+    options: dict[str, Any], value: str
+) -> None:
+    """A Schedule checks itself without an actor (a form can check one):
+    the error names the Schedule and the value."""
+    with pytest.raises(CronScheduleError) as info:
+        Schedule("0 * * * *", **options)
+    message = str(info.value)
+    assert message.startswith("Schedule, cron '0 * * * *': "), message
+    assert value in message, message
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [(b[1], b[2]) for b in BAD if isinstance(b[1], str)],
+    ids=[b[0] for b in BAD if isinstance(b[1], str)],
+)
+def test_a_schedule_with_a_bad_expression_cannot_be_built(expression: str, value: str) -> None:
+    with pytest.raises(CronScheduleError) as info:
+        Schedule(expression)
+    assert value in str(info.value) and str(info.value).startswith("Schedule"), str(info.value)
+
+
+def test_an_expression_that_never_fires_says_so() -> None:
+    with pytest.raises(CronScheduleError, match=re.escape("cron '0 0 31 2 *': this expression never fires")):
+        Schedule("0 0 31 2 *")
+    with pytest.raises(
+        CronScheduleError, match=re.escape("actor 'nightly_report', cron '0 0 30 2 *': this expression never fires")
+    ):
+        declare("0 0 30 2 *")
+
+
+BAD_SETS = [
+    ("blank name", Schedule("0 * * * *", name="  "), "name must be 1 to 64"),
+    ("a slash in the name", Schedule("0 * * * *", name="eu/daily"), "'eu/daily'"),
+    ("a colon in the name", Schedule("0 * * * *", name="eu:daily"), "'eu:daily'"),
     (
         "two unnamed schedules",
         [Schedule("0 * * * *", args=(1,)), Schedule("30 * * * *", args=(2,))],
@@ -103,8 +142,8 @@ BAD_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize(("cron", "value"), [(b[1], b[2]) for b in BAD_OPTIONS], ids=[b[0] for b in BAD_OPTIONS])
-def test_a_bad_schedule_option_fails_at_declaration_naming_actor_and_value(cron: Any, value: str) -> None:
+@pytest.mark.parametrize(("cron", "value"), [(b[1], b[2]) for b in BAD_SETS], ids=[b[0] for b in BAD_SETS])
+def test_a_bad_name_or_set_of_schedules_fails_at_declaration_naming_actor_and_value(cron: Any, value: str) -> None:
     with pytest.raises(CronScheduleError) as info:
         declare(cron)
     message = str(info.value)

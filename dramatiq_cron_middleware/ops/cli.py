@@ -22,6 +22,7 @@ import datetime as dt
 import importlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -33,10 +34,10 @@ import redis
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
 from ..middleware import CronMiddleware, find_middleware
-from ..schedules.schedule import NEVER, BoundSchedule, Schedule
+from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
 from ..store.codes import Outcome
-from ..store.connection import describe, redact, scheduler_clients
-from ..store.runtime import RuntimeSchedule, RuntimeSchedules
+from ..store.connection import credentials_refused, describe, redact, scheduler_clients
+from ..store.runtime import RuntimeSchedule, RuntimeSchedules, split_id
 from ..store.timing import Timing
 from .control import (
     AmbiguousTarget,
@@ -111,8 +112,7 @@ class _App:
                 paused=paused,
             )
         except UnknownTarget as exc:
-            known = sorted({s.actor_name for s in self.schedules})
-            raise _Failure(f"{exc} (cron actors: {', '.join(known) or 'none'})") from None
+            raise _Failure(f"{exc} ({self.known_actors()})") from None
         except AmbiguousTarget as exc:
             choose = f"{exc}: choose one with --schedule ID"
             raise _Failure(choose + (f", or {whole_actor} with --actor {exc.actor}" if whole_actor else "")) from None
@@ -123,6 +123,14 @@ class _App:
             return self.middleware.runtime
         except CronError as exc:
             raise _Failure(redact(str(exc))) from None
+
+    def known_actors(self) -> str:
+        """The hint after an unknown name: the actors with schedules,
+        declared or runtime (those with only runtime schedules too)."""
+        declared = sorted({s.actor_name for s in self.schedules})
+        runtime_only = sorted(set(self.runtime.count_by_actor()) - set(declared))
+        text = f"cron actors: {', '.join(declared) or 'none'}"
+        return text + (f"; with runtime schedules only: {', '.join(runtime_only)}" if runtime_only else "")
 
     def declares(self, actor_name: str) -> bool:
         """Whether the loaded app declares the actor (a runtime schedule may
@@ -181,8 +189,7 @@ def _import_broker(spec: str) -> dramatiq.Broker:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
-    return "\n".join(lines)
+    return "\n".join(_row(row, widths) for row in cells)
 
 
 def _emit(args: argparse.Namespace, data: object, text: str) -> None:
@@ -199,73 +206,137 @@ def _list(app: _App, args: argparse.Namespace) -> int:
     now = app.control.server_ms()
     last = app.control.last_decisions()
     paused = app.control.paused()
-    page = app.runtime.list(limit=args.limit)
-    schedules = [*app.schedules, *(r.schedule for r in page.items)]
-    records = []
-    upcoming_by_schedule = []
-    for s in schedules:
-        upcoming, tick = [], now
-        for _ in range(args.next):
-            tick = s.next_after(tick)
-            if tick >= NEVER:  # past the schedule's end
-                break
-            upcoming.append(tick)
-        upcoming_by_schedule.append(upcoming)
-        decision = last.get(s.id)
-        records.append(
-            {
-                "actor": s.actor_name,
-                "source": s.source,
-                "declared": app.declares(s.actor_name),
-                "revision": s.revision if s.source == "runtime" else None,
-                "schedule": s.id,
-                "name": s.name,
-                "expression": s.expression,
-                "timezone": s.timezone,
-                "queue": s.queue_name,
-                "catch_up": s.catch_up,
-                "overlap": s.overlap,
-                "next": [iso(t, s.zone) for t in upcoming],
-                "last_tick": iso(decision.tick_ms, s.zone) if decision else None,
-                "last_outcome": decision.outcome if decision else None,
-                "last_epoch": decision.epoch if decision else None,
-                "paused": paused_by(s, paused) is not None,
-            }
-        )
-    named = any(s.name != s.expression for s in schedules)
-    headers = [
-        "ACTOR",
-        *(["NAME"] if named else []),
-        "SOURCE",
-        "EXPRESSION",
-        "ZONE",
-        "NEXT",
-        "LAST TICK",
-        "OUTCOME",
-        "PAUSED",
+    needle = None if args.search is None else args.search.lower()
+    declared = [
+        s
+        for s in app.schedules
+        if (args.actor is None or s.actor_name == args.actor) and (needle is None or needle in s.id.lower())
     ]
-    rows = []
-    for s, upcoming_ms in zip(schedules, upcoming_by_schedule, strict=True):
-        decision = last.get(s.id)
-        rows.append(
-            [
-                s.actor_name,
-                *([s.name] if named else []),
-                s.source if app.declares(s.actor_name) else f"{s.source} (actor not declared)",
-                s.expression,
-                s.timezone,
-                ", ".join(when(t, s.zone) for t in upcoming_ms) or "none (ended)",
-                when(decision.tick_ms, s.zone) if decision else "-",
-                decision.outcome if decision else "-",
-                "yes" if paused_by(s, paused) is not None else "no",
-            ]
-        )
-    text = _table(headers, rows) if rows else "No cron schedules."
-    if page.cursor is not None:
-        text += f"\n... and {(page.total or 0) - len(page.items)} more runtime schedules (see --limit)."
-    data = {"now": iso(now), "schedules": records, "runtime_total": page.total}
-    _emit(args, data, text)
+    if args.actor is not None and not declared and not app.runtime.list(actor=args.actor, limit=1).items:
+        raise _Failure(f"no schedules of actor {args.actor!r} ({app.known_actors()})")
+    out = _Listing(args, now_iso=iso(now))
+    out.add([_listed(app, s, None, now, last, paused, args.next) for s in declared])
+    shown, cursor, total = 0, None, None
+    while args.limit is None or shown < args.limit:
+        # Streamed a page at a time: any number of runtime schedules, in
+        # memory one page at a time.
+        wanted = _PAGE if args.limit is None else min(_PAGE, args.limit - shown)
+        page = app.middleware.list(actor=args.actor, search=args.search, cursor=cursor, limit=wanted)
+        total = page.total if cursor is None else total
+        out.add([_listed(app, r.schedule, r, now, last, paused, args.next) for r in page.items])
+        shown += len(page.items)
+        cursor = page.cursor
+        if cursor is None:
+            break
+    out.close(runtime_total=total, more=None if cursor is None else (-1 if total is None else total - shown))
     return EXIT_OK
+
+
+# Runtime schedules read and printed per page by ``list``.
+_PAGE = 1000
+_LIST_HEADERS = ["ACTOR", "NAME", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST TICK", "OUTCOME", "PAUSED"]
+
+
+def _listed(
+    app: _App,
+    s: BoundSchedule,
+    stored: RuntimeSchedule | None,
+    now: int,
+    last: dict[str, Any],
+    paused: set[str],
+    count: int,
+) -> tuple[dict[str, Any], list[str]]:
+    """One schedule of ``list``: its JSON record and its table row."""
+    upcoming, tick = [], now
+    for _ in range(count):
+        tick = s.next_after(tick)
+        if tick >= NEVER:  # past the schedule's end
+            break
+        upcoming.append(tick)
+    decision = last.get(s.id)
+    is_paused = paused_by(s, paused) is not None
+    record = {
+        "id": s.id,
+        "actor": s.actor_name,
+        "source": s.source,
+        "declared": app.declares(s.actor_name),
+        "revision": None if stored is None else stored.revision,
+        "schedule": s.id,
+        "name": s.name if s.named else None,
+        "expression": s.expression,
+        "timezone": s.timezone,
+        "queue": s.queue_name,
+        "catch_up": s.catch_up,
+        "overlap": s.overlap,
+        "next": [iso(t, s.zone) for t in upcoming],
+        "last_tick": iso(decision.tick_ms, s.zone) if decision else None,
+        "last_outcome": decision.outcome if decision else None,
+        "last_epoch": decision.epoch if decision else None,
+        "paused": is_paused,
+    }
+    row = [
+        s.actor_name,
+        s.name if s.named else "-",
+        s.source if record["declared"] else f"{s.source} (actor not declared)",
+        s.expression,
+        s.timezone,
+        ", ".join(when(t, s.zone) for t in upcoming) or "none (ended)",
+        when(decision.tick_ms, s.zone) if decision else "-",
+        decision.outcome if decision else "-",
+        "yes" if is_paused else "no",
+    ]
+    return record, row
+
+
+class _Listing:
+    """``list``'s output, written as it comes: a table (its first page of
+    rows held back to size the columns, which then only widen), or one JSON
+    document written record by record."""
+
+    def __init__(self, args: argparse.Namespace, *, now_iso: str) -> None:
+        self.json = args.json
+        self.widths = [len(h) for h in _LIST_HEADERS]
+        self.held: list[list[str]] = []
+        self.count = 0
+        if self.json:
+            sys.stdout.write(f'{{"now": {json.dumps(now_iso)}, "schedules": [')
+
+    def add(self, items: Sequence[tuple[dict[str, Any], list[str]]]) -> None:
+        for record, row in items:
+            if self.json:
+                sys.stdout.write(("," if self.count else "") + "\n  " + json.dumps(record))
+            else:
+                self.held.append(row)
+            self.count += 1
+        if len(self.held) >= _PAGE:
+            self._flush()
+        sys.stdout.flush()
+
+    def _flush(self) -> None:
+        if not self.held:
+            return
+        self.widths = [max(w, *(len(r[i]) for r in self.held)) for i, w in enumerate(self.widths)]
+        if self.count == len(self.held):  # the first rows: the header goes first
+            print(_row(_LIST_HEADERS, self.widths))
+        for row in self.held:
+            print(_row(row, self.widths))
+        self.held = []
+
+    def close(self, *, runtime_total: int | None, more: int | None) -> None:
+        """End the output; ``more`` runtime schedules were left out by
+        ``--limit`` (-1: some, uncounted)."""
+        if self.json:
+            sys.stdout.write(f'\n], "runtime_total": {json.dumps(runtime_total)}}}\n')
+            return
+        self._flush()
+        if not self.count:
+            print("No cron schedules.")
+        if more:
+            print(f"... and {'more' if more < 0 else f'{more} more'} runtime schedules (see --limit).")
+
+
+def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
 def _status(app: _App, args: argparse.Namespace) -> int:
@@ -369,14 +440,16 @@ def _history(app: _App, args: argparse.Namespace) -> int:
             e.outcome,
             _source_of(e.schedule_id),
             e.schedule_id,
-            when(e.tick_ms, app.zone_of(e.schedule_id)),
+            # An operator action (pause, add...) has no tick of its own.
+            "" if e.who and e.outcome != Outcome.TRIGGERED else when(e.tick_ms, app.zone_of(e.schedule_id)),
             r["delay"] or "",
             "" if e.epoch is None else e.epoch,
+            e.who,
             "" if e.detail.isdigit() else e.detail,  # a bare number is the delay, shown already
         ]
         for e, r in zip(entries, records, strict=True)
     ]
-    headers = ["WHEN", "OUTCOME", "SOURCE", "SCHEDULE", "TICK", "DELAY", "EPOCH", "DETAIL"]
+    headers = ["WHEN", "OUTCOME", "SOURCE", "SCHEDULE", "TICK", "DELAY", "EPOCH", "BY", "DETAIL"]
     text = _table(headers, rows) if rows else "No history."
     _emit(args, {"entries": records}, text)
     return EXIT_OK
@@ -397,6 +470,7 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
         "epoch": e.epoch,
         "detail": e.detail,
         "message_id": e.message_id or None,
+        "who": e.who or None,
     }
 
 
@@ -405,7 +479,7 @@ def _trigger(app: _App, args: argparse.Namespace) -> int:
     schedule = target.schedule
     assert schedule is not None  # trigger has no --actor
     try:
-        done = app.control.trigger(app.broker, schedule, prefix=app.middleware.prefix)
+        done = app.control.trigger(app.broker, schedule, prefix=app.middleware.prefix, who="cli")
     except TriggerRefused as exc:
         raise _Failure(str(exc)) from None
     data = {
@@ -428,14 +502,14 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
     verb = "pause" if args.command == "pause" else "resume"
     target = app.target(args, whole_actor=f"{verb} all of them")
     if args.command == "pause":
-        changed = app.control.pause(target)
+        changed = app.control.pause(target, who="cli")
         text = (
             f"Paused {target}: whichever process leads records its ticks as paused and enqueues nothing."
             if changed
             else f"{target} was already paused."
         )
     else:
-        changed = app.control.resume(target)
+        changed = app.control.resume(target, who="cli")
         text = f"Resumed {target}: its next tick fires." if changed else f"{target} was not paused."
         blocker = None if changed or target.schedule is None else paused_by(target.schedule, app.control.paused())
         if blocker is not None and blocker.schedule_id is None:
@@ -468,8 +542,13 @@ def _web(app: _App, args: argparse.Namespace) -> int:
 
     try:
         host, port = parse_bind(args.bind)
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except ValueError as exc:
         raise _Failure(str(exc)) from None
+    except OSError:
+        raise _Failure(
+            f"--bind {args.bind!r}: no such host {host!r} here; give HOST:PORT, for example 127.0.0.1:8080"
+        ) from None
     auth_text, auth_from = _web_credential(args.auth, "--auth", "DRAMATIQ_CRON_WEB_AUTH", "USER:PASSWORD")
     token, _ = _web_credential(args.token, "--token", "DRAMATIQ_CRON_WEB_TOKEN", "a token")
     auth = None
@@ -524,7 +603,10 @@ def _web(app: _App, args: argparse.Namespace) -> int:
 
 def _source_of(schedule_id: str) -> str:
     """``code`` or ``runtime``: declared ids are ``actor`` or ``actor/name``
-    (actor names contain no ``:``), runtime ids ``actor:name``."""
+    (actor names contain no ``:``), runtime ids ``actor:name``; ``actor``
+    for an action on a whole actor (``actor:*``)."""
+    if schedule_id.endswith(":*"):
+        return "actor"
     return "runtime" if ":" in schedule_id.split("/", 1)[0] else "code"
 
 
@@ -555,24 +637,37 @@ def _instant_option(flag: str, text: str | None) -> int | dt.datetime | None:
 def _add(app: _App, args: argparse.Namespace) -> int:
     if (args.expression is None) == (args.every is None):
         raise _Failure("give either a cron EXPRESSION or --every MS (not both)")
-    schedule = Schedule(
-        args.expression,
-        timezone=args.timezone,
-        args=tuple(_json_option("--args", args.args, list)),
-        kwargs=_json_option("--kwargs", args.kwargs, dict),
-        every=args.every,
-        offset=args.offset,
-        start=_instant_option("--start", args.start),
-        end=_instant_option("--end", args.end),
-    )
+    with of_actor(args.actor):
+        schedule = Schedule(
+            args.expression,
+            timezone=args.timezone,
+            args=tuple(_json_option("--args", args.args, list)),
+            kwargs=_json_option("--kwargs", args.kwargs, dict),
+            catch_up=args.catch_up,
+            catch_up_window=args.catch_up_window,
+            jitter=args.jitter,
+            max_age=args.max_age,
+            overlap=args.overlap,
+            overlap_ttl=args.overlap_ttl,
+            options=_json_option("--options", args.options, dict),
+            every=args.every,
+            offset=args.offset,
+            start=_instant_option("--start", args.start),
+            end=_instant_option("--end", args.end),
+        )
     try:
-        stored = app.middleware.add(args.actor, schedule, name=args.name)
+        stored = app.middleware.add(args.actor, schedule, name=args.name, replace=not args.create_only, who="cli")
     except CronScheduleError as exc:
-        raise _Failure(str(exc)) from None
+        raise _Failure(_with_actors(app, str(exc))) from None
     except CronConfigurationError as exc:
         raise _Failure(redact(str(exc))) from None
     _emit(args, _runtime_record(stored), _added_text(stored))
     return EXIT_OK
+
+
+def _with_actors(app: _App, message: str) -> str:
+    """An error about an undeclared actor, with the actors there are."""
+    return f"{message} ({app.known_actors()})" if "is not declared on the broker" in message else message
 
 
 def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
@@ -582,7 +677,7 @@ def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
         "actor": s.actor_name,
         "name": s.name,
         "source": s.source,
-        "revision": s.revision,
+        "revision": stored.revision,
         "expression": s.expression,
         "every": s.every,
         "offset": s.offset,
@@ -590,6 +685,13 @@ def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
         "queue": s.queue_name,
         "args": list(s.args),
         "kwargs": s.kwargs,
+        "catch_up": s.catch_up,
+        "catch_up_window": s.catch_up_window,
+        "jitter": s.jitter,
+        "max_age": s.max_age,
+        "overlap": s.overlap,
+        "overlap_ttl": s.overlap_ttl,
+        "options": s.options,
         "start": None if s.start is None else iso(s.start, s.zone),
         "end": None if s.end is None else iso(s.end, s.zone),
         "created": iso(stored.created_ms),
@@ -601,21 +703,24 @@ def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
 def _added_text(stored: RuntimeSchedule) -> str:
     s = stored.schedule
     upcoming = "no tick follows (past its end)" if stored.next_ms is None else f"next {when(stored.next_ms, s.zone)}"
-    return f"Stored runtime schedule {s.id} (revision {s.revision}): {s.expression} in {s.timezone}, {upcoming}."
+    return f"Stored runtime schedule {s.id} (revision {stored.revision}): {s.expression} in {s.timezone}, {upcoming}."
 
 
 def _remove(app: _App, args: argparse.Namespace) -> int:
     try:
-        removed = app.middleware.remove(args.actor, args.name)
+        actor, name = split_id(args.actor) if args.name is None else (args.actor, args.name)
+        removed = app.middleware.remove(actor, name, who="cli")
     except CronScheduleError as exc:
         raise _Failure(str(exc)) from None
     except CronConfigurationError as exc:
         raise _Failure(redact(str(exc))) from None
-    schedule_id = f"{args.actor}:{args.name}"
+    schedule_id = f"{actor}:{name}"
+    if not removed and not app.declares(actor) and actor not in app.runtime.count_by_actor():
+        raise _Failure(f"unknown actor {actor!r} ({app.known_actors()})")
     text = (
         f"Removed runtime schedule {schedule_id}: it fires no more."
         if removed
-        else f"There was no runtime schedule {schedule_id}."
+        else f"There was no runtime schedule {schedule_id} (nothing to remove)."
     )
     _emit(args, {"schedule": schedule_id, "removed": removed}, text)
     return EXIT_OK
@@ -632,20 +737,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
+    def command(name: str, help: str, *, output: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.add_argument("app", metavar="APP", help="the app's module, optionally module:broker (as for dramatiq)")
         sub.add_argument(
             "--path", "-P", action="append", default=[], metavar="DIR", help="a directory to import the app from"
         )
-        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        if output:  # a command that prints a result (not web)
+            sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
         return sub
 
     sub = command("list", "every schedule, its next fire times, last tick and whether it is paused")
     sub.add_argument("--next", type=int, default=3, metavar="N", help="how many next fire times to show (default 3)")
-    sub.add_argument(
-        "--limit", type=int, default=1000, metavar="N", help="show at most N runtime schedules (default 1000)"
-    )
+    sub.add_argument("--actor", metavar="ACTOR", help="only this actor's schedules")
+    sub.add_argument("--search", metavar="TEXT", help="only schedules whose id contains TEXT (ignoring case)")
+    sub.add_argument("--limit", type=int, metavar="N", help="show at most N runtime schedules (default: all, streamed)")
     command("status", "the current leader, the candidates, and whether the lease is being renewed")
     sub = command("history", "recent tick outcomes, oldest first")
     sub.add_argument("actor", nargs="?", metavar="ACTOR", help="only this actor (or schedule id)")
@@ -681,10 +787,26 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--offset", type=int, default=0, metavar="MS", help="with --every: where in the interval (ms)")
     sub.add_argument("--start", metavar="WHEN", help="first instant it may fire: epoch ms or ISO 8601 with offset")
     sub.add_argument("--end", metavar="WHEN", help="instant from which it no longer fires (exclusive)")
+    sub.add_argument(
+        "--catch-up",
+        choices=("each", "latest", "none"),
+        help="missed ticks a new leader fires (default: the middleware's)",
+    )
+    sub.add_argument("--catch-up-window", type=int, metavar="MS", help="how far back missed ticks are caught up (ms)")
+    sub.add_argument("--jitter", type=int, default=0, metavar="MS", help="up to MS of delay per message (default 0)")
+    sub.add_argument("--max-age", type=int, metavar="MS", help="drop a message that waited longer than MS")
+    sub.add_argument(
+        "--overlap", choices=("allow", "skip"), default="allow", help="skip a tick while the previous run goes on"
+    )
+    sub.add_argument("--overlap-ttl", type=int, metavar="MS", help="with --overlap skip: the longest a run counts")
+    sub.add_argument("--options", metavar="JSON", help="further message options, a JSON object")
+    sub.add_argument(
+        "--create-only", action="store_true", help="refuse (exit 2) if the schedule exists, instead of replacing it"
+    )
     sub = command("remove", "remove a runtime schedule; it never fires again")
-    sub.add_argument("actor", metavar="ACTOR", help="the actor's name")
-    sub.add_argument("name", metavar="NAME", help="the runtime schedule's name")
-    sub = command("web", "serve the web dashboard (binds 127.0.0.1:8080 unless --bind says otherwise)")
+    sub.add_argument("actor", metavar="ID|ACTOR", help="the schedule's id (actor:name), or its actor's name and NAME")
+    sub.add_argument("name", nargs="?", metavar="NAME", help="the runtime schedule's name")
+    sub = command("web", "serve the web dashboard (binds 127.0.0.1:8080 unless --bind says otherwise)", output=False)
     sub.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="where to listen")
     who = sub.add_mutually_exclusive_group()
     who.add_argument(
@@ -725,18 +847,23 @@ _COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dramatiq-cron``; returns the exit status."""
     args = _parser().parse_args(argv)
-    if getattr(args, "next", 1) < 1 or getattr(args, "limit", 1) < 1:
-        return _fail("--next and --limit must be at least 1")
+    limit = "-n/--limit" if args.command == "history" else "--limit"
+    for flag, value in (("--next", getattr(args, "next", None)), (limit, getattr(args, "limit", None))):
+        if value is not None and value < 1:
+            return _fail(f"{flag} must be at least 1, got {value}")
     app: _App | None = None
     try:
         app = _load(args.app, args.path or ["."])
         return _COMMANDS[args.command](app, args)
     except _Failure as exc:
         return _fail(str(exc), exc.status)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        where = app.where if app else "?"
-        return _fail(f"cannot reach Redis at {where}: {redact(str(exc))}", EXIT_UNREACHABLE)
     except redis.RedisError as exc:
+        where = app.where if app else "?"
+        refused = credentials_refused(exc, where)
+        if refused is not None:  # Redis answered: not unreachable
+            return _fail(refused)
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            return _fail(f"cannot reach Redis at {where}: {redact(str(exc))}", EXIT_UNREACHABLE)
         return _fail(f"Redis error: {redact(f'{type(exc).__name__}: {exc}')}")
     except CronError as exc:  # for example a runtime key holding a foreign value
         return _fail(redact(str(exc)))

@@ -29,6 +29,7 @@ its ticks without any shared state, and no time zone or DST rule applies.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime as dt
@@ -42,7 +43,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from croniter.croniter import CroniterError
+from croniter.croniter import CroniterBadDateError, CroniterError
 
 from ..errors import CronScheduleError
 
@@ -50,6 +51,8 @@ __all__ = [
     "DEFAULT_CATCH_UP_WINDOW",
     "DEFAULT_TIME_LIMIT",
     "MIN_EVERY",
+    "NAME_PATTERN",
+    "NAME_RULE",
     "NEVER",
     "BoundSchedule",
     "CatchUp",
@@ -59,6 +62,7 @@ __all__ = [
     "Source",
     "actor_signature",
     "bind_schedule",
+    "of_actor",
     "parse_timezone",
     "schedules_for_actor",
 ]
@@ -200,6 +204,13 @@ class Schedule:
     offset: int = 0
     start: int | dt.datetime | None = None
     end: int | dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        # Everything that needs no actor is checked now, so that a form (or
+        # a test) can check a schedule on its own: the rules of cron=, with
+        # a placeholder for the actor (arguments are checked against the
+        # actor's signature when it is bound).
+        bind_schedule("", "", self, timezone="UTC", catch_up="each", catch_up_window=0)
 
 
 #: What the ``cron`` actor option accepts.
@@ -733,6 +744,7 @@ def bind_schedule(
       CronScheduleError: naming the actor and the offending value.
     """
     if isinstance(item, str):
+        _normalise(actor_name, item)  # its error names the actor
         item = Schedule(item)
     if not isinstance(item, Schedule):
         raise CronScheduleError(
@@ -743,16 +755,18 @@ def bind_schedule(
         where, expression = _interval(actor_name, item)
         has_seconds = True
     else:
-        where = f"actor {actor_name!r}, cron {item.expression!r}"
+        where = f"{_subject(actor_name)}cron {item.expression!r}"
         expression, has_seconds = _normalise(actor_name, item.expression)
         if item.offset != 0:
             raise CronScheduleError(f"{where}: offset= applies to every= schedules only, got {item.offset!r}")
     start, end = check_bounds(where, item.start, item.end)
     zone_name = item.timezone if item.timezone is not None else timezone
     zone = parse_timezone(zone_name, what=where)
-    name = item.name if item.name is not None else expression
-    if not isinstance(name, str) or not name.strip():
-        raise CronScheduleError(f"{where}: name must be a non-empty string, got {name!r}")
+    # The name is checked where it becomes part of an id (bound to an
+    # actor), so that the error names both.
+    if actor_name and item.name is not None and (not isinstance(item.name, str) or not NAME_PATTERN.match(item.name)):
+        raise CronScheduleError(f"{where}: {NAME_RULE}, got {item.name!r}")
+    name = item.name if isinstance(item.name, str) else expression
     if _CONTROL.search(name) or _CONTROL.search(actor_name):
         # Identities travel to the scripts one per line.
         raise CronScheduleError(f"{where}: control characters cannot appear in a schedule's identity, got {name!r}")
@@ -839,12 +853,12 @@ def _interval(actor_name: str, item: Schedule) -> tuple[str, str]:
     schedule's label (its ``expression`` and default name)."""
     if item.expression is not None:
         raise CronScheduleError(
-            f"actor {actor_name!r}: give either a cron expression or every=, not both "
+            f"{_subject(actor_name, end=': ')}give either a cron expression or every=, not both "
             f"(got {item.expression!r} and every={item.every!r})"
         )
     if item.every is None:
-        raise CronScheduleError(f"actor {actor_name!r}: a Schedule needs a cron expression or every=<ms>")
-    where = f"actor {actor_name!r}, every {item.every!r}"
+        raise CronScheduleError(f"{_subject(actor_name, end=': ')}a Schedule needs a cron expression or every=<ms>")
+    where = f"{_subject(actor_name)}every {item.every!r}"
     return where, interval_label(where, item.every, item.offset)
 
 
@@ -907,6 +921,33 @@ def _check_ms(where: str, label: str, value: object, *, allow_none: bool, positi
         raise CronScheduleError(f"{where}: {label} must be a {kind} int of milliseconds, got {value!r}")
 
 
+def _subject(actor_name: str, *, end: str = ", ") -> str:
+    """How an error names what it is about: the actor, or (a Schedule
+    checked on its own, before any actor) the Schedule."""
+    return f"actor {actor_name!r}{end}" if actor_name else ("Schedule: " if end == ": " else "Schedule, ")
+
+
+@contextlib.contextmanager
+def of_actor(actor_name: str) -> Iterator[None]:
+    """Name the actor in the error of a :class:`Schedule` built for it
+    (which checks itself before it knows its actor)."""
+    try:
+        yield
+    except CronScheduleError as exc:
+        text = str(exc)
+        for unbound, end in (("Schedule, ", ", "), ("Schedule: ", ": ")):
+            if text.startswith(unbound):
+                raise CronScheduleError(_subject(actor_name, end=end) + text[len(unbound) :]) from None
+        raise
+
+
+#: What a schedule's name may be, declared (``name=``) or runtime: a short
+#: identifier, so that ids (``actor/name``, ``actor:name``) are never
+#: ambiguous.  (``\Z``, not ``$``, which would also accept a trailing newline.)
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
+#: The rule, as errors state it.
+NAME_RULE = "name must be 1 to 64 letters, digits, '_', '.' or '-' (it is part of the schedule's id)"
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FIELD_CHARS = re.compile(r"^[0-9A-Za-z*/,\-#?()]+$")
 # croniter's ``R`` picks a random value per process: every worker would
@@ -918,7 +959,8 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
     """Return the expression with single spaces, and whether it has seconds."""
     if not isinstance(expression, str):
         raise CronScheduleError(
-            f"actor {actor_name!r}: cron expression must be a string, got {expression!r} ({type(expression).__name__})"
+            f"{_subject(actor_name, end=': ')}cron expression must be a string, got {expression!r} "
+            f"({type(expression).__name__})"
         )
     return _normalise_text(actor_name, expression)
 
@@ -928,7 +970,7 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
 # is not cached: a bad expression is checked again each time.)
 @functools.lru_cache(maxsize=4096)
 def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
-    where = f"actor {actor_name!r}, cron {expression!r}"
+    where = f"{_subject(actor_name)}cron {expression!r}"
     text = " ".join(expression.split())
     if not text:
         raise CronScheduleError(f"{where}: the expression is empty")
@@ -956,6 +998,10 @@ def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
         it = copy.copy(_parsed(text, has_seconds, actor_name if _hashed(text) else "", _day_or(fields[-3], fields[-1])))
         it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
         it.get_next(float)
+    except CroniterBadDateError:
+        raise CronScheduleError(
+            f"{where}: this expression never fires (no date matches all of its fields together)"
+        ) from None
     except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise CronScheduleError(f"{where}: {exc}") from None
     return text, has_seconds

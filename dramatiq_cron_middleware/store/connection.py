@@ -32,6 +32,7 @@ __all__ = [
     "describe",
     "pool_for",
     "presence_client",
+    "credentials_refused",
     "redact",
     "refusal",
     "same_server",
@@ -77,6 +78,25 @@ def redact(text: str) -> str:
     """Replace the user-info part of every URL in ``text`` with ``***``,
     whatever characters it contains."""
     return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+
+
+def credentials_refused(exc: BaseException, where: str) -> str | None:
+    """One sentence when ``exc`` is Redis refusing the connection's
+    credentials (none given where a password is required, or a wrong one),
+    else None.  Never shows the password."""
+    text = str(exc)
+    if not isinstance(exc, (redis.AuthenticationError, redis.ResponseError)) and "NOAUTH" not in text:
+        return None
+    if "NOAUTH" in text or "must be called with the client already authenticated" in text:
+        return (
+            f"Redis at {where} requires a password and none was given: put it in the URL, "
+            "redis://:PASSWORD@host:port/db (or redis://USER:PASSWORD@...), percent-encoded"
+        )
+    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in text or "invalid password" in text:
+        return (
+            f"Redis at {where} refused the user name or password in the URL (a wrong password, or the user is disabled)"
+        )
+    return None
 
 
 #: Replies by which a reachable Redis refuses a command for a while (an
@@ -181,9 +201,10 @@ def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int)
         if "@" in parts.path + parts.query + parts.fragment:
             # An unencoded '/', '?' or '#' in the password ends the host part
             # early: redis-py would quietly connect somewhere else.
+            # (The URL goes last: redact() hides up to the last '@' of a line.)
             raise CronConfigurationError(
-                f"CronMiddleware: invalid redis URL {redact(url)!r}: an '@' follows the host part; "
-                "percent-encode '/', '?', '#' and '@' in the user name and password (for example '/' as %2F)"
+                "CronMiddleware: the redis URL's user name or password holds a '/', '?', '#' or '@' that is not "
+                f"percent-encoded (write '/' as %2F, '?' as %3F, '#' as %23, '@' as %40): {redact(url)!r}"
             )
         try:
             template = redis.Redis.from_url(url)

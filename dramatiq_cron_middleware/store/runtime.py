@@ -35,7 +35,6 @@ import functools
 import inspect
 import json
 import operator
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +48,8 @@ from ..schedules.schedule import _UTC as UTC_ZONE
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
     DEFAULT_TIME_LIMIT,
+    NAME_PATTERN,
+    NAME_RULE,
     NEVER,
     BoundSchedule,
     CatchUp,
@@ -56,11 +57,12 @@ from ..schedules.schedule import (
     bind_schedule,
     check_bounds,
     interval_label,
+    of_actor,
     parse_timezone,
 )
 from .codes import decode, load_script
 from .collector import collector_paused
-from .connection import describe, redact
+from .connection import credentials_refused, describe, redact
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -93,9 +95,6 @@ FORMAT = 1
 #: they are meant to be small: pass a tenant id, not the tenant.
 MAX_DEFINITION_BYTES = 65_536
 
-#: What a runtime schedule's name may be: a short identifier.  (``\Z``, not
-#: ``$``, which would also accept a trailing newline.)
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 # Definitions per script call in add_many: a script of 500 writes runs in a
 # few milliseconds, short of any client timeout, and keeps other clients'
@@ -348,7 +347,8 @@ class RuntimeSchedules:
             before = self.get(actor, name)
             if before is None:
                 raise CronScheduleError(f"there is no runtime schedule {schedule_id!r}")
-            item = dataclasses.replace(as_schedule(before.schedule), **_switched(changes))
+            with of_actor(actor):
+                item = dataclasses.replace(as_schedule(before.schedule), **_switched(changes))
             prepared = self._prepare(actor, item, name)
             try:
                 (after,) = self._write_prepared([prepared], str(before.schedule.revision))
@@ -682,14 +682,12 @@ class RuntimeSchedules:
         """Validate one item; return it bound, and its definition without the
         closing brace (the write script appends revision and times)."""
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise CronScheduleError(
-                f"runtime schedule of {_describe_actor(actor)}: name must be 1 to 64 letters, digits, "
-                f"'_', '.' or '-', got {name!r}"
-            )
+            raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {name!r}")
         info = self.resolve_actor(actor)
         _check_actor_name(info.actor_name)
         if isinstance(schedule, str):
-            item = Schedule(schedule, name=name)
+            with of_actor(info.actor_name):
+                item = Schedule(schedule, name=name)
         elif isinstance(schedule, Schedule):
             if schedule.name is not None and schedule.name != name:
                 raise CronScheduleError(
@@ -765,12 +763,15 @@ class RuntimeSchedules:
         """Turn Redis failures into one clear exception."""
         try:
             yield
+        except (redis.AuthenticationError, redis.ResponseError) as exc:
+            refused = credentials_refused(exc, describe(self.client))
+            if refused is None and isinstance(exc, redis.ResponseError):
+                raise CronConfigurationError(f"cannot {what}: Redis refused ({redact(str(exc))})") from None
+            raise CronConfigurationError(f"cannot {what}: {refused or redact(str(exc))}") from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise CronUnavailableError(
                 f"cannot {what}: Redis at {describe(self.client)} did not answer ({redact(str(exc))})"
             ) from None
-        except redis.ResponseError as exc:
-            raise CronConfigurationError(f"cannot {what}: Redis refused ({redact(str(exc))})") from None
 
 
 def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int, revision: int) -> RuntimeSchedule:
@@ -800,7 +801,7 @@ def _refused_condition(exc: redis.ResponseError) -> None:
 def already_exists(schedule_id: str) -> CronScheduleError:
     """The error of a create-only add of a stored name."""
     return CronScheduleError(
-        f"runtime schedule {schedule_id!r} already exists: update() changes it, add(..., replace=True) replaces it"
+        f"runtime schedule {schedule_id!r} already exists (an add that may replace it, or an update, changes it)"
     )
 
 
@@ -1083,7 +1084,5 @@ def _describe_actor(actor: object) -> str:
 def _schedule_id(actor: object, name: object) -> str:
     actor_name = _actor_name(actor)
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(
-            f"runtime schedule of {actor_name!r}: name must be 1 to 64 letters, digits, '_', '.' or '-', got {name!r}"
-        )
+        raise CronScheduleError(f"runtime schedule of {actor_name!r}: {NAME_RULE}, got {name!r}")
     return f"{actor_name}:{name}"

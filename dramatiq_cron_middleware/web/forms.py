@@ -19,8 +19,16 @@ from typing import Any
 
 from ..errors import CronConfigurationError, CronScheduleError
 from ..middleware import CronMiddleware
-from ..schedules.schedule import DEFAULT_CATCH_UP_WINDOW, BoundSchedule, Schedule, bind_schedule
-from ..store.runtime import NAME_PATTERN, describe_changes
+from ..schedules.schedule import (
+    DEFAULT_CATCH_UP_WINDOW,
+    NAME_PATTERN,
+    NAME_RULE,
+    BoundSchedule,
+    Schedule,
+    bind_schedule,
+    of_actor,
+)
+from ..store.runtime import describe_changes
 
 __all__ = ["CATCH_UPS", "OVERLAPS", "RuntimeForm", "Saved", "runtime_of", "save"]
 
@@ -121,7 +129,7 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
     elif form.actor not in actors:
         errors["actor"] = f"No actor {form.actor!r} is declared."
     if not NAME_PATTERN.match(form.name):
-        errors["name"] = f"A name is 1 to 64 letters, digits, '_', '.' or '-', got {form.name!r}."
+        errors["name"] = f"A {NAME_RULE}, got {form.name!r}."
     numbers: dict[str, int | None] = {}
     for field in _MS_FIELDS:
         value = getattr(form, field)
@@ -155,19 +163,21 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
         if field in errors or (field == "every" and numbers["every"] is None):
             continue
         try:
-            _bind(form.actor or "actor", Schedule(**probe, name=form.name if "name" not in errors else None))
+            with of_actor(form.actor or "actor"):
+                _bind(form.actor or "actor", Schedule(**probe, name=form.name if "name" not in errors else None))
         except CronScheduleError as exc:
             errors[field] = str(exc)
     if errors:
         return errors
-    schedule = Schedule(
-        **timing, args=tuple(args), kwargs=kwargs, **{k: v for k, v in options.items() if v is not None}
-    )
     old_actor, sep, old_name = (original or "").partition(":")
     try:
         previous = store.get(old_actor, old_name) if sep else None
-        if previous is not None:
-            schedule = _keep(schedule, previous.schedule)
+        with of_actor(form.actor):  # a Schedule checks itself before it knows its actor
+            schedule = Schedule(
+                **timing, args=tuple(args), kwargs=kwargs, **{k: v for k, v in options.items() if v is not None}
+            )
+            if previous is not None:
+                schedule = _keep(schedule, previous.schedule)
         stored = store.add(form.actor, schedule, name=form.name)
     except CronScheduleError as exc:
         return {"form": str(exc)}
