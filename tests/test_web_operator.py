@@ -90,8 +90,15 @@ def test_every_dashboard_action_is_recorded_with_its_user_and_shown_in_the_histo
     assert "expression '0 4 * * *' -> '0 5 * * *'" in history
     chart = history[history.index("<svg") : history.index("</svg>")]
     assert 'data-outcome="triggered"' in chart and 'data-outcome="pause"' not in chart  # ticks only
+    renamed = {**form, "name": "renamed", "original": "every_second:audited"}
+    assert browser.post("/cron/runtime/new", form).status == 303
+    assert browser.post("/cron/runtime/edit", renamed).status == 303
+    old = html.unescape(browser.get("/cron/schedule?id=every_second%3Aaudited").text)
+    assert "renamed to every_second:renamed" in old
+    new = html.unescape(browser.get("/cron/schedule?id=every_second%3Arenamed").text)
+    assert "renamed from every_second:audited" in new
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "alice" in r.getMessage()]
-    assert len(logged) == 6, logged
+    assert len(logged) == 9, logged
 
 
 # -- pages, order, next to run -----------------------------------------------------

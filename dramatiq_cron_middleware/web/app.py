@@ -179,7 +179,8 @@ class CronDashboard:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         middleware = find_middleware(broker, needed_by="CronDashboard")
         if token is not None and (not isinstance(token, str) or not token.strip()):
-            raise CronConfigurationError(f"CronDashboard: token= is empty ({token!r}); pass a token, or leave it out")
+            kind = "empty" if isinstance(token, str) else f"a {type(token).__name__}, not a string"
+            raise CronConfigurationError(f"CronDashboard: token= is {kind}; pass a token, or leave it out")
         if auth is not None and (
             not isinstance(auth, tuple) or len(auth) != 2 or not all(isinstance(p, str) and p for p in auth)
         ):
@@ -305,7 +306,7 @@ class CronDashboard:
             response = handler(request)
         except _HTTPError as exc:
             response = self._page(request, "error.html", {"message": exc.message}, status=exc.status)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except (redis.ConnectionError, redis.TimeoutError, CronUnavailableError) as exc:
             message = f"Redis at {self.where} cannot be reached ({type(exc).__name__})."
             response = self._page(request, "error.html", {"message": message}, status="503 Service Unavailable")
         except redis.RedisError as exc:  # refused by ACLs, out of memory...: say so, without the details
@@ -441,7 +442,12 @@ class CronDashboard:
                 original=original,
                 status="400 Bad Request",
             )
-        self._audit(request, Action.ADD if saved.previous is None else Action.UPDATE, saved.schedule_id, saved.change)
+        previous = saved.previous
+        if previous is not None and previous.id != saved.schedule_id:  # a rename: one added, one removed
+            self._audit(request, Action.ADD, saved.schedule_id, f"renamed from {previous.id}; {saved.change}")
+            self._audit(request, Action.REMOVE, previous.id, f"renamed to {saved.schedule_id}")
+        else:
+            self._audit(request, Action.ADD if previous is None else Action.UPDATE, saved.schedule_id, saved.change)
         return self._back(request, f"Saved runtime schedule {saved.schedule_id}.", default="/schedules")
 
     def _runtime_remove(self, request: _Request) -> _Response:
