@@ -159,7 +159,7 @@ def main() -> int:
             [
                 ("overview", "/cron/", ""),
                 ("schedules, first page (50)", "/cron/schedules", ""),
-                ("schedules, page 100 (50)", "/cron/schedules", "cursor=c:5000&at=5000"),
+                ("schedules, page 100 (50)", "/cron/schedules", "page=100"),
                 ("schedules, 200 per page", "/cron/schedules", "per_page=200"),
                 ("schedules, search 'job_0099'", "/cron/schedules", "q=job_0099"),
                 ("schedules, paused only", "/cron/schedules", "state=paused"),
@@ -185,14 +185,15 @@ def main() -> int:
         runtime_ids = [r.id for r in page.items]
         _state(server, ids + runtime_ids)
         app = CronDashboard(broker, unauthenticated=True)
-        middle = quote("r:job_000005:r050005")
         rows = _measure(
             app,
             [
                 ("overview", "/cron/", ""),
                 ("schedules, first page (50)", "/cron/schedules", ""),
                 ("schedules, runtime only, first page", "/cron/schedules", "source=runtime"),
-                ("schedules, runtime, a page in the middle", "/cron/schedules", f"cursor={middle}&at=50000"),
+                ("schedules, runtime, a page in the middle", "/cron/schedules", "source=runtime&page=1000"),
+                ("schedules, runtime, the last page", "/cron/schedules", "source=runtime&page=2000"),
+                ("next to run (all 100,010)", "/cron/next", ""),
                 ("schedules, runtime, 200 per page", "/cron/schedules", "source=runtime&per_page=200"),
                 ("schedules, search 'r09999'", "/cron/schedules", "q=r09999"),
                 ("schedules, paused only", "/cron/schedules", "state=paused"),

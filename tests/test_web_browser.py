@@ -26,6 +26,7 @@ from tests.support.components import missing, require_module
 from tests.support.instances import ROOT, Instance, stop_group
 from tests.support.redis_server import RedisServer, free_port
 
+TOKEN = "browser-test-token"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 SCHEDULE = "tick_0"
@@ -78,6 +79,22 @@ def dashboard(redis_server: RedisServer, record_dir: str, instances: Callable[..
         "CRON_APP_TTL": "2000",
     }
     instances(env, processes=2)
+    yield from _serve(env)
+
+
+@pytest.fixture
+def guarded_dashboard(redis_server: RedisServer) -> Iterator[str]:
+    """The test app's standalone dashboard alone (no workers), its token
+    given in the environment; yields its URL."""
+    env = {
+        "DRAMATIQ_CRON_REDIS_URL": redis_server.url,
+        "CRON_APP_BROKER": f"redis://127.0.0.1:{redis_server.port}/1",
+        "DRAMATIQ_CRON_WEB_TOKEN": TOKEN,
+    }
+    yield from _serve(env)
+
+
+def _serve(env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "dramatiq_cron_middleware", "web", "tests.apps.cronapp", "--bind", f"127.0.0.1:{port}"],
@@ -180,7 +197,8 @@ def test_an_operator_sees_the_leader_pauses_resumes_triggers_and_manages_runtime
     # Resume, then trigger now: the history shows "triggered".
     submit(browser.find_element(By.CSS_SELECTOR, 'button[data-action="resume"]'))
     wait(lambda d: d.find_element(By.ID, "paused-state").text == "no", "the schedule resumed")
-    submit(browser.find_element(By.CSS_SELECTOR, 'button[data-action="trigger"]'))
+    submit(browser.find_element(By.CSS_SELECTOR, 'a[data-action="trigger"]'))
+    submit(browser.find_element(By.CSS_SELECTOR, 'button[data-action="confirm"]'))  # asked first
     wait(lambda d: "Triggered" in d.find_element(By.CSS_SELECTOR, ".notice").text, "the trigger notice")
     wait(
         reloaded(lambda: "triggered" in texts("tr.entry .outcome")),
@@ -209,7 +227,8 @@ def test_an_operator_sees_the_leader_pauses_resumes_triggers_and_manages_runtime
     submit(browser.find_element(By.CSS_SELECTOR, "#runtime-form button[type=submit]"))
     added = 'tr[data-schedule="tick_0:from-browser"]'
     wait(lambda d: d.find_elements(By.CSS_SELECTOR, added), "the runtime schedule listed")
-    submit(browser.find_element(By.CSS_SELECTOR, f'{added} button[data-action="remove"]'))
+    submit(browser.find_element(By.CSS_SELECTOR, f'{added} a[data-action="remove"]'))
+    submit(browser.find_element(By.CSS_SELECTOR, 'button[data-action="confirm"]'))
     wait(lambda d: "Removed" in d.find_element(By.CSS_SELECTOR, ".notice").text, "the removal notice")
     assert not browser.find_elements(By.CSS_SELECTOR, added)
 
@@ -229,5 +248,102 @@ def test_a_runtime_schedule_added_in_the_browser_fires_until_removed(browser: An
     _submit(browser, browser.find_element(By.CSS_SELECTOR, "#runtime-form button[type=submit]"))
     browser.get(f"{dashboard}/schedule?id={quote('tick_0:fires')}")
     _wait(browser, lambda d: "fired" in outcomes(d), "the runtime schedule to fire", timeout=20)
-    _submit(browser, browser.find_element(By.CSS_SELECTOR, 'button[data-action="remove"]'))
+    _submit(browser, browser.find_element(By.CSS_SELECTOR, 'a[data-action="remove"]'))
+    _submit(browser, browser.find_element(By.CSS_SELECTOR, 'button[data-action="confirm"]'))
     assert "Removed" in browser.find_element(By.CSS_SELECTOR, ".notice").text
+
+
+# The widths every new flow is walked at: a laptop, and a phone.
+WIDTHS = {"desktop": 1366, "phone": 390}
+
+
+def _at_width(driver: Any, width: int) -> None:
+    """Lay pages out as a screen ``width`` CSS pixels wide (a phone's when
+    narrow), whatever the headless window's own limits."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 844 if width < 700 else 900, "deviceScaleFactor": 1, "mobile": width < 700},
+    )
+
+
+def _fits(driver: Any, width: int, what: str) -> None:
+    """The page is laid out for a screen ``width`` wide, and is no wider
+    than it (nothing scrolls sideways)."""
+    wide, inner = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth];")
+    assert inner == width, f"{what} is laid out {inner}px wide, not {width}px"
+    assert wide <= inner, f"{what} is {wide}px wide on a {inner}px screen"
+
+
+def test_an_operator_confirms_a_remove_sees_it_audited_and_pages_10000_schedules_on_a_laptop_and_a_phone(
+    browser: Any, guarded_dashboard: str, redis_server: RedisServer
+) -> None:
+    """Given 10,000 runtime schedules, At 1366 and at 390 px wide: the
+    visitor pages to the last page and back in natural order, finds a row's
+    actions, removes a schedule through its confirmation page, sees the
+    removal with its user in the history, and no page is wider than the
+    screen."""
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+    from selenium.webdriver.common.by import By
+
+    from dramatiq_cron_middleware import CronMiddleware
+
+    broker = RedisBroker(url=f"redis://127.0.0.1:{redis_server.port}/1")
+    middleware = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(middleware)
+    dramatiq.actor(lambda: None, actor_name="tick_0", broker=broker)
+    middleware.runtime.add_many(("tick_0", "0 4 * * *", f"tenant-{i}") for i in range(10_000))
+    broker.close()
+
+    def wait(condition: Callable[[Any], Any], what: str) -> Any:
+        return _wait(browser, condition, what)
+
+    def visit(path: str, what: str) -> None:
+        browser.get(guarded_dashboard + path)
+        _fits(browser, width, what)
+
+    def follow(rel: str) -> list[str]:
+        _submit(browser, browser.find_element(By.CSS_SELECTOR, f'nav.pages a[rel="{rel}"]'))
+        _fits(browser, width, f"the {rel} page")
+        return [r.get_attribute("data-schedule") for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-schedule]")]
+
+    browser.get(f"{guarded_dashboard}/?token={TOKEN}")  # kept in a cookie from now on
+    removed: set[str] = set()
+    for device, width in WIDTHS.items():
+        _at_width(browser, width)
+        visit("/", "the overview")
+        _shot(browser, f"overview-{device}")
+        visit("/next", "the next-to-run view")
+        visit("/runtime/new", "the add form")
+
+        # Page to the end and back: 200 rows a page, natural order.
+        visit("/schedules?source=runtime&per_page=200", "the schedules page")
+        _shot(browser, f"schedules-{device}")
+        names = [f"tick_0:tenant-{i}" for i in range(10_000) if f"tick_0:tenant-{i}" not in removed]
+        pages = [names[i : i + 200] for i in range(0, len(names), 200)]
+        assert follow("last") == pages[-1]
+        assert follow("prev") == pages[-2]
+        assert follow("next") == pages[-1]
+        assert follow("first") == pages[0]
+        assert follow("next") == pages[1]
+
+        # A row's action button is on screen and within reach.
+        victim = f"tick_0:tenant-{1 if device == 'desktop' else 2}"
+        visit(f"/schedules?source=runtime&q=tenant-{victim.rsplit('-', 1)[1]}", "a search")
+        remove = browser.find_element(By.CSS_SELECTOR, f'a[data-action="remove"][data-target="{victim}"]')
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", remove)
+        box = remove.rect
+        assert remove.is_displayed() and 0 <= box["x"] and box["x"] + box["width"] <= width, box
+
+        # Remove asks first, on a page of its own; the history names who.
+        _submit(browser, remove)
+        _fits(browser, width, "the confirmation page")
+        _shot(browser, f"confirm-{device}")
+        assert f"Remove {victim}?" in browser.find_element(By.TAG_NAME, "h1").text
+        _submit(browser, browser.find_element(By.CSS_SELECTOR, 'button[data-action="confirm"]'))
+        wait(lambda d: "Removed" in d.find_element(By.CSS_SELECTOR, ".notice").text, "the removal notice")
+        visit(f"/schedule?id={quote(victim)}", "the history")
+        entry = browser.find_element(By.CSS_SELECTOR, 'tr.entry[data-outcome="remove"]')
+        assert "by token" in entry.text
+        removed.add(victim)
+        _shot(browser, f"history-{device}")

@@ -21,6 +21,7 @@ import dataclasses
 import datetime as dt
 import importlib
 import json
+import os
 import socket
 import sys
 import threading
@@ -524,6 +525,16 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _web_credential(flag_value: str | None, flag: str, variable: str, wanted: str) -> tuple[str | None, str]:
+    """A credential of ``web`` from its flag, else from its environment
+    variable (which ``ps`` does not show); returns it and where it came
+    from.  An empty one is refused: it would silently serve without it."""
+    value, source = (flag_value, flag) if flag_value is not None else (os.environ.get(variable), variable)
+    if value is not None and not value.strip():
+        raise _Failure(f"{source} is empty: give {wanted}, or leave it out")
+    return value, source
+
+
 def _web(app: _App, args: argparse.Namespace) -> int:
     from ..web import CronDashboard
     from ..web.security import LOOPBACK_HOSTS
@@ -538,25 +549,27 @@ def _web(app: _App, args: argparse.Namespace) -> int:
         raise _Failure(
             f"--bind {args.bind!r}: no such host {host!r} here; give HOST:PORT, for example 127.0.0.1:8080"
         ) from None
+    auth_text, auth_from = _web_credential(args.auth, "--auth", "DRAMATIQ_CRON_WEB_AUTH", "USER:PASSWORD")
+    token, _ = _web_credential(args.token, "--token", "DRAMATIQ_CRON_WEB_TOKEN", "a token")
     auth = None
-    if args.auth is not None:
-        user, sep, password = args.auth.partition(":")
+    if auth_text is not None:
+        user, sep, password = auth_text.partition(":")
         if not sep or not user or not password:
-            raise _Failure("--auth wants USER:PASSWORD")
+            raise _Failure(f"{auth_from} wants USER:PASSWORD")
         auth = (user, password)
     # Answer for this machine's loopback names, the bound address, and the
     # names the operator reaches it by.
     hosts = [*LOOPBACK_HOSTS, *(args.allowed_host or [])]
     if not is_loopback(host) and host not in ("0.0.0.0", "::"):
         hosts.append(f"[{host}]" if ":" in host else host)
-    authenticated = bool(auth or args.token)
+    authenticated = bool(auth or token)
     try:
         dashboard = CronDashboard(
             app.broker,
             prefix="",
             read_only=args.read_only,
             auth=auth,
-            token=args.token,
+            token=token,
             # start() below refuses a non-loopback bind without credentials
             # unless --insecure-bind says a proxy in front authenticates.
             unauthenticated=not authenticated,
@@ -796,8 +809,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("web", "serve the web dashboard (binds 127.0.0.1:8080 unless --bind says otherwise)", output=False)
     sub.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="where to listen")
     who = sub.add_mutually_exclusive_group()
-    who.add_argument("--auth", metavar="USER:PASSWORD", help="require HTTP basic auth")
-    who.add_argument("--token", metavar="TOKEN", help="require this bearer token (or ?token= once)")
+    who.add_argument(
+        "--auth", metavar="USER:PASSWORD", help="require HTTP basic auth (default: $DRAMATIQ_CRON_WEB_AUTH)"
+    )
+    who.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="require this bearer token, or ?token= once (default: $DRAMATIQ_CRON_WEB_TOKEN)",
+    )
     sub.add_argument("--read-only", action="store_true", help="show everything, change nothing")
     sub.add_argument(
         "--insecure-bind", action="store_true", help="allow a non-loopback address without --auth or --token"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-__all__ = ["iso", "span", "when"]
+__all__ = ["iso", "short_when", "span", "when"]
 
 _UTC = dt.timezone.utc
 
@@ -15,6 +15,12 @@ def when(ms: int, zone: dt.tzinfo = _UTC) -> str:
     """An instant in a zone, to the second; UTC is written with ``Z``."""
     text = dt.datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(sep=" ", timespec="seconds")
     return text.replace("+00:00", "Z")
+
+
+def short_when(ms: int, zone: dt.tzinfo = _UTC) -> str:
+    """:func:`when` for a narrow screen: ``12-01 17:41:05``, the zone left
+    to the page (a schedule's zone is shown beside its times)."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=zone).strftime("%m-%d %H:%M:%S")
 
 
 def iso(ms: int, zone: dt.tzinfo = _UTC) -> str:

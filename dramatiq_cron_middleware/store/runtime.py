@@ -493,6 +493,43 @@ class RuntimeSchedules:
                 items.append(record)
         return RuntimePage(items=items, cursor=ids[-1] if more else None, total=total)
 
+    def ids(self) -> builtins.list[str]:
+        """Every stored schedule's id, in the index's (lexical) order: what a
+        caller that orders or filters them its own way reads, with
+        :meth:`version` to know when to read them again.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        out: builtins.list[str] = []
+        low = "-"
+        with self._store("list runtime schedule ids"):
+            while True:
+                chunk: Any = self.client.zrangebylex(self.keys.runtime_ids, low, "+", start=0, num=10 * _PAGE)
+                out += chunk
+                if len(chunk) < 10 * _PAGE:
+                    return out
+                low = "(" + chunk[-1]
+
+    def get_many(self, schedule_ids: Sequence[str]) -> builtins.list[RuntimeSchedule]:
+        """The stored schedules of these ids (``actor:name``), in their
+        order, in one round trip; an id with no (readable) definition is
+        left out.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        if not schedule_ids:
+            return []
+        with self._store("read runtime schedules"):
+            reply = decode(self._read(keys=[self.keys.runtime], args=list(schedule_ids)))
+        records = (
+            self._record(i, text, now=reply.server_ms)
+            for i, text in zip(schedule_ids, reply.payload, strict=True)
+            if text is not None
+        )
+        return [r for r in records if r is not None]
+
     def count_by_actor(self) -> dict[str, int]:
         """How many runtime schedules each actor has, in the order of their ids.
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import json
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode
@@ -20,9 +22,11 @@ import dramatiq
 import redis
 from dramatiq.logging import get_logger
 
+from ..audit import Action, check_who
+from ..errors import CronScheduleError, CronUnavailableError
 from ..middleware import find_middleware
 from ..ops.control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
-from ..ops.format import iso, span, when
+from ..ops.format import iso, short_when, span, when
 from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
@@ -174,6 +178,16 @@ class CronDashboard:
 
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         middleware = find_middleware(broker, needed_by="CronDashboard")
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            kind = "empty" if isinstance(token, str) else f"a {type(token).__name__}, not a string"
+            raise CronConfigurationError(f"CronDashboard: token= is {kind}; pass a token, or leave it out")
+        if auth is not None and (
+            not isinstance(auth, tuple) or len(auth) != 2 or not all(isinstance(p, str) and p for p in auth)
+        ):
+            shown = "(user, '***')" if isinstance(auth, tuple) and len(auth) == 2 else type(auth).__name__
+            raise CronConfigurationError(
+                f"CronDashboard: auth= wants (user, password), both non-empty strings, got {shown}"
+            )
         credentials = auth is not None or token is not None
         if unauthenticated and credentials:
             raise CronConfigurationError("CronDashboard: unauthenticated=True contradicts auth= or token=; pass one")
@@ -201,19 +215,24 @@ class CronDashboard:
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)
         self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)
+        browsable = all(hasattr(self.runtime, m) for m in ("version", "ids", "get_many"))
+        self.runtime_index = pages.RuntimeIndex(self.runtime) if browsable else None
         # Built now, so a missing Jinja2 fails here with the install hint.
         self._templates = _templates()
         self._routes: dict[tuple[str, str], Callable[[_Request], _Response]] = {
             ("GET", "/"): self._overview,
             ("GET", "/schedules"): self._schedules,
             ("GET", "/schedule"): self._history,
+            ("GET", "/next"): self._next_to_run,
             ("POST", "/pause"): self._pause,
             ("POST", "/resume"): self._pause,
+            ("GET", "/trigger"): self._confirm,
             ("POST", "/trigger"): self._trigger,
             ("GET", "/runtime/new"): self._runtime_form,
             ("POST", "/runtime/new"): self._runtime_save,
             ("GET", "/runtime/edit"): self._runtime_form,
             ("POST", "/runtime/edit"): self._runtime_save,
+            ("GET", "/runtime/remove"): self._confirm,
             ("POST", "/runtime/remove"): self._runtime_remove,
         }
 
@@ -287,7 +306,7 @@ class CronDashboard:
             response = handler(request)
         except _HTTPError as exc:
             response = self._page(request, "error.html", {"message": exc.message}, status=exc.status)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except (redis.ConnectionError, redis.TimeoutError, CronUnavailableError) as exc:
             message = f"Redis at {self.where} cannot be reached ({type(exc).__name__})."
             response = self._page(request, "error.html", {"message": message}, status="503 Service Unavailable")
         except redis.RedisError as exc:  # refused by ACLs, out of memory...: say so, without the details
@@ -324,8 +343,19 @@ class CronDashboard:
 
     def _schedules(self, request: _Request) -> _Response:
         filters = pages.Filters.parse(request.query)
-        view = pages.schedules_view(self.control, self.middleware.all_schedules(), self.runtime, filters)
+        code = self.middleware.all_schedules()
+        try:
+            view = pages.schedules_view(self.control, code, self.runtime_index, filters)
+        except (redis.ConnectionError, redis.TimeoutError, CronUnavailableError) as exc:
+            # What the app declares is known without Redis: list it, and
+            # say that its state is not.
+            error = f"Redis at {self.where} cannot be reached ({type(exc).__name__})"
+            view = pages.declared_view(code, filters, now_ms=int(time.time() * 1000), error=error)
         return self._page(request, "schedules.html", {"view": view, "page_sizes": pages.PAGE_SIZES})
+
+    def _next_to_run(self, request: _Request) -> _Response:
+        now, runs = pages.next_to_run(self.control, self.middleware.all_schedules(), self.runtime_index)
+        return self._page(request, "next.html", {"runs": runs, "now_ms": now})
 
     def _history(self, request: _Request) -> _Response:
         schedule_id = request.query.get("id", "")
@@ -336,19 +366,23 @@ class CronDashboard:
         if before is not None and not _stream_id(before):
             raise _HTTPError("400 Bad Request", "Bad history cursor.")
         view = pages.history_view(self.control, schedule_id, schedule, source, before=before)
+        if schedule is None and not view.rows and before is None:
+            # Neither declared nor stored, and nothing recorded: a wrong id.
+            return self._plain("404 Not Found", f"No schedule {schedule_id} is declared, stored or recorded.")
         return self._page(request, "history.html", {"view": view})
 
     # -- actions --------------------------------------------------------------
 
     def _pause(self, request: _Request) -> _Response:
         target = self._target(request)
+        # Both record themselves in the history, as done by the user.
+        who = self._user(request)
         if request.path == "/pause":
-            changed = self.control.pause(target)
+            changed = self.control.pause(target, who=who)
             notice = f"Paused {target}." if changed else f"{target} was already paused."
         else:
-            changed = self.control.resume(target)
+            changed = self.control.resume(target, who=who)
             notice = f"Resumed {target}." if changed else f"{target} was not paused."
-        self.logger.info("Dashboard: %s %s.", request.path.strip("/"), target.member)
         return self._back(request, notice)
 
     def _trigger(self, request: _Request) -> _Response:
@@ -356,12 +390,32 @@ class CronDashboard:
         schedule = target.schedule
         if schedule is None:
             raise _HTTPError("404 Not Found", f"Unknown cron schedule {target.member!r}.")
-        try:
-            done = self.control.trigger(self.broker, schedule, prefix=self.middleware.prefix)
+        try:  # recorded in the history as done by the user
+            done = self.control.trigger(self.broker, schedule, prefix=self.middleware.prefix, who=self._user(request))
         except TriggerRefused as exc:
             raise _HTTPError("409 Conflict", str(exc)) from None
-        self.logger.info("Dashboard: triggered %s (message %s).", schedule.id, done.message_id)
         return self._back(request, f"Triggered {schedule.id}: message {done.message_id} on queue {done.queue_name}.")
+
+    def _confirm(self, request: _Request) -> _Response:
+        """The page that asks before a trigger or a removal (a GET: it works
+        with JavaScript off); its button posts the action itself."""
+        if request.path == "/trigger":
+            schedule_id = request.query.get("schedule", "")
+            schedule, _ = self._find(schedule_id)
+            field, verb = "schedule", "Trigger"
+            what = "Its message is enqueued now, besides its regular ticks."
+        else:
+            schedule_id = request.query.get("id", "")
+            schedule = find_runtime(self._writable_runtime(), schedule_id)
+            field, verb = "id", "Remove"
+            what = "It never fires again; its history stays. This cannot be undone."
+        if schedule is None:
+            raise _HTTPError("404 Not Found", f"No schedule {schedule_id}.")
+        back = request.query.get("next", "")
+        if back.partition("?")[0] not in {p for _, p in self._routes} or back.startswith("//"):
+            back = "/schedules"
+        context = {"schedule": schedule, "field": field, "verb": verb, "what": what, "back": back}
+        return self._page(request, "confirm.html", context)
 
     def _runtime_form(self, request: _Request) -> _Response:
         store = self._writable_runtime()
@@ -376,14 +430,25 @@ class CronDashboard:
     def _runtime_save(self, request: _Request) -> _Response:
         store = self._writable_runtime()
         editing = request.path == "/runtime/edit"
-        form = forms.RuntimeForm.parse(request.form)
         original = request.form.get("original", "") if editing else ""
-        error = forms.save(store, form, original=original or None)
-        if error is not None:
+        stored = find_runtime(store, original) if original else None
+        form = forms.RuntimeForm.parse(request.form, base=None if stored is None else forms.RuntimeForm.of(stored))
+        saved = forms.save(store, form, original=original or None, actors=self._actor_names())
+        if not isinstance(saved, forms.Saved):
             return self._form_page(
-                request, dataclasses.replace(form, error=error), editing=editing, status="400 Bad Request"
+                request,
+                dataclasses.replace(form, errors=saved),
+                editing=editing,
+                original=original,
+                status="400 Bad Request",
             )
-        return self._back(request, f"Saved runtime schedule {form.actor}:{form.name}.", default="/schedules")
+        previous = saved.previous
+        if previous is not None and previous.id != saved.schedule_id:  # a rename: one added, one removed
+            self._audit(request, Action.ADD, saved.schedule_id, f"renamed from {previous.id}; {saved.change}")
+            self._audit(request, Action.REMOVE, previous.id, f"renamed to {saved.schedule_id}")
+        else:
+            self._audit(request, Action.ADD if previous is None else Action.UPDATE, saved.schedule_id, saved.change)
+        return self._back(request, f"Saved runtime schedule {saved.schedule_id}.", default="/schedules")
 
     def _runtime_remove(self, request: _Request) -> _Response:
         store = self._writable_runtime()
@@ -391,7 +456,7 @@ class CronDashboard:
         if schedule is None:
             raise _HTTPError("404 Not Found", "No such runtime schedule.")
         store.remove(schedule.actor_name, schedule.name)
-        self.logger.info("Dashboard: removed runtime schedule %s.", schedule.id)
+        self._audit(request, Action.REMOVE, schedule.id, f"was {schedule.expression} in {schedule.timezone}")
         return self._back(request, f"Removed runtime schedule {schedule.id}.", default="/schedules")
 
     def _form_page(
@@ -399,6 +464,20 @@ class CronDashboard:
     ) -> _Response:
         context = {"form": form, "editing": editing, "original": original, "actors": self._actor_names()}
         return self._page(request, "runtime_form.html", context, status=status)
+
+    def _audit(self, request: _Request, action: Action, schedule_id: str, change: str) -> None:
+        """Record a runtime schedule's add, update or removal in its history
+        as done by the user, with what changed (the audit log also says so
+        at INFO).  Pause, resume and trigger record themselves."""
+        self.control.audit.record(action, who=self._user(request), entries=[(schedule_id, change)])
+
+    def _user(self, request: _Request) -> str:
+        """Who the request acts as, as the audit records it."""
+        who = self.access.user(request.environ)[:200]
+        try:
+            return check_who(who)
+        except CronScheduleError:  # a proxy's REMOTE_USER of control characters
+            return "dashboard"
 
     # -- lookups --------------------------------------------------------------
 
@@ -517,7 +596,9 @@ def _templates() -> Any:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(when=when, iso=iso, span=span, redact=redact, quote=quote)
+    environment.filters.update(
+        when=when, short_when=short_when, iso=iso, span=span, redact=redact, quote=quote, json_text=_json_text
+    )
     environment.globals.update(colours=OUTCOME_COLOURS)
     return environment
 
@@ -544,6 +625,12 @@ def _read_form(environ: WSGIEnviron) -> dict[str, str]:
 def _relative(path: str, params: Mapping[str, str]) -> str:
     """A path inside the dashboard with its query, as forms carry it back."""
     return path + ("?" + urlencode(params) if params else "")
+
+
+def _json_text(value: Any) -> str:
+    """A value as JSON text, escaped once by the template (``tojson`` is
+    for scripts: its ``\\u003c`` would show as such on the page)."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _stream_id(value: str) -> bool:

@@ -80,6 +80,10 @@ def _view(request: Any, path: str = "") -> Any:
     # Read the body through Django (it may have looked at it already).
     environ["wsgi.input"] = io.BytesIO(request.body)
     environ["CONTENT_LENGTH"] = str(len(request.body))
+    # The staff user the login let in, for the audit of actions.
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        environ["REMOTE_USER"] = user.get_username()
     captured: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:

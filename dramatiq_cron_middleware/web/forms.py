@@ -1,120 +1,222 @@
 """The runtime schedule form: reading it, checking it, saving it.
 
-Validation is the API's own: the form builds a
-:class:`~dramatiq_cron_middleware.Schedule` and hands it to the runtime
-schedules' ``add``, which raises the same ``CronScheduleError`` (with the
-same message) a program calling it would get; the page shows that message
-beside the form.  Only what a form adds of its own (JSON in a text box, an
-actor picked from a list) is checked here first.
+Validation is the API's own: each option the form sets is checked on its
+own by :func:`~dramatiq_cron_middleware.schedules.schedule.bind_schedule`,
+the rule book of every schedule, so a form with three mistakes shows three
+messages at once, each the one a program calling the API would get.  The
+whole schedule is then handed to the runtime schedules' ``add``, which
+checks what only the whole can tell (arguments against the actor's
+signature).  Only what a form adds of its own (numbers and JSON typed in
+text boxes, an actor picked from a list) is checked here first.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import CronConfigurationError, CronScheduleError
 from ..middleware import CronMiddleware
-from ..schedules.schedule import BoundSchedule, Schedule, of_actor
+from ..schedules.schedule import (
+    DEFAULT_CATCH_UP_WINDOW,
+    NAME_PATTERN,
+    NAME_RULE,
+    BoundSchedule,
+    Schedule,
+    bind_schedule,
+    of_actor,
+)
+from ..store.runtime import describe_changes
 
-__all__ = ["RuntimeForm", "runtime_of", "save"]
+__all__ = ["CATCH_UPS", "OVERLAPS", "RuntimeForm", "Saved", "runtime_of", "save"]
+
+#: The choices of the catch-up and overlap selects ("" keeps the default).
+CATCH_UPS = ("", "each", "latest", "none")
+OVERLAPS = ("allow", "skip")
+# Options typed as whole milliseconds; "" means the default (None).
+_MS_FIELDS = ("every", "offset", "catch_up_window", "jitter", "max_age")
+# A valid expression, against which one option at a time is checked.
+_PROBE = "0 0 * * *"
 
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeForm:
-    """What the add/edit form holds, as typed (strings), plus an error."""
+    """What the add/edit form holds, as typed (strings), plus its errors
+    (field name -> message; ``form`` for what belongs to no one field)."""
 
     actor: str = ""
     name: str = ""
     expression: str = ""
+    every: str = ""
+    offset: str = ""
     timezone: str = ""
     args: str = "[]"
     kwargs: str = "{}"
-    error: str | None = None
+    catch_up: str = ""
+    catch_up_window: str = ""
+    jitter: str = ""
+    max_age: str = ""
+    overlap: str = "allow"
+    errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def parse(cls, form: Mapping[str, str]) -> RuntimeForm:
-        """The form as posted."""
-        return cls(
-            actor=form.get("actor", "").strip(),
-            name=form.get("name", "").strip(),
-            expression=form.get("expression", "").strip(),
-            timezone=form.get("timezone", "").strip(),
-            args=form.get("args", "").strip() or "[]",
-            kwargs=form.get("kwargs", "").strip() or "{}",
-        )
+    def parse(cls, form: Mapping[str, str], *, base: RuntimeForm | None = None) -> RuntimeForm:
+        """The form as posted; a field the post leaves out (a script posting
+        only what it changes) keeps its value in ``base``, the stored
+        schedule's form when editing."""
+        fallback = base or cls()
+        text: dict[str, str] = {
+            f.name: form[f.name].strip() if f.name in form else str(getattr(fallback, f.name))
+            for f in dataclasses.fields(cls)
+            if f.name != "errors"
+        }
+        text["args"] = text["args"] or "[]"
+        text["kwargs"] = text["kwargs"] or "{}"
+        text["overlap"] = text["overlap"] or "allow"
+        return cls(**text)  # type: ignore[arg-type]
 
     @classmethod
     def of(cls, schedule: BoundSchedule) -> RuntimeForm:
         """The form filled in from a saved schedule (for editing)."""
+        interval = schedule.every is not None
         return cls(
             actor=schedule.actor_name,
             name=schedule.name,
-            expression=schedule.expression,
+            expression="" if interval else schedule.expression,
+            every=str(schedule.every) if interval else "",
+            offset=str(schedule.offset) if interval and schedule.offset else "",
             timezone=schedule.timezone,
             args=json.dumps(list(schedule.args)),
             kwargs=json.dumps(schedule.kwargs, sort_keys=True),
+            catch_up=schedule.catch_up,
+            catch_up_window=str(schedule.catch_up_window),
+            jitter=str(schedule.jitter) if schedule.jitter else "",
+            max_age="" if schedule.max_age is None else str(schedule.max_age),
+            overlap=schedule.overlap,
         )
 
 
-def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
+@dataclasses.dataclass(frozen=True)
+class Saved:
+    """What :func:`save` stored, and what it replaced (None for an add)."""
+
+    stored: Any
+    previous: Any
+
+    @property
+    def schedule_id(self) -> str:
+        """The id saved."""
+        return str(self.stored.id)
+
+    @property
+    def change(self) -> str:
+        """What changed, for the audit: the definition in brief for an
+        add, the changed fields for an update."""
+        if self.previous is None:
+            return f"{self.stored.schedule.expression} in {self.stored.schedule.timezone}"
+        return describe_changes(self.previous, self.stored)
+
+
+def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequence[str]) -> Saved | dict[str, str]:
     """Add the schedule the form describes (replacing ``original``, an
-    ``actor:name``, when editing); returns the error to show, or None when
-    saved.  An unknown actor, a bad name, expression or zone is refused by
-    ``RuntimeSchedules.add`` itself, with its own message."""
+    ``actor:name``, when editing); returns what was saved, or every error
+    found (field -> message) with nothing written."""
+    errors: dict[str, str] = {}
     if not form.actor:
-        return "Choose an actor."
-    if not form.name:
-        return "A runtime schedule needs a name (its identity in the ledger)."
-    try:
-        args = json.loads(form.args)
-        kwargs = json.loads(form.kwargs)
-    except ValueError as exc:
-        return f"args and kwargs must be JSON: {exc}"
-    if not isinstance(args, list):
-        return f"args must be a JSON array, got {form.args!r}"
-    if not isinstance(kwargs, dict):
-        return f"kwargs must be a JSON object, got {form.kwargs!r}"
+        errors["actor"] = "Choose an actor."
+    elif form.actor not in actors:
+        errors["actor"] = f"No actor {form.actor!r} is declared."
+    if not NAME_PATTERN.match(form.name):
+        errors["name"] = f"A {NAME_RULE}, got {form.name!r}."
+    numbers: dict[str, int | None] = {}
+    for field in _MS_FIELDS:
+        value = getattr(form, field)
+        if value and not (value.isdigit() or (value[:1] == "-" and value[1:].isdigit())):
+            errors[field] = f"{field} is a whole number of milliseconds, got {value!r}."
+        numbers[field] = int(value) if value and field not in errors else None
+    args, kwargs = _json(form, errors)
+    if form.catch_up not in CATCH_UPS:
+        errors["catch_up"] = f"catch-up is one of {', '.join(CATCH_UPS[1:])}, got {form.catch_up!r}."
+    if form.overlap not in OVERLAPS:
+        errors["overlap"] = f"overlap is one of {', '.join(OVERLAPS)}, got {form.overlap!r}."
+    if bool(form.expression) == (numbers["every"] is not None or "every" in errors):
+        errors.setdefault("expression", "Give an expression or an interval (every), not both, nor neither.")
+    options: dict[str, Any] = {
+        "timezone": form.timezone or None,
+        "catch_up": form.catch_up or None,
+        "catch_up_window": numbers["catch_up_window"],
+        "jitter": numbers["jitter"] or 0,
+        "max_age": numbers["max_age"],
+        "overlap": form.overlap,
+    }
+    timing: dict[str, Any] = (
+        {"expression": form.expression}
+        if form.expression
+        else {"every": numbers["every"], "offset": numbers["offset"] or 0}
+    )
+    # Each option alone against a valid expression, so each error is its own.
+    probes: dict[str, dict[str, Any]] = {"expression" if form.expression else "every": timing}
+    probes.update({field: {"expression": _PROBE, field: value} for field, value in options.items()})
+    for field, probe in probes.items():
+        if field in errors or (field == "every" and numbers["every"] is None):
+            continue
+        try:
+            with of_actor(form.actor or "actor"):
+                _bind(form.actor or "actor", Schedule(**probe, name=form.name if "name" not in errors else None))
+        except CronScheduleError as exc:
+            errors[field] = str(exc)
+    if errors:
+        return errors
     old_actor, sep, old_name = (original or "").partition(":")
     try:
         previous = store.get(old_actor, old_name) if sep else None
         with of_actor(form.actor):  # a Schedule checks itself before it knows its actor
-            schedule = _schedule(form, args, kwargs, None if previous is None else previous.schedule)
-        store.add(form.actor, schedule, name=form.name)
+            schedule = Schedule(
+                **timing, args=tuple(args), kwargs=kwargs, **{k: v for k, v in options.items() if v is not None}
+            )
+            if previous is not None:
+                schedule = _keep(schedule, previous.schedule)
+        stored = store.add(form.actor, schedule, name=form.name)
     except CronScheduleError as exc:
-        return str(exc)
+        return {"form": str(exc)}
     if sep and (old_actor, old_name) != (form.actor, form.name):
         # A rename: the new one is stored, so the old one can go.
         store.remove(old_actor, old_name)
-    return None
+    return Saved(stored=stored, previous=previous)
 
 
-def _schedule(form: RuntimeForm, args: list[Any], kwargs: dict[str, Any], previous: BoundSchedule | None) -> Schedule:
-    """The schedule the form describes.  When editing, every option the form
-    does not show (catch-up, jitter, max_age, overlap, bounds, message
-    options) keeps its stored value, and an interval schedule whose label
-    was left as it was stays that interval."""
-    if previous is None:
-        return Schedule(form.expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs)
-    kept: dict[str, Any] = {
-        "catch_up": previous.catch_up,
-        "catch_up_window": previous.catch_up_window,
-        "jitter": previous.jitter,
-        "max_age": previous.max_age,
-        "overlap": previous.overlap,
-        "overlap_ttl": previous.overlap_ttl,
-        "options": previous.options,
-        "start": previous.start,
-        "end": previous.end,
-    }
-    if previous.every is not None and form.expression == previous.expression:
-        kept.update(every=previous.every, offset=previous.offset)
-        expression = None
-    else:
-        expression = form.expression
-    return Schedule(expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs, **kept)
+def _json(form: RuntimeForm, errors: dict[str, str]) -> tuple[list[Any], dict[str, Any]]:
+    parsed: dict[str, Any] = {}
+    for field, kind, word in (("args", list, "array"), ("kwargs", dict, "object")):
+        try:
+            value = json.loads(getattr(form, field))
+        except ValueError as exc:
+            errors[field] = f"{field} must be JSON: {exc}"
+            continue
+        if not isinstance(value, kind):
+            errors[field] = f"{field} must be a JSON {word}, got {getattr(form, field)!r}"
+        parsed[field] = value
+    return list(parsed.get("args") or []), dict(parsed.get("kwargs") or {})
+
+
+def _bind(actor: str, schedule: Schedule) -> BoundSchedule:
+    return bind_schedule(
+        actor, "default", schedule, timezone="UTC", catch_up="each", catch_up_window=DEFAULT_CATCH_UP_WINDOW
+    )
+
+
+def _keep(schedule: Schedule, previous: BoundSchedule) -> Schedule:
+    """When editing, what the form does not show (overlap expiry, start and
+    end, message options) keeps its stored value."""
+    return dataclasses.replace(
+        schedule,
+        overlap_ttl=previous.overlap_ttl,
+        options=previous.options,
+        start=previous.start,
+        end=previous.end,
+    )
 
 
 def runtime_of(middleware: CronMiddleware) -> Any:

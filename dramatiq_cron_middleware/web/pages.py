@@ -10,11 +10,14 @@ schedule module memoises those).
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
+from ..audit import ACTIONS, Action
 from ..ops.control import (
     Candidate,
     Control,
@@ -29,19 +32,26 @@ from ..ops.control import (
 )
 from ..ops.format import span
 from ..schedules.schedule import NEVER, BoundSchedule
+from ..store.codes import whole_actor
 from ..store.timing import Timing
 from .chart import lag_chart, lag_ms
 from .describe import describe
 
 __all__ = [
+    "BrowsableRuntime",
     "Filters",
     "HistoryView",
+    "NextRun",
     "Overview",
     "Row",
     "RuntimeCatalogue",
+    "RuntimeIndex",
     "SchedulesView",
+    "declared_view",
     "find_runtime",
     "history_view",
+    "natural_key",
+    "next_to_run",
     "overview",
     "schedules_view",
 ]
@@ -56,21 +66,15 @@ HISTORY_PAGE = 50
 
 @dataclasses.dataclass(frozen=True)
 class Filters:
-    """The schedules page's search, filters and position, from the query
-    string.
+    """The schedules page's search, filters and page, from the query string.
 
-    ``cursor`` is where the page starts: ``""`` the beginning, ``c:<n>`` the
-    n-th matching code schedule, ``r:<id>`` the runtime schedule after that
-    id (the runtime listing is keyed by id, so a page costs the same
-    whatever the number of schedules).  ``at`` is the position of the first row, shown
-    only.
+    ``page`` counts from 1; a page past the last shows the last.
     """
 
     query: str = ""
     source: str = "all"
     state: str = "all"
-    cursor: str = ""
-    at: int = 0
+    page: int = 1
     per_page: int = PAGE_SIZES[0]
 
     @classmethod
@@ -78,10 +82,7 @@ class Filters:
         """Read the filters leniently: an unknown value means the default."""
         source = params.get("source", "all")
         state = params.get("state", "all")
-        cursor = params.get("cursor", "")
-        if not (cursor.startswith("r:") or (cursor.startswith("c:") and cursor[2:].isdigit())):
-            cursor = ""
-        at = params.get("at", "0")
+        page = params.get("page", "1")
         try:
             per_page = int(params.get("per_page", str(PAGE_SIZES[0])))
         except ValueError:
@@ -90,8 +91,7 @@ class Filters:
             query=params.get("q", "").strip()[:200],
             source=source if source in ("all", "code", "runtime") else "all",
             state=state if state in ("all", "paused", "active") else "all",
-            cursor=cursor,
-            at=int(at) if at.isdigit() and cursor else 0,
+            page=max(1, int(page)) if page.isdigit() and len(page) < 9 else 1,
             per_page=per_page if per_page in PAGE_SIZES else PAGE_SIZES[0],
         )
 
@@ -99,10 +99,10 @@ class Filters:
         """The query parameters of these filters with ``changes``, defaults
         left out so links stay short."""
         merged = dataclasses.replace(self, **changes)
-        out = {"q": merged.query, "source": merged.source, "state": merged.state, "cursor": merged.cursor}
+        out = {"q": merged.query, "source": merged.source, "state": merged.state}
         out = {k: v for k, v in out.items() if v and v != "all"}
-        if merged.cursor and merged.at:
-            out["at"] = str(merged.at)
+        if merged.page > 1:
+            out["page"] = str(merged.page)
         if merged.per_page != PAGE_SIZES[0]:
             out["per_page"] = str(merged.per_page)
         return out
@@ -133,15 +133,94 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class SchedulesView:
-    """A page of schedules; ``total`` is None when it is unknown (a search
-    of runtime schedules stops reading once the page is full)."""
+    """A page of schedules, out of ``total`` matching ones.  When Redis
+    cannot be reached (``error`` says how), the declared schedules are
+    listed with their state unknown and next runs by this machine's clock."""
 
     rows: list[Row]
-    total: int | None
+    total: int
     filters: Filters
-    next_cursor: str | None
+    pages: int
     now_ms: int
     runtime_known: bool
+    error: str | None = None
+
+    @property
+    def first(self) -> int:
+        """The position of the page's first row, from 1."""
+        return (self.filters.page - 1) * self.filters.per_page + 1
+
+
+class BrowsableRuntime(RuntimeCatalogue, Protocol):
+    """What the schedules pages read of the runtime schedules (see
+    :class:`~dramatiq_cron_middleware.store.runtime.RuntimeSchedules`)."""
+
+    def version(self) -> int:
+        """The counter every write and removal moves."""
+
+    def ids(self) -> list[str]:
+        """Every stored id."""
+
+    def get_many(self, schedule_ids: Sequence[str]) -> list[Any]:
+        """The stored schedules of these ids, in their order."""
+
+
+def natural_key(text: str) -> tuple[list[Any], str]:
+    """Sorts names as people read them: ``tenant-9`` before ``tenant-10``
+    and ``tenant-118`` before ``tenant-1179``; case is ignored, and the text
+    itself breaks ties (``r007`` and ``r7``)."""
+    # Splitting on runs of digits alternates text and digits (text at even
+    # places), so the same places always compare the same types.
+    parts: list[Any] = _DIGITS.split(text.lower())
+    parts[1::2] = map(int, parts[1::2])
+    return (parts, text)
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+class RuntimeIndex:
+    """The runtime schedules' ids in natural order, and their definitions,
+    read again only when the runtime version moved: a page of 10,000
+    schedules then costs one GET, a slice and one read of its rows.
+
+    Shared by a dashboard's request threads: each value is replaced whole,
+    never changed in place.
+    """
+
+    def __init__(self, runtime: BrowsableRuntime) -> None:
+        self.runtime = runtime
+        self._ids: tuple[int, list[str]] = (-1, [])
+        self._schedules: tuple[int, list[BoundSchedule]] = (-1, [])
+
+    def ids(self) -> list[str]:
+        """Every id, in natural order (the version is read first, so a write
+        in between reads again next time rather than being missed)."""
+        version = self.runtime.version()
+        known, ids = self._ids
+        if known != version:
+            ids = sorted(self.runtime.ids(), key=natural_key)
+            self._ids = (version, ids)
+        return ids
+
+    def read(self, ids: Sequence[str]) -> list[BoundSchedule]:
+        """The stored schedules of these ids, in their order (one read)."""
+        return [r.schedule for r in self.runtime.get_many(ids)]
+
+    def schedules(self) -> list[BoundSchedule]:
+        """Every stored schedule (for the next-to-run view)."""
+        version = self.runtime.version()
+        known, schedules = self._schedules
+        if known != version:
+            schedules, cursor = [], None
+            while True:
+                page = self.runtime.list(cursor=cursor, limit=10_000)
+                schedules += [r.schedule for r in page.items]
+                if page.cursor is None:
+                    break
+                cursor = page.cursor
+            self._schedules = (version, schedules)
+        return schedules
 
 
 def _matches(schedule: BoundSchedule, needle: str) -> bool:
@@ -175,60 +254,40 @@ def upcoming(schedule: BoundSchedule, now_ms: int, count: int = NEXT_RUNS) -> li
 def schedules_view(
     control: Control,
     code: Sequence[BoundSchedule],
-    runtime: RuntimeCatalogue | None,
+    runtime: RuntimeIndex | None,
     filters: Filters,
 ) -> SchedulesView:
     """The schedules page: code schedules first (declaration order), then
-    runtime ones (by id), filtered, one page of them from the cursor."""
+    runtime ones (natural order of their ids), filtered, one page of them.
+
+    A runtime schedule is matched by its id (``actor:name``), so a search
+    or a filter reads ids only; the page's own definitions are read last.
+    """
     now = control.server_ms()
     paused = control.paused()
     needle = filters.query.lower()
     size = filters.per_page
 
-    def state_ok(s: BoundSchedule) -> bool:
-        return filters.state == "all" or (paused_by(s, paused) is not None) == (filters.state == "paused")
+    def stopped(actor: str, schedule_id: str) -> bool:
+        return schedule_id in paused or whole_actor(actor) in paused
 
-    picked: list[BoundSchedule] = []
-    next_cursor: str | None = None
-    total: int | None = 0
+    def state_ok(actor: str, schedule_id: str) -> bool:
+        return filters.state == "all" or stopped(actor, schedule_id) == (filters.state == "paused")
+
     code_matches: list[BoundSchedule] = []
     if filters.source in ("all", "code"):
-        code_matches = [s for s in code if (not needle or _matches(s, needle)) and state_ok(s)]
-        total = len(code_matches)
-    with_runtime = runtime is not None and filters.source in ("all", "runtime")
-    after: str | None = None
-    if not filters.cursor.startswith("r:"):
-        first = int(filters.cursor[2:]) if filters.cursor.startswith("c:") else 0
-        picked = code_matches[first : first + size]
-        if first + size < len(code_matches):
-            next_cursor = f"c:{first + size}"
-    else:
-        after = filters.cursor[2:] or None
-    if runtime is not None and with_runtime:
-        if filters.state == "paused":
-            # Only members of the (small) paused set can be paused: look
-            # those up instead of reading the whole catalogue.
-            ids = sorted(p for p in paused if ":" in p and "/" not in p)
-            found = [s for s in (find_runtime(runtime, i) for i in ids) if s is not None]
-            found = [s for s in found if not needle or _matches(s, needle)]
-            total = None if total is None else total + len(found)
-            rest = [s for s in found if after is None or s.id > after]
-            room = size - len(picked)
-            if next_cursor is None and room > 0:
-                picked += rest[:room]
-                if len(rest) > room:
-                    next_cursor = "r:" + rest[room - 1].id
-        else:
-            room = size - len(picked)
-            page = runtime.list(search=filters.query or None, cursor=after, limit=max(room, 1))
-            total = None if total is None or page.total is None else total + page.total
-            if next_cursor is None and room > 0:
-                items = [r.schedule for r in page.items]
-                picked += [s for s in items if state_ok(s)]
-                if page.cursor is not None:
-                    next_cursor = "r:" + page.cursor
-            elif next_cursor is None and page.items:
-                next_cursor = "r:"
+        code_matches = [s for s in code if (not needle or _matches(s, needle)) and state_ok(s.actor_name, s.id)]
+    runtime_ids: list[str] = []
+    if runtime is not None and filters.source in ("all", "runtime"):
+        runtime_ids = [
+            i for i in runtime.ids() if (not needle or needle in i.lower()) and state_ok(i.partition(":")[0], i)
+        ]
+    total = len(code_matches) + len(runtime_ids)
+    filters, pages, first = _paged(filters, total)
+    picked = code_matches[first : first + size]
+    wanted = runtime_ids[max(0, first - len(code_matches)) : max(0, first + size - len(code_matches))]
+    if runtime is not None and wanted:
+        picked += runtime.read(wanted)
     decisions = control.decisions([s.id for s in picked])
     rows = [
         Row(
@@ -241,13 +300,59 @@ def schedules_view(
         for s in picked
     ]
     return SchedulesView(
-        rows=rows,
-        total=total,
-        filters=filters,
-        next_cursor=next_cursor,
-        now_ms=now,
-        runtime_known=runtime is not None,
+        rows=rows, total=total, filters=filters, pages=pages, now_ms=now, runtime_known=runtime is not None
     )
+
+
+def declared_view(code: Sequence[BoundSchedule], filters: Filters, *, now_ms: int, error: str) -> SchedulesView:
+    """The schedules page when Redis cannot be reached: the declared
+    schedules, filtered and paged as usual, next runs by ``now_ms`` (this
+    machine's clock), paused state and last outcome unknown."""
+    needle = filters.query.lower()
+    matches = [s for s in code if not needle or _matches(s, needle)] if filters.source != "runtime" else []
+    filters, pages, first = _paged(filters, len(matches))
+    rows = [
+        Row(schedule=s, words=words(s), next_ms=upcoming(s, now_ms), last=None, paused_by=None)
+        for s in matches[first : first + filters.per_page]
+    ]
+    return SchedulesView(
+        rows=rows, total=len(matches), filters=filters, pages=pages, now_ms=now_ms, runtime_known=False, error=error
+    )
+
+
+def _paged(filters: Filters, total: int) -> tuple[Filters, int, int]:
+    """The filters with their page moved back onto the last when past it,
+    the number of pages, and the index of the page's first row."""
+    pages = max(1, -(-total // filters.per_page))
+    filters = dataclasses.replace(filters, page=min(filters.page, pages))
+    return filters, pages, (filters.page - 1) * filters.per_page
+
+
+#: How many schedules the next-to-run view lists.
+NEXT_TO_RUN = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class NextRun:
+    """One line of the next-to-run view."""
+
+    next_ms: int
+    schedule: BoundSchedule
+    words: str
+
+
+def next_to_run(
+    control: Control, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, limit: int = NEXT_TO_RUN
+) -> tuple[int, list[NextRun]]:
+    """The ``limit`` schedules that fire soonest, declared and runtime
+    together, soonest first (paused ones included: pausing skips ticks, it
+    does not move them); returns the server's now and the list."""
+    now = control.server_ms()
+    every = [*code, *(runtime.schedules() if runtime is not None else [])]
+    soonest = heapq.nsmallest(
+        limit, ((s.next_after(now), natural_key(s.id), s) for s in every), key=lambda t: (t[0], t[1])
+    )
+    return now, [NextRun(next_ms=t, schedule=s, words=words(s)) for t, _, s in soonest if t < NEVER]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,7 +498,9 @@ def history_view(
         source=source,
         rows=[HistoryRow(entry=e, lag_ms=lag_ms(e)) for e in page.entries],
         page=page,
-        chart=lag_chart(page.entries),
+        # The chart is of ticks: an operator's action (but a trigger, which
+        # is a tick too) is listed, not drawn.
+        chart=lag_chart([e for e in page.entries if e.outcome not in ACTIONS or e.outcome == Action.TRIGGER]),
         paused_by=stopped_by,
         last=control.decisions([schedule_id]).get(schedule_id),
         next_ms=[] if schedule is None else upcoming(schedule, now),

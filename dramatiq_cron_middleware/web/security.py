@@ -172,6 +172,18 @@ class Access:
                     return True
         return False
 
+    def user(self, environ: Mapping[str, Any]) -> str:
+        """Who the request acts as, for the audit: the basic-auth user, or
+        ``token`` for a bearer token, or the ``REMOTE_USER`` an
+        authenticating server in front set, or ``dashboard``.  Only called
+        on a request :meth:`allows` let through."""
+        scheme = str(environ.get("HTTP_AUTHORIZATION", "")).partition(" ")[0]
+        if self.auth is not None and scheme.lower() == "basic":
+            return self.auth[0]
+        if self.token is not None:
+            return "token"
+        return str(environ.get("REMOTE_USER") or "dashboard")
+
     def challenge(self) -> str | None:
         """The ``WWW-Authenticate`` header for a refused request."""
         if self.auth is not None:

@@ -46,4 +46,6 @@ assert paused.status_code == 303 and paused["Location"] == "/cron/schedules", pa
 forged = post("/cron/resume", {"csrf": "forged-token-value", "schedule": "heartbeat"})
 assert forged.status_code == 403
 assert post("/cron/resume", {"csrf": token, "schedule": "heartbeat"}).status_code == 303
+history = client.get("/cron/schedule?id=heartbeat").content.decode()
+assert history.count('by <span class="who">ops</span>') == 2, "the audit names the staff user: " + history[-3000:]
 print("dashboard ok")
