@@ -3,11 +3,12 @@ that start and stop the leader thread in every worker process."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 import socket
 import threading
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import dramatiq
 from dramatiq import Broker, Middleware, Worker
@@ -16,8 +17,9 @@ from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis import Redis
 
-from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
+from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
+from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
 from .overlap import RunningMarks
 from .schedules.schedule import (
@@ -46,6 +48,10 @@ from .store.redis_store import RedisStore
 from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
+
+if TYPE_CHECKING:  # ops sits above the middleware: imported where used
+    from .ops.backfill import BackfillPlan, BackfillReport
+    from .ops.control import Control, Target
 
 __all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
 
@@ -97,6 +103,13 @@ class CronMiddleware(Middleware):
         and shown by ``dramatiq-cron status``, so that mixed versions during
         a rolling deploy are told from two apps sharing a prefix.  Defaults
         to None, meaning ``DRAMATIQ_CRON_APP_VERSION`` if set, else none.
+      lead(bool): Whether this process may lead.  False (or the
+        environment variable ``DRAMATIQ_CRON_LEAD=0``) for processes that
+        run workers but must never fire schedules (spot instances, a pool
+        near its memory limit): they never compete for the lease, only say
+        once per lease that they are alive (shown as "not eligible" by
+        ``status``), and warn once when no eligible process is live.
+        Defaults to True.
     """
 
     def __init__(
@@ -111,6 +124,7 @@ class CronMiddleware(Middleware):
         history_length: int = 10_000,
         fast_takeover: int | None = None,
         app_version: str | None = None,
+        lead: bool = True,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         #: The checked arguments; read them through the properties below.
@@ -124,9 +138,11 @@ class CronMiddleware(Middleware):
             history_length=history_length,
             fast_takeover=fast_takeover,
             app_version=app_version,
+            lead=lead,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
+        self._watch: IneligibleWatch | None = None
         self._observer: LeaderObserver | None = None
         self._simulator: Any = None
         self._off_logged = False
@@ -316,6 +332,9 @@ class CronMiddleware(Middleware):
         with self._start_lock:
             if self.leader is not None and self.leader.is_alive():
                 return self.leader
+            if not self.config.eligible:
+                self._start_watch(broker)
+                return None
             schedules = self.all_schedules()
             client, blocking = self._clients(broker)
             timing = self.timing
@@ -376,6 +395,19 @@ class CronMiddleware(Middleware):
             self.leader.start()
             return self.leader
 
+    def _start_watch(self, broker: Broker) -> None:
+        """In a process that may not lead: start the thread that says it is
+        alive and warns when nobody may lead (once)."""
+        if self._watch is not None and self._watch.is_alive():
+            return
+        client, _ = self._clients(broker)
+        self._watch = IneligibleWatch(client=client, keys=self.keys, timing=self.timing, logger=self.logger)
+        self.logger.info(
+            "Cron scheduler: this process is not eligible to lead (lead=False or %s=0); it never takes the lease.",
+            ENV_LEAD,
+        )
+        self._watch.start()
+
     def _mark_ms(self) -> int:
         """How long an idempotent enqueue's mark is kept: longer than any
         retry of an owed tick (the longest catch-up window) can last."""
@@ -397,6 +429,9 @@ class CronMiddleware(Middleware):
         """Stop the leader thread and release the lease if held."""
         with self._start_lock:
             leader, self.leader = self.leader, None
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop(timeout)
         if leader is not None:
             leader.stop(timeout)
             if leader.hand_over is not None:
@@ -470,15 +505,30 @@ class CronMiddleware(Middleware):
                 self._runtime = self._runtime_store(client, broker)
             return self._runtime
 
-    def add(self, actor: Any, schedule: str | Schedule, *, name: str) -> RuntimeSchedule:
+    def add(
+        self,
+        actor: Any,
+        schedule: str | Schedule | None = None,
+        *,
+        name: str,
+        at: int | dt.datetime | None = None,
+        description: str | None = None,
+    ) -> RuntimeSchedule:
         """Create or replace a runtime schedule of a declared actor, checked
         by the same rules as ``cron=``; see :meth:`RuntimeSchedules.add`.
 
         Parameters:
           actor(Actor|str): The actor, or its name.
           schedule(str|Schedule): A cron expression or a :class:`Schedule`.
+            Defaults to None: then ``at`` is required.
           name(str): Unique among the actor's runtime schedules (1 to 64 of
             ``A-Z a-z 0-9 _ . -``).
+          at(datetime|int): A one-shot: fire once at this instant (an aware
+            datetime or epoch ms), which must be after Redis's time.  Once
+            decided it shows as done and is removed after
+            :data:`ONE_SHOT_RETENTION` ms.  Defaults to None.
+          description(str): What it is for (up to 500 characters), with
+            ``at`` or a plain expression.  Defaults to None.
 
         Returns:
           RuntimeSchedule: what was stored, with its next fire time.
@@ -487,7 +537,131 @@ class CronMiddleware(Middleware):
           CronScheduleError: a bad value, named.
           CronUnavailableError: Redis did not answer (nothing half-written).
         """
+        if at is not None or schedule is None:
+            if schedule is not None:
+                raise CronScheduleError(
+                    f"runtime schedule {name!r}: give a schedule or at=, not both (got {schedule!r} and at={at!r})"
+                )
+            if at is None:
+                raise CronScheduleError(f"runtime schedule {name!r}: give a schedule (an expression) or at=")
+            schedule = Schedule(at=at, description=description)
+        elif description is not None:
+            if not isinstance(schedule, str):
+                raise CronScheduleError(
+                    f"runtime schedule {name!r}: give description= inside the Schedule, not beside it"
+                )
+            schedule = Schedule(schedule, description=description)
         return self.runtime.add(actor, schedule, name=name)
+
+    # -- pausing (ops/control.py) ---------------------------------------------
+
+    def pause(self, target: Any, *, until: Any = None, duration: Any = None) -> int | None:
+        """Pause a schedule (its id, or an actor with one schedule) or, given
+        an :class:`Actor`, every schedule of that actor.  The leader records
+        their ticks as paused.
+
+        Parameters:
+          target(str|Actor): What to pause.
+          until(datetime|int|str): Resume by itself at this instant (an
+            aware datetime, epoch ms or ISO 8601 text with its offset): the
+            leader fires ticks from it on, under its lease, whether or not
+            the pausing process is alive.  Defaults to None.
+          duration(int|str): Or resume by itself after this long (ms, or a
+            text like ``"2h"``, ``"90m"``).  Defaults to None; with neither,
+            the pause lasts until :meth:`resume`.
+
+        Returns:
+          int|None: The instant (epoch ms) it resumes, or None.
+
+        Raises:
+          CronScheduleError: an unknown or ambiguous target, or an end that
+            cannot be read or is not in the future, named.
+        """
+        from .ops.control import pause_expiry
+
+        control, resolved = self._target(target)
+        try:
+            expiry = pause_expiry(control.server_ms(), until=until, duration=duration)
+        except ValueError as exc:
+            raise CronScheduleError(f"cannot pause {resolved}: {exc}") from None
+        control.pause(resolved, until_ms=expiry)
+        return expiry
+
+    def resume(self, target: Any) -> bool:
+        """Undo :meth:`pause` of the same target; False if it was not paused."""
+        control, resolved = self._target(target, resuming=True)
+        return control.resume(resolved)
+
+    def backfill(
+        self,
+        target: Any,
+        *,
+        start: Any,
+        end: Any,
+        include_fired: bool = False,
+        dry_run: bool = False,
+        max_ticks: int | None = 10_000,
+    ) -> BackfillPlan | BackfillReport:
+        """Enqueue each tick of one schedule in ``[start, end)`` once, marked
+        as a backfill (the ``cron_backfill`` message option), through the
+        broker's ``enqueue`` (its hooks run as for any tick); recorded
+        ``backfilled`` in the history.  Two backfills of the same range, or
+        one run again after an interruption, enqueue each tick once.  Ticks
+        the ledger or the history shows as fired, caught up, triggered or
+        backfilled are left out unless ``include_fired``; ticks after the
+        schedule's last decided tick are the leader's.
+
+        Parameters:
+          target(str): A schedule id, or an actor with one schedule.
+          start, end(datetime|int|str): The range, as aware datetimes,
+            epoch ms or ISO 8601 text with offsets; ``end`` exclusive.
+          include_fired(bool): Enqueue ticks that fired already too.
+            Defaults to False.
+          dry_run(bool): Only plan: return the :class:`BackfillPlan`.
+            Defaults to False.
+          max_ticks(int): Refuse a range holding more ticks than this
+            (None: no limit).  Defaults to 10000.
+
+        Returns:
+          BackfillReport (or BackfillPlan with ``dry_run``).
+
+        Raises:
+          CronScheduleError: an unknown target, a reversed range, a start
+            after Redis's time, or too many ticks, named.
+        """
+        from .ops.backfill import Backfill, instant_ms
+
+        control, resolved = self._target(target)
+        if resolved.schedule is None:
+            raise CronScheduleError(f"backfill takes one schedule, got {resolved}")
+        backfill = Backfill(control, prefix=self.prefix)
+        plan = backfill.plan(
+            resolved.schedule,
+            start_ms=instant_ms(start, what=f"backfill of {resolved} start"),
+            end_ms=instant_ms(end, what=f"backfill of {resolved} end"),
+            include_fired=include_fired,
+            max_ticks=max_ticks,
+        )
+        if dry_run:
+            return plan
+        broker = self._broker
+        assert broker is not None  # self.runtime needed it
+        return backfill.run(broker, plan)
+
+    def _target(self, target: Any, *, resuming: bool = False) -> tuple[Control, Target]:
+        from .ops.control import AmbiguousTarget, Control, UnknownTarget, resolve_target
+
+        runtime = self.runtime
+        control = Control(client=runtime.client, keys=self.keys, history_length=self.history_length)
+        paused = control.paused() if resuming else ()
+        try:
+            if isinstance(target, dramatiq.Actor):
+                return control, resolve_target(
+                    declared=self.all_schedules(), runtime=runtime, actor=target.actor_name, paused=paused
+                )
+            return control, resolve_target(declared=self.all_schedules(), runtime=runtime, name=target, paused=paused)
+        except (UnknownTarget, AmbiguousTarget) as exc:
+            raise CronScheduleError(str(exc)) from None
 
     def remove(self, actor: Any, name: str) -> bool:
         """Remove a runtime schedule; it never fires after this returns.

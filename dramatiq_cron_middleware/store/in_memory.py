@@ -119,6 +119,8 @@ class MemoryServer:
         self.history: list[HistoryRecord] = []
         #: Paused schedule ids and ``<actor>:*`` members.
         self.paused: set[str] = set()
+        #: Paused members' expiries (epoch ms), as ``{p}:paused:until``.
+        self.paused_until: dict[str, int] = {}
         self.batches: dict[str, tuple[str, int]] = {}
         self.running: dict[str, tuple[str, int]] = {}
         self.candidates: dict[str, int] = {}
@@ -625,6 +627,18 @@ class _MemoryLedger:
                 raise NotLeader()
             future = max(now, trusted_ms) + FUTURE_TOLERANCE_MS
             any_paused = bool(s.paused)
+            expired: set[str] = set()
+
+            def pauses(member: str, tick: int) -> bool:
+                if member not in s.paused:
+                    return False
+                expiry = s.paused_until.get(member)
+                if expiry is None:
+                    return True
+                if expiry <= now:
+                    expired.add(member)
+                return tick < expiry
+
             last: dict[str, tuple[int, str, int | None] | None] = {}
             marks: dict[str, tuple[str, int]] = {}
             writes: dict[str, str] = {}
@@ -651,7 +665,7 @@ class _MemoryLedger:
                     result = ClaimResult.RECORDED
                     if c.fire:
                         overlap = c.overlap_ttl_ms > 0
-                        if any_paused and (sid in s.paused or whole_actor(c.actor_name) in s.paused):
+                        if any_paused and (pauses(sid, c.tick_ms) or pauses(whole_actor(c.actor_name), c.tick_ms)):
                             result, outcome = ClaimResult.PAUSED, Outcome.PAUSED.value
                         elif overlap and (sid in marks or s.is_running(sid)):
                             result, outcome = ClaimResult.SKIPPED, Outcome.SKIPPED.value
@@ -664,6 +678,9 @@ class _MemoryLedger:
                     events.append((sid, c.tick_ms, outcome, c.detail, c.message_id))
                 results.append(result)
             s.ticks.update(writes)
+            for member in expired:
+                s.paused.discard(member)
+                s.paused_until.pop(member, None)
             for sid, (message_id, ttl) in marks.items():
                 s.set_running(sid, message_id, ttl)
             for sid, tick, outcome, detail, message_id in events:

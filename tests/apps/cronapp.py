@@ -82,6 +82,7 @@ class Recorder(Middleware):
                     "tick": message.options["cron_tick"],
                     "message_id": message.message_id,
                     "manual": bool(message.options.get("cron_manual")),
+                    "backfill": bool(message.options.get("cron_backfill")),
                     "at": _true_time(),
                 },
             )

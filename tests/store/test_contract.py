@@ -267,6 +267,21 @@ def test_a_paused_schedule_or_actor_records_its_ticks_as_paused(harness: StoreHa
     assert [e.outcome for e in harness.history()] == ["paused", "fired", "paused", "missed"]
 
 
+def test_a_pause_with_an_expiry_pauses_ticks_before_it_and_the_leaders_claim_ends_it(harness: StoreHarness) -> None:
+    """Given a schedule paused until an instant and an actor paused until a
+    later one, When the leader claims ticks on both sides of the instants,
+    Then ticks before an expiry are paused and ticks from it fire, And the
+    claim that finds an expiry passed removes that pause (the leader ends
+    it, under its lease), leaving the one still running."""
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID, "other/c")
+    harness.pause(SID, until_ms=base + 2000)
+    harness.pause(whole_actor("other"), until_ms=harness.now_ms() + 600_000)
+    claims = [fire(base + 1000), fire(base + 2000), fire(base + 1000, "other/c")]
+    assert a.ledger.claim(token, epoch, "b1", claims).results == [PAUSED, FIRE, PAUSED]
+    assert harness.paused() == {whole_actor("other")}
+
+
 def test_an_overlapping_tick_is_skipped_while_the_running_mark_lives(harness: StoreHarness) -> None:
     a = harness.candidate("a")
     token, epoch, base = synced(harness, a, SID, "job/b")

@@ -105,7 +105,11 @@ class StoreHarness:
         """Lose the epoch counter alone."""
         raise NotImplementedError
 
-    def pause(self, member: str) -> None:
+    def pause(self, member: str, *, until_ms: int | None = None) -> None:
+        raise NotImplementedError
+
+    def paused(self) -> set[str]:
+        """The paused set's members."""
         raise NotImplementedError
 
     def is_running(self, schedule_id: str) -> bool:
@@ -173,8 +177,13 @@ class MemoryHarness(StoreHarness):
     def delete_epoch(self) -> None:
         self.server.epoch = None
 
-    def pause(self, member: str) -> None:
+    def pause(self, member: str, *, until_ms: int | None = None) -> None:
         self.server.paused.add(member)
+        if until_ms is not None:
+            self.server.paused_until[member] = until_ms
+
+    def paused(self) -> set[str]:
+        return set(self.server.paused)
 
     def is_running(self, schedule_id: str) -> bool:
         return self.server.is_running(schedule_id)
@@ -264,8 +273,13 @@ class RedisHarness(StoreHarness):
     def delete_epoch(self) -> None:
         self.client.delete(self.keys.epoch)
 
-    def pause(self, member: str) -> None:
+    def pause(self, member: str, *, until_ms: int | None = None) -> None:
         self.client.sadd(self.keys.paused, member)
+        if until_ms is not None:
+            self.client.hset(self.keys.paused_until, member, until_ms)
+
+    def paused(self) -> set[str]:
+        return {str(m) for m in self.client.smembers(self.keys.paused)}
 
     def is_running(self, schedule_id: str) -> bool:
         return bool(self.client.exists(self.keys.running(schedule_id)))
