@@ -40,6 +40,7 @@ class CronConfig:
     fast_takeover: int | None
     app_version: str | None
     lead: bool = True
+    one_shot_retention: int = 86_400_000
     #: Whether this process may lead: ``lead`` and ``DRAMATIQ_CRON_LEAD``
     #: (as it is when the middleware is built) both allow it.
     eligible: bool = field(init=False)
@@ -64,6 +65,8 @@ class CronConfig:
         resolved = version if version is not None else os.environ.get(ENV_VERSION, "")[:100]
         object.__setattr__(self, "version", resolved)  # a derived field of a frozen value
         _require("lead", isinstance(self.lead, bool), "True or False", self.lead)
+        retention = self.one_shot_retention
+        _require("one_shot_retention", _is_int(retention, 0), "a non-negative int of ms", retention)
         text = os.environ.get(ENV_LEAD, "1").strip().lower() or "1"
         if text not in _LEAD_VALUES:
             raise CronConfigurationError(

@@ -110,6 +110,10 @@ class CronMiddleware(Middleware):
         once per lease that they are alive (shown as "not eligible" by
         ``status``), and warn once when no eligible process is live.
         Defaults to True.
+      one_shot_retention(int): How long, in milliseconds after its
+        instant, a one-shot runtime schedule (``add(..., at=...)``) that
+        fired (or was decided otherwise) stays listed as done before the
+        leader removes it.  Defaults to 86400000 (a day).
     """
 
     def __init__(
@@ -125,6 +129,7 @@ class CronMiddleware(Middleware):
         fast_takeover: int | None = None,
         app_version: str | None = None,
         lead: bool = True,
+        one_shot_retention: int = 86_400_000,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         #: The checked arguments; read them through the properties below.
@@ -139,6 +144,7 @@ class CronMiddleware(Middleware):
             fast_takeover=fast_takeover,
             app_version=app_version,
             lead=lead,
+            one_shot_retention=one_shot_retention,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
@@ -384,6 +390,7 @@ class CronMiddleware(Middleware):
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
                 declared_actors=lambda name: name in broker.actors,
                 hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
+                one_shot_retention_ms=self.config.one_shot_retention,
             )
             self.logger.info(
                 "Cron scheduler started with %d schedule(s) on %s (lease %d ms, enqueue %s).",
@@ -526,7 +533,7 @@ class CronMiddleware(Middleware):
           at(datetime|int): A one-shot: fire once at this instant (an aware
             datetime or epoch ms), which must be after Redis's time.  Once
             decided it shows as done and is removed after
-            :data:`ONE_SHOT_RETENTION` ms.  Defaults to None.
+            ``one_shot_retention`` ms.  Defaults to None.
           description(str): What it is for (up to 500 characters), with
             ``at`` or a plain expression.  Defaults to None.
 

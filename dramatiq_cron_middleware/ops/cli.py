@@ -707,7 +707,7 @@ def _instant_option(flag: str, text: str | None) -> int | dt.datetime | None:
 
 def _add(app: _App, args: argparse.Namespace) -> int:
     if [args.expression, args.every, args.at].count(None) != 2:
-        raise _Failure("give exactly one of a cron EXPRESSION, --every MS or --at WHEN")
+        raise _Failure("give one of a cron EXPRESSION, --every MS or --at WHEN (not both, not none)")
     schedule = Schedule(
         args.expression,
         timezone=args.timezone,

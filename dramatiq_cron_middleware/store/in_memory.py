@@ -775,6 +775,23 @@ class _MemoryRuntime:
         assert isinstance(dropped, list)
         return dropped
 
+    def retire(self, schedules: Sequence[BoundSchedule]) -> list[str]:
+        def run() -> list[str]:
+            s = self.server
+            out = []
+            for schedule in schedules:
+                assert schedule.at is not None
+                entry = _parse_entry(s.ticks.get(schedule.id))
+                if s.runtime_revs.get(schedule.id) != schedule.revision or entry is None or entry[0] < schedule.at:
+                    continue
+                s.remove_runtime(schedule.id)
+                out.append(schedule.id)
+            return out
+
+        retired = self.server._call("retire", run)
+        assert isinstance(retired, list)
+        return retired
+
 
 class InMemoryStore:
     """One candidate's :class:`~.abc.Store` on a :class:`MemoryServer`.

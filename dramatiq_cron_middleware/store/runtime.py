@@ -324,6 +324,23 @@ class RuntimeSchedules:
             removed = decode(self._remove(keys=self._write_keys, args=[schedule_id]))
         return removed.ok
 
+    def retire(self, schedules: Sequence[BoundSchedule]) -> builtins.list[str]:
+        """Remove one-shots that are done: each only if it is still at its
+        revision and its tick was decided (the ledger entry reached its
+        ``at``), in one script call each.  Returns the ids removed.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        removed = []
+        with self._store("retire one-shot runtime schedules"):
+            for schedule in schedules:
+                assert schedule.at is not None
+                args = [schedule.id, schedule.revision, schedule.at]
+                if decode(self._remove(keys=self._write_keys, args=args)).ok:
+                    removed.append(schedule.id)
+        return removed
+
     # -- reading -------------------------------------------------------------
 
     def get(self, actor: object, name: str) -> RuntimeSchedule | None:
