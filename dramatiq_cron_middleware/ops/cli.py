@@ -564,7 +564,7 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
         },
     }
     left = (
-        f"left out: {len(plan.fired)} sent already (fired, triggered or backfilled)"
+        f"left out: {len(plan.fired)} already fired, triggered or backfilled"
         + (
             f", {len(plan.unconfirmed)} claimed by a backfill that has not confirmed their enqueue "
             "(still running, or interrupted: then they may be lost)"
