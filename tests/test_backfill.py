@@ -75,6 +75,16 @@ def test_a_backfill_over_fired_ticks_enqueues_only_the_missing_ones(
     again = finish(backfill_command(env, start, end))
     assert again["enqueued"] == [] and sorted(counts(history)) == sorted([*fired, *backfilled])
 
+    # --include-fired runs the fired ticks once more, as messages of their
+    # own; a second such run adds nothing.
+    rerun = finish(backfill_command(env, start, end, "--include-fired"))
+    assert sorted(int(_ms(t)) for t in rerun["enqueued"]) == fired  # type: ignore[attr-defined]
+    assert finish(backfill_command(env, start, end, "--include-fired"))["enqueued"] == []
+    ids = collections.defaultdict(set)
+    for e in history.enqueues():
+        ids[e.tick_ms].add(e.message_id)
+    assert all(len(ids[t]) == 2 for t in fired) and all(counts(history)[t] == 2 for t in fired)
+
 
 def test_two_concurrent_backfills_enqueue_each_tick_once(
     redis_server: RedisServer, record_dir: str, history: History
@@ -132,10 +142,7 @@ def test_bad_ranges_are_refused_naming_the_value_without_a_traceback(
     cases = {
         ("--from", str(now - 1000), "--to", str(now - 5000)): "the range must end after it starts",
         ("--from", str(now - 1000)): "an open range cannot be backfilled",
-        ("--from", "last tuesday", "--to", str(now)): "cannot read 'last tuesday' as an instant",
-        ("--from", "2026-01-01T00:00", "--to", str(now)): "needs a time zone offset",
         ("--from", str(now - 20_000_000), "--to", str(now)): "holds more than 10000 ticks",
-        ("--from", str(now + 60_000), "--to", str(now + 120_000)): "after Redis's time",
     }
     for args, expected in cases.items():
         result = cli(env, "backfill", APP, SCHEDULE, *args)

@@ -24,7 +24,7 @@ def test_with_lead_false_everywhere_but_one_that_one_leads_and_after_it_dies_nob
     ineligible process logs one WARNING (not one per lease), status warns
     and exits 1, And the ineligible processes never appeared among the
     candidates or bumped the epoch."""
-    env = app_env(redis_server, record_dir)
+    env = {**app_env(redis_server, record_dir), "CRON_APP_TTL": "1000"}
     client = redis_server.client()
     eligible = instances(env)
     others = [instances({**env, "DRAMATIQ_CRON_LEAD": "0"}) for _ in range(2)]

@@ -33,7 +33,12 @@ def test_a_one_shot_fires_once_across_a_kill_of_the_leader_shows_as_done_and_is_
     gap), Then the other instance takes over, ``late`` is caught up, each
     is enqueued exactly once, both show as done, And the leader removes
     both after the retention, with no further enqueue."""
-    env = {**app_env(redis_server, record_dir), "CRON_APP_ONE_SHOT_RETENTION": "6000", "CRON_APP_CRON": "0 0 1 1 *"}
+    env = {
+        **app_env(redis_server, record_dir),
+        "CRON_APP_TTL": "1000",
+        "CRON_APP_ONE_SHOT_RETENTION": "4000",
+        "CRON_APP_CRON": "0 0 1 1 *",
+    }
     a, b = instances(env), instances(env)
     client = redis_server.client()
     wait_for(lambda: client.hget(LEASE, "pid"), timeout=20, what="a leader")
@@ -68,7 +73,6 @@ def test_an_at_in_the_past_or_malformed_is_refused_naming_the_value(redis_server
     cases = {
         ("--at", past): "is not after Redis's time",
         ("--at", "tomorrow"): "--at must be epoch milliseconds or an ISO 8601 time with offset, got 'tomorrow'",
-        ("--at", "2999-01-01T00:00"): "at must be a timezone-aware datetime",
         ("* * * * *", "--at", at_text(now_ms() + 60_000)): "give one of a cron EXPRESSION, --every MS or --at WHEN",
     }
     for args, expected in cases.items():

@@ -14,7 +14,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.errors import CronScheduleError
 from dramatiq_cron_middleware.ops.control import pause_expiry
-from dramatiq_cron_middleware.ops.format import duration_ms
+from dramatiq_cron_middleware.ops.format import duration_ms, instant_ms
 from dramatiq_cron_middleware.schedules.schedule import NEVER, bind_schedule
 from dramatiq_cron_middleware.store.runtime import _bind_definition, _definition
 from dramatiq_cron_middleware.testing import CronSimulator
@@ -75,6 +75,16 @@ def test_a_stored_definition_keeps_the_instant_and_the_description_through_both_
 )
 def test_durations_people_write_are_read(text: str, ms: int) -> None:
     assert duration_ms(text) == ms
+
+
+def test_instants_people_write_are_read_or_refused_naming_them() -> None:
+    assert instant_ms("2030-01-01T00:00:00.123Z") == AT and instant_ms(str(AT)) == AT
+    for text, message in [
+        ("last tuesday", "cannot read 'last tuesday' as an instant"),
+        ("2030-01-01T00:00", "needs a time zone offset"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            instant_ms(text)
 
 
 def test_a_pause_end_is_one_of_until_or_duration_and_in_the_future() -> None:

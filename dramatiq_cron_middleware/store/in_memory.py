@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import CronScheduleError
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
@@ -222,6 +223,12 @@ class MemoryServer:
         the write owns the ledger entry and shape as ``runtime.py``'s write
         script does.  Returns the schedules as stored (with revisions)."""
         now = self.now_ms()
+        for schedule in schedules:
+            if schedule.at is not None and schedule.at <= now:
+                raise CronScheduleError(
+                    f"runtime schedule {schedule.id!r}: at={schedule.at} is not after the store's time ({now}): "
+                    "a one-shot must lie in the future"
+                )
         out = []
         for schedule in schedules:
             sid = schedule.id

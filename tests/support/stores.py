@@ -63,12 +63,13 @@ class FakeTime:
         return self.ms / 1000 - 1_000_000_000
 
 
-def runtime_schedule(actor: str, expression: str, name: str) -> BoundSchedule:
+def runtime_schedule(actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
     """A runtime schedule bound as ``RuntimeSchedules.add`` binds it."""
+    item = dataclasses.replace(expression, name=name) if isinstance(expression, Schedule) else Schedule(expression)
     return bind_schedule(
         actor,
         "default",
-        Schedule(expression, name=name),
+        dataclasses.replace(item, name=name),
         timezone="UTC",
         catch_up="each",
         catch_up_window=300_000,
@@ -122,7 +123,7 @@ class StoreHarness:
         """Every history entry, oldest first."""
         raise NotImplementedError
 
-    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+    def add_runtime(self, actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
         """Create or replace a runtime schedule; returns it as stored."""
         raise NotImplementedError
 
@@ -196,7 +197,7 @@ class MemoryHarness(StoreHarness):
             Entry(h.schedule_id, h.tick_ms, h.outcome, h.epoch, h.detail, h.message_id) for h in self.server.history
         ]
 
-    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+    def add_runtime(self, actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
         return self.server.add_runtime([runtime_schedule(actor, expression, name)])[0]
 
     def remove_runtime(self, actor: str, name: str) -> bool:
@@ -294,7 +295,7 @@ class RedisHarness(StoreHarness):
             for _, f in rows
         ]
 
-    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+    def add_runtime(self, actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
         return self._runtime().add(actor, expression, name=name).schedule
 
     def remove_runtime(self, actor: str, name: str) -> bool:
