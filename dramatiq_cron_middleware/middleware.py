@@ -658,6 +658,11 @@ class CronMiddleware(Middleware):
     def _target(self, target: Any, *, resuming: bool = False) -> tuple[Control, Target]:
         from .ops.control import AmbiguousTarget, Control, UnknownTarget, resolve_target
 
+        if self._simulator is not None:
+            raise CronConfigurationError(
+                "CronMiddleware: pause, resume and backfill act on Redis; under a CronSimulator pause with "
+                "simulator.server.paused (and simulator.server.paused_until) instead"
+            )
         runtime = self.runtime
         control = Control(client=runtime.client, keys=self.keys, history_length=self.history_length)
         paused = control.paused() if resuming else ()

@@ -18,6 +18,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from dramatiq_cron_middleware.store.codes import decode, load_script
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
 from tests.support.instances import ROOT, History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 from tests.test_cli import APP, app_env, cli, cli_json
@@ -155,3 +158,26 @@ def test_bad_ranges_are_refused_naming_the_value_without_a_traceback(
 
 def _ms(text: str) -> float:
     return dt.datetime.fromisoformat(text).timestamp() * 1000
+
+
+def test_a_claim_retried_after_a_lost_reply_gets_its_own_ticks_back_and_records_them_once(
+    redis_server: RedisServer,
+) -> None:
+    """Given a backfill's claim that ran but whose reply was lost, When the
+    same call is sent again (redis-py retries a timed-out command once),
+    Then it gets its ticks back as claimed, with one history entry each,
+    And another run's claim of them gets nothing."""
+    client = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)[0]
+    keys = Keys("dramatiq-cron")
+    script = load_script(client, "backfill")
+    ticks = json.dumps([[1000, "m1"], [2000, "m2"]])
+
+    def claim(token: str) -> list[int]:
+        reply = decode(script(keys=[keys.ticks, keys.history, keys.backfilled("job"), keys.runtime_revs],
+                              args=["job", "", 0, 100, ticks, token]))  # fmt: skip
+        return [int(r) for r in reply.payload]
+
+    assert claim("run-1") == [1, 1]
+    assert claim("run-1") == [1, 1]
+    assert claim("run-2") == [0, 0]
+    assert client.xlen(keys.history) == 2

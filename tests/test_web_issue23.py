@@ -16,7 +16,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.web import CronDashboard
-from tests.support.instances import now_ms
+from tests.support.instances import now_ms, wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.wsgi import Browser
 
@@ -91,6 +91,16 @@ def test_processes_not_eligible_to_lead_are_listed_and_their_lone_survival_warne
     assert "No process eligible to lead was seen" in page
     client.zadd(f"{KEYS}:candidates", {"host|1|xyz": now})
     assert "No process eligible to lead was seen" not in app.browser.request("GET", "/").text
+
+
+def test_a_decided_one_shot_shows_as_done(app: App, redis_server: RedisServer) -> None:
+    stored = app.middleware.add("plain", at=now_ms() + 300, name="done")
+    at = stored.schedule.at
+    assert at is not None
+    wait_for(lambda: now_ms() > at, timeout=5, what="the one-shot's instant to pass")
+    redis_server.client().hset(f"{KEYS}:ticks", "plain:done", f"{stored.schedule.at}:1:1")  # as a leader's fire
+    row = re.search(r'<tr data-schedule="plain:done">.*?</tr>', app.browser.request("GET", "/schedules").text, re.S)
+    assert row and 'class="badge done">done<' in row.group(0)
 
 
 def test_a_one_shot_is_listed_in_words_and_removable(app: App) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -138,7 +139,7 @@ class Backfill:
         for tick in every:
             if tick > limit:
                 plan.leaders.append(tick)
-            elif marks.get(tick) == "c":
+            elif marks.get(tick, "").startswith("c"):
                 plan.unconfirmed.append(tick)
             elif tick in sent or tick in marks:
                 plan.fired.append(tick)
@@ -172,6 +173,7 @@ class Backfill:
         """
         report = BackfillReport(plan)
         schedule = plan.schedule
+        token = uuid.uuid4().hex
         marks = self.control.keys.backfilled(schedule.id)
         done = 0
         for first in range(0, len(plan.ticks), _BATCH):
@@ -186,6 +188,7 @@ class Backfill:
                         schedule.revision,
                         self.control.history_length,
                         json.dumps([[tick, messages[tick].message_id] for tick in batch]),
+                        token,
                     ],
                 )
             )
@@ -224,7 +227,7 @@ class Backfill:
         return message.copy(options=options, message_id=message_id)
 
     def _marks(self, schedule: BoundSchedule, ticks: list[int]) -> dict[int, str]:
-        """The backfill marks of these ticks: ``c`` claimed, ``e`` enqueued."""
+        """The backfill marks of these ticks: ``c|<run>`` claimed, ``e`` enqueued."""
         key = self.control.keys.backfilled(schedule.id)
         out: dict[int, str] = {}
         for first in range(0, len(ticks), 1000):

@@ -236,9 +236,8 @@ class Control:
         pipe = self.client.pipeline(transaction=True)
         pipe.smembers(self.keys.paused)
         pipe.hgetall(self.keys.paused_until)
-        pipe.time()
-        members, expiries, (seconds, micros) = pipe.execute()
-        now = int(seconds) * 1000 + int(micros) // 1000
+        members, expiries = pipe.execute()
+        now = self.server_ms() if expiries else 0
         out: dict[str, int | None] = {}
         for member in members:
             text = str(expiries.get(member, ""))

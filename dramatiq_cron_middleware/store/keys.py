@@ -93,7 +93,7 @@ class Keys:
         return f"{self.tag}:paused:until"
 
     def backfilled(self, schedule_id: str) -> str:
-        """Hash: a schedule's ticks claimed by backfills, tick ms -> ``c``
+        """Hash: a schedule's ticks claimed by backfills, tick ms -> ``c|<run>``
         (claimed) or ``e`` (enqueued)."""
         return f"{self.tag}:backfill:{schedule_id}"
 

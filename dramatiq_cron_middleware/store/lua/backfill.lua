@@ -8,8 +8,9 @@
 --
 -- KEYS[1] - the ledger hash
 -- KEYS[2] - the history stream
--- KEYS[3] - this schedule's backfill marks (tick ms -> 'c' claimed,
---           'e' enqueued; written here, and 'e' by the caller after)
+-- KEYS[3] - this schedule's backfill marks (tick ms -> 'c|<run token>'
+--           claimed, 'e' enqueued; written here, and 'e' by the caller
+--           after)
 -- KEYS[4] - the runtime definitions' revisions hash
 -- ARGV[1] - the schedule id
 -- ARGV[2] - the ledger entry's tick the caller read before reading the
@@ -17,6 +18,8 @@
 -- ARGV[3] - the runtime revision the caller planned with (0: declared)
 -- ARGV[4] - the history cap
 -- ARGV[5] - a JSON array of [tick ms, message id], oldest first
+-- ARGV[6] - the caller's run token: a retry of this very call (its reply
+--           lost to a timeout) finds its own marks and gets 1 again
 -- Returns {OK, now, flags, result...}, one result per tick: 1 claimed
 -- (recorded 'backfilled' in the history), 0 already claimed by a backfill,
 -- 2 not claimable here (after the ledger entry, the bound or the server's
@@ -57,10 +60,11 @@ if not history_ok then redis.call('DEL', KEYS[2]) end
 local out = {ST_OK, now, flags}
 for _, t in ipairs(ticks) do
   local tick, message_id = t[1], t[2]
+  local field = string.format('%d', tick)
   if tick > bound then
     out[#out + 1] = 2
-  elseif redis.call('HSETNX', KEYS[3], string.format('%d', tick), 'c') == 0 then
-    out[#out + 1] = 0
+  elseif redis.call('HSETNX', KEYS[3], field, 'c|' .. ARGV[6]) == 0 then
+    if redis.call('HGET', KEYS[3], field) == 'c|' .. ARGV[6] then out[#out + 1] = 1 else out[#out + 1] = 0 end
   else
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
                'schedule', ARGV[1], 'tick', string.format('%d', tick), 'outcome', O_BACKFILLED, 'at', now,
