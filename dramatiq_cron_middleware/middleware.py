@@ -334,7 +334,9 @@ class CronMiddleware(Middleware):
     def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
         It starts even with no declared schedule: runtime schedules may be
-        added at any time, from any process."""
+        added at any time, from any process.  In a process that may not
+        lead (``lead=False``) it starts the ineligible watch instead and
+        returns None."""
         with self._start_lock:
             if self.leader is not None and self.leader.is_alive():
                 return self.leader
