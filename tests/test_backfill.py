@@ -13,6 +13,7 @@ import collections
 import datetime as dt
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -181,3 +182,33 @@ def test_a_claim_retried_after_a_lost_reply_gets_its_own_ticks_back_and_records_
     assert claim("run-1") == [1, 1]
     assert claim("run-2") == [0, 0]
     assert client.xlen(keys.history) == 2
+
+
+def test_the_progress_bar_goes_to_stderr_only_on_a_terminal(redis_server: RedisServer, record_dir: str) -> None:
+    env = app_env(redis_server, record_dir)
+    start = (now_ms() // 1000 - 3600) * 1000
+    args = ["backfill", APP, SCHEDULE, "--from", str(start), "--to", str(start + 300_000)]
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dramatiq_cron_middleware", *args],
+            cwd=ROOT, env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE, stderr=follower, text=True,
+        )  # fmt: skip
+        os.close(follower)
+        out, _ = proc.communicate(timeout=60)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0 and "Backfilled 300 tick(s)" in out
+    assert b"Backfilling tick_0 [" in shown and b"] 300/300" in shown
+    piped = cli(env, *args[:-4], "--from", str(start + 300_000), "--to", str(start + 400_000))
+    assert piped.returncode == 0 and piped.stderr == ""
