@@ -18,7 +18,15 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+
+from dramatiq_cron_middleware.ops.backfill import Backfill
+from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.schedules.schedule import bind_schedule
 from dramatiq_cron_middleware.store.codes import decode, load_script
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
@@ -161,27 +169,61 @@ def _ms(text: str) -> float:
     return dt.datetime.fromisoformat(text).timestamp() * 1000
 
 
-def test_a_claim_retried_after_a_lost_reply_gets_its_own_ticks_back_and_records_them_once(
-    redis_server: RedisServer,
-) -> None:
+def test_a_claim_retried_after_a_lost_reply_gets_its_own_ticks_back(redis_server: RedisServer) -> None:
     """Given a backfill's claim that ran but whose reply was lost, When the
     same call is sent again (redis-py retries a timed-out command once),
-    Then it gets its ticks back as claimed, with one history entry each,
-    And another run's claim of them gets nothing."""
+    Then it gets its ticks back as claimed, And another run gets none."""
     client = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)[0]
     keys = Keys("dramatiq-cron")
     script = load_script(client, "backfill")
-    ticks = json.dumps([[1000, "m1"], [2000, "m2"]])
 
     def claim(token: str) -> list[int]:
-        reply = decode(script(keys=[keys.ticks, keys.history, keys.backfilled("job"), keys.runtime_revs],
-                              args=["job", "", 0, 100, ticks, token]))  # fmt: skip
+        reply = decode(script(keys=[keys.ticks, keys.backfilled("job"), keys.runtime_revs],
+                              args=["job", "", 0, "[1000, 2000]", token]))  # fmt: skip
         return [int(r) for r in reply.payload]
 
     assert claim("run-1") == [1, 1]
     assert claim("run-1") == [1, 1]
     assert claim("run-2") == [0, 0]
-    assert client.xlen(keys.history) == 2
+
+
+class FailingBroker(StubBroker):
+    """A broker whose enqueue fails from the ``fail_from``-th message on."""
+
+    def __init__(self, fail_from: int) -> None:
+        super().__init__()
+        self.fail_from = fail_from
+        self.sent: list[dramatiq.Message[Any]] = []
+
+    def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]:
+        if len(self.sent) + 1 >= self.fail_from:
+            raise ConnectionError("the broker is down")
+        self.sent.append(message)
+        return message
+
+
+def test_ticks_whose_enqueue_failed_are_released_and_the_next_run_enqueues_them(redis_server: RedisServer) -> None:
+    """Given a backfill of 30 ticks whose broker fails at the 11th message,
+    Then the run stops with the broker's error, the 10 sent are recorded
+    ``backfilled`` and the 20 others are released, not lost, And a second
+    run with a working broker enqueues exactly those 20."""
+    client = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)[0]
+    control = Control(client=client, keys=Keys("dramatiq-cron"))
+    schedule = bind_schedule("job", "default", "* * * * * *", timezone="UTC", catch_up="each", catch_up_window=1000)
+    backfill = Backfill(control, prefix="dramatiq-cron")
+    start = (control.server_ms() // 1000 - 600) * 1000
+    failing = FailingBroker(fail_from=11)
+    with pytest.raises(ConnectionError):
+        backfill.run(failing, backfill.plan(schedule, start_ms=start, end_ms=start + 30_000))
+    assert len(failing.sent) == 10
+    assert [e.outcome for e in control.history(limit=100)] == ["backfilled"] * 10
+
+    working = FailingBroker(fail_from=10**9)
+    plan = backfill.plan(schedule, start_ms=start, end_ms=start + 30_000)
+    assert len(plan.fired) == 10 and plan.unconfirmed == []
+    report = backfill.run(working, plan)
+    sent = {m.options["cron_tick"] for m in [*failing.sent, *working.sent]}
+    assert len(report.enqueued) == 20 and len(sent) == 30 and all(m.options["cron_backfill"] for m in working.sent)
 
 
 def test_the_progress_bar_goes_to_stderr_only_on_a_terminal(redis_server: RedisServer, record_dir: str) -> None:

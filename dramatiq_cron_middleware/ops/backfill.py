@@ -1,7 +1,8 @@
 """Backfill: enqueue the past ticks of a schedule in ``[start, end)`` once.
 
 An operator's action, like a manual trigger, with one difference: each
-tick is claimed in Redis first (``store/lua/backfill.lua``), so two
+tick is claimed in Redis first (``store/lua/backfill.lua``) and settled
+after its enqueue (``backfill_settle.lua``), so two
 backfills of the same range, or a backfill interrupted and run again,
 enqueue each tick once.  A backfill claims only ticks at or before the
 schedule's ledger entry, which the leader never decides again; the ticks
@@ -33,7 +34,7 @@ __all__ = ["DEFAULT_MAX_TICKS", "Backfill", "BackfillPlan", "BackfillReport", "i
 #: How many ticks a backfill enqueues at most unless told otherwise.
 DEFAULT_MAX_TICKS = 10_000
 #: Ticks claimed per script call: the ticks a kill -9 between a claim and
-#: its enqueues can lose (shown as unconfirmed to the next run).
+#: its settlement can lose (shown as unconfirmed to the next run).
 _BATCH = 100
 #: History outcomes that mean a tick's message was sent.
 _SENT = frozenset(str(o) for o in (Outcome.FIRED, Outcome.CAUGHT_UP, Outcome.BACKFILLED))
@@ -49,8 +50,8 @@ class BackfillPlan:
     ``ticks`` are the ones to enqueue, oldest first; the others are left
     out: ``fired`` (the ledger or the history shows them fired, triggered
     or backfilled), ``unconfirmed`` (claimed by a backfill that has not
-    confirmed their enqueue: still running, or interrupted between its
-    claim and its enqueue, so they may be lost), ``unknown`` (older than the history reaches: whether
+    settled them: still running, or killed between its claim and its
+    settlement, so they may be lost), ``unknown`` (older than the history reaches: whether
     they fired cannot be told), ``leaders`` (after the schedule's ledger
     entry, or not yet due: the leader's to decide).
     """
@@ -91,6 +92,7 @@ class Backfill:
         self.control = control
         self.prefix = prefix
         self._claim = load_script(control.client, "backfill")
+        self._settle = load_script(control.client, "backfill_settle")
 
     def plan(
         self,
@@ -147,10 +149,11 @@ class Backfill:
                 plan.unknown.append(tick)
             else:
                 plan.ticks.append(tick)
-        if include_fired:
-            plan.ticks.extend(plan.fired)
+        if include_fired:  # what a backfill enqueued already stays left out
+            again = [tick for tick in plan.fired if tick not in marks]
+            plan.ticks.extend(again)
             plan.ticks.sort()
-            plan.fired.clear()
+            plan.fired[:] = [tick for tick in plan.fired if tick in marks]
         return plan
 
     def run(
@@ -161,15 +164,17 @@ class Backfill:
         progress: Callable[[int, int], None] | None = None,
     ) -> BackfillReport:
         """Claim and enqueue the plan's ticks, in batches of 100: each tick
-        is claimed (and recorded ``backfilled``) once, whoever runs the
-        same backfill, then enqueued through ``broker.enqueue`` (its
-        ``before_enqueue``/``after_enqueue`` hooks run as for any tick).
+        is claimed once, whoever runs the same backfill, then enqueued
+        through ``broker.enqueue`` (its ``before_enqueue``/``after_enqueue``
+        hooks run as for any tick), then settled: recorded ``backfilled``
+        in the history if it went out, released for the next run if not.
 
         Raises:
           CronScheduleError: the runtime schedule was removed or replaced
             since the plan (nothing more is claimed).
-          redis.RedisError: Redis did not answer (claimed ticks are
-            enqueued before the error leaves).
+          redis.RedisError: Redis did not answer.
+          Exception: whatever ``broker.enqueue`` raised (the batch settled
+            first: a rerun enqueues the rest).
         """
         report = BackfillReport(plan)
         schedule = plan.schedule
@@ -181,13 +186,12 @@ class Backfill:
             messages = {tick: self.message(schedule, tick) for tick in batch}
             reply = decode(
                 self._claim(
-                    keys=[self.control.keys.ticks, self.control.keys.history, marks, self.control.keys.runtime_revs],
+                    keys=[self.control.keys.ticks, marks, self.control.keys.runtime_revs],
                     args=[
                         schedule.id,
                         "" if plan.bound_ms is None else plan.bound_ms,
                         schedule.revision,
-                        self.control.history_length,
-                        json.dumps([[tick, messages[tick].message_id] for tick in batch]),
+                        json.dumps(batch),
                         token,
                     ],
                 )
@@ -207,11 +211,20 @@ class Backfill:
                     broker.enqueue(messages[tick].copy(message_timestamp=reply.server_ms))
                     confirmed.append(tick)
             finally:
-                # Also when interrupted: what went out is confirmed, the
-                # rest stays 'claimed' and the next run names it.
+                # Also when the enqueue fails or Ctrl+C interrupts: what went
+                # out is recorded, the rest released for the next run.
                 report.enqueued += confirmed
-                if confirmed:
-                    self.control.client.hset(marks, mapping={str(t): "e" for t in confirmed})
+                unsent = [t for t in claimed if t not in set(confirmed)]
+                self._settle(
+                    keys=[marks, self.control.keys.history],
+                    args=[
+                        schedule.id,
+                        token,
+                        self.control.history_length,
+                        json.dumps([[t, messages[t].message_id] for t in confirmed]),
+                        json.dumps(unsent),
+                    ],
+                )
             done += len(batch)
             if progress is not None:
                 progress(done, len(plan.ticks))

@@ -566,8 +566,8 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
     left = (
         f"left out: {len(plan.fired)} already fired, triggered or backfilled"
         + (
-            f", {len(plan.unconfirmed)} claimed by a backfill that has not confirmed their enqueue "
-            "(still running, or interrupted: then they may be lost)"
+            f", {len(plan.unconfirmed)} claimed by a backfill that has not settled them "
+            "(still running, or killed: then they may be lost)"
             if plan.unconfirmed
             else ""
         )
@@ -591,6 +591,13 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
         ) from None
     except CronScheduleError as exc:
         raise _Failure(str(exc)) from None
+    except redis.RedisError:
+        raise
+    except Exception as exc:  # the broker's enqueue (or a middleware hook) failed: one line, no traceback
+        detail = redact(f"{type(exc).__name__}: {exc}")
+        raise _Failure(
+            f"backfill of {schedule.id} stopped: enqueueing failed ({detail}); run it again to continue"
+        ) from None
     data["enqueued"] = [iso(t, zone) for t in report.enqueued]
     data["claimed_before"] = [iso(t, zone) for t in report.claimed_before]
     data["left_out"]["leader"] += [iso(t, zone) for t in report.leaders]
