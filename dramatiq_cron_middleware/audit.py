@@ -173,18 +173,34 @@ class AuditLog:
         seconds, micros = self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    def pause(self, member: str, *, who: str) -> Changed:
+    def pause(self, member: str, *, who: str, until_ms: int | None = None) -> Changed:
         """Add ``member`` (a schedule id or ``<actor>:*``) to the paused set;
-        the leader records its ticks as ``paused``."""
+        the leader records its ticks as ``paused``.  With ``until_ms``
+        (epoch ms) only ticks before that instant are paused and the
+        leader's claim ends the pause then; without, it lasts until resumed
+        (a pause given again takes the new end, or none)."""
         check_who(who)
-        changed = bool(self.client.sadd(self.keys.paused, member))
-        at = self.record(Action.PAUSE, who=who, entries=[(member, "")]) if changed else self.server_ms()
+        pipe = self.client.pipeline(transaction=True)
+        pipe.sadd(self.keys.paused, member)
+        pipe.hget(self.keys.paused_until, member)
+        if until_ms is None:
+            pipe.hdel(self.keys.paused_until, member)
+        else:
+            pipe.hset(self.keys.paused_until, member, str(until_ms))
+        added, previous_end = pipe.execute()[:2]
+        end = None if until_ms is None else str(until_ms)
+        changed = bool(added) or (previous_end if previous_end is None else str(previous_end)) != end
+        detail = "" if until_ms is None else f"until {_iso(until_ms)}"
+        at = self.record(Action.PAUSE, who=who, entries=[(member, detail)]) if changed else self.server_ms()
         return Changed(target=member, paused=True, changed=changed, at_ms=at)
 
     def resume(self, member: str, *, who: str) -> Changed:
         """Undo :meth:`pause` of the same member."""
         check_who(who)
-        changed = bool(self.client.srem(self.keys.paused, member))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.srem(self.keys.paused, member)
+        pipe.hdel(self.keys.paused_until, member)
+        changed = bool(pipe.execute()[0])
         at = self.record(Action.RESUME, who=who, entries=[(member, "")]) if changed else self.server_ms()
         return Changed(target=member, paused=False, changed=changed, at_ms=at)
 
@@ -221,3 +237,7 @@ class AuditLog:
             queue_name=schedule.queue_name,
             recorded_ms=at,
         )
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")

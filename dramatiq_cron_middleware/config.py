@@ -12,12 +12,15 @@ from .schedules.schedule import DEFAULT_CATCH_UP_WINDOW, CatchUp, parse_timezone
 from .store.keys import Keys
 from .store.timing import Timing
 
-__all__ = ["DEFAULT_CATCH_UP_WINDOW", "DEFAULT_LOCK_TTL", "ENV_VERSION", "CronConfig"]
+__all__ = ["DEFAULT_CATCH_UP_WINDOW", "DEFAULT_LOCK_TTL", "ENV_LEAD", "ENV_VERSION", "CronConfig"]
 
 #: The lease length when ``lock_ttl`` is omitted (Kubernetes' lease).
 DEFAULT_LOCK_TTL = 15_000
 #: The environment variable read when ``CronMiddleware(app_version=...)`` is omitted.
 ENV_VERSION = "DRAMATIQ_CRON_APP_VERSION"
+#: The environment variable that, set to ``0``, makes a process ineligible to lead.
+ENV_LEAD = "DRAMATIQ_CRON_LEAD"
+_LEAD_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,11 @@ class CronConfig:
     history_length: int
     fast_takeover: int | None
     app_version: str | None
+    lead: bool = True
+    one_shot_retention: int = 86_400_000
+    #: Whether this process may lead: ``lead`` and ``DRAMATIQ_CRON_LEAD``
+    #: (as it is when the middleware is built) both allow it.
+    eligible: bool = field(init=False)
     #: ``app_version``, else ``DRAMATIQ_CRON_APP_VERSION`` (cut to 100
     #: characters) as it is when the middleware is built, else empty.
     version: str = field(init=False)
@@ -56,6 +64,15 @@ class CronConfig:
         _require("app_version", well_formed, "a string of at most 100 characters without '|'", version)
         resolved = version if version is not None else os.environ.get(ENV_VERSION, "")[:100]
         object.__setattr__(self, "version", resolved)  # a derived field of a frozen value
+        _require("lead", isinstance(self.lead, bool), "True or False", self.lead)
+        retention = self.one_shot_retention
+        _require("one_shot_retention", _is_int(retention, 0), "a non-negative int of ms", retention)
+        text = os.environ.get(ENV_LEAD, "1").strip().lower() or "1"
+        if text not in _LEAD_VALUES:
+            raise CronConfigurationError(
+                f"CronMiddleware: {ENV_LEAD} must be 0 or 1 (or true/false, yes/no), got {os.environ[ENV_LEAD]!r}"
+            )
+        object.__setattr__(self, "eligible", self.lead and _LEAD_VALUES[text])
 
     @cached_property
     def keys(self) -> Keys:

@@ -4,6 +4,7 @@ that start and stop the leader thread in every worker process."""
 from __future__ import annotations
 
 import builtins
+import datetime as dt
 import hashlib
 import os
 import socket
@@ -11,7 +12,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import dramatiq
 import redis
@@ -22,8 +23,9 @@ from dramatiq.middleware import TimeLimit
 from redis import Redis
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
-from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
+from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
+from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
 from .overlap import RunningMarks
 from .schedules.schedule import (
@@ -62,6 +64,9 @@ from .store.runtime import (
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
 from .targets import Target, resolve_target
+
+if TYPE_CHECKING:  # ops sits above the middleware: imported where used
+    from .ops.backfill import BackfillPlan, BackfillReport
 
 __all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
 
@@ -113,6 +118,17 @@ class CronMiddleware(Middleware):
         and shown by ``dramatiq-cron status``, so that mixed versions during
         a rolling deploy are told from two apps sharing a prefix.  Defaults
         to None, meaning ``DRAMATIQ_CRON_APP_VERSION`` if set, else none.
+      lead(bool): Whether this process may lead.  False (or the
+        environment variable ``DRAMATIQ_CRON_LEAD=0``) for processes that
+        run workers but must never fire schedules (spot instances, a pool
+        near its memory limit): they never compete for the lease, only say
+        once per lease that they are alive (shown as "not eligible" by
+        ``status``), and warn once when no eligible process is live.
+        Defaults to True.
+      one_shot_retention(int): How long, in milliseconds after its
+        instant, a one-shot runtime schedule (``add(..., at=...)``) that
+        fired (or was decided otherwise) stays listed as done before the
+        leader removes it.  Defaults to 86400000 (a day).
     """
 
     def __init__(
@@ -127,6 +143,8 @@ class CronMiddleware(Middleware):
         history_length: int = 10_000,
         fast_takeover: int | None = None,
         app_version: str | None = None,
+        lead: bool = True,
+        one_shot_retention: int = 86_400_000,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         #: The checked arguments; read them through the properties below.
@@ -140,9 +158,12 @@ class CronMiddleware(Middleware):
             history_length=history_length,
             fast_takeover=fast_takeover,
             app_version=app_version,
+            lead=lead,
+            one_shot_retention=one_shot_retention,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
+        self._watch: IneligibleWatch | None = None
         self._observer: LeaderObserver | None = None
         self._simulator: Any = None
         self._off_logged = False
@@ -329,10 +350,15 @@ class CronMiddleware(Middleware):
     def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
         It starts even with no declared schedule: runtime schedules may be
-        added at any time, from any process."""
+        added at any time, from any process.  In a process that may not
+        lead (``lead=False``) it starts the ineligible watch instead and
+        returns None."""
         with self._start_lock:
             if self.leader is not None and self.leader.is_alive():
                 return self.leader
+            if not self.config.eligible:
+                self._start_watch(broker)
+                return None
             schedules = self.all_schedules()
             client, blocking = self._clients(broker)
             timing = self.timing
@@ -382,6 +408,7 @@ class CronMiddleware(Middleware):
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
                 declared_actors=lambda name: name in broker.actors,
                 hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
+                one_shot_retention_ms=self.config.one_shot_retention,
             )
             started = (
                 f"Cron scheduler started on {where} (lease {self.lock_ttl} ms, enqueue "
@@ -399,6 +426,19 @@ class CronMiddleware(Middleware):
             ).start()
             self.leader.start()
             return self.leader
+
+    def _start_watch(self, broker: Broker) -> None:
+        """In a process that may not lead: start the thread that says it is
+        alive and warns when nobody may lead (once)."""
+        if self._watch is not None and self._watch.is_alive():
+            return
+        client, _ = self._clients(broker)
+        self._watch = IneligibleWatch(client=client, keys=self.keys, timing=self.timing, logger=self.logger)
+        self.logger.info(
+            "Cron scheduler: this process is not eligible to lead (lead=False or %s=0); it never takes the lease.",
+            ENV_LEAD,
+        )
+        self._watch.start()
 
     def _mark_ms(self) -> int:
         """How long an idempotent enqueue's mark is kept: longer than any
@@ -421,6 +461,9 @@ class CronMiddleware(Middleware):
         """Stop the leader thread and release the lease if held."""
         with self._start_lock:
             leader, self.leader = self.leader, None
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop(timeout)
         if leader is not None:
             leader.stop(timeout)
             if leader.hand_over is not None:
@@ -511,7 +554,15 @@ class CronMiddleware(Middleware):
         return self.runtime.get(actor, name)
 
     def add(
-        self, actor: Any, schedule: str | Schedule, *, name: str, replace: bool = True, who: str = "api"
+        self,
+        actor: Any,
+        schedule: str | Schedule | None = None,
+        *,
+        name: str,
+        at: int | dt.datetime | None = None,
+        description: str | None = None,
+        replace: bool = True,
+        who: str = "api",
     ) -> RuntimeSchedule:
         """Create a runtime schedule of a declared actor, checked by the same
         rules as ``cron=``; with ``replace`` (the default) replace a stored
@@ -521,6 +572,7 @@ class CronMiddleware(Middleware):
         Parameters:
           actor(Actor|str): The actor, or its name.
           schedule(str|Schedule): A cron expression or a :class:`Schedule`.
+            Defaults to None: then ``at`` is required.
           name(str): Unique among the actor's runtime schedules (1 to 64 of
             ``A-Z a-z 0-9 _ . -``).
           replace(bool): Whether a stored schedule of that name is replaced.
@@ -529,6 +581,12 @@ class CronMiddleware(Middleware):
             reply, keeps working.  False creates only: an existing name is
             refused (CronScheduleError), nothing written.
           who(str): Who acts, recorded in the history.  Defaults to "api".
+          at(datetime|int): A one-shot: fire once at this instant (an aware
+            datetime or epoch ms), which must be after Redis's time.  Once
+            decided it shows as done and is removed after
+            ``one_shot_retention`` ms.  Defaults to None.
+          description(str): What it is for (up to 500 characters), with
+            ``at`` or a plain expression.  Defaults to None.
 
         Returns:
           RuntimeSchedule: what was stored, with its revision (1 for a new
@@ -538,6 +596,20 @@ class CronMiddleware(Middleware):
           CronScheduleError: a bad value, named.
           CronUnavailableError: Redis did not answer (nothing half-written).
         """
+        if at is not None or schedule is None:
+            if schedule is not None:
+                raise CronScheduleError(
+                    f"runtime schedule {name!r}: give a schedule or at=, not both (got {schedule!r} and at={at!r})"
+                )
+            if at is None:
+                raise CronScheduleError(f"runtime schedule {name!r}: give a schedule (an expression) or at=")
+            schedule = Schedule(at=at, description=description)
+        elif description is not None:
+            if not isinstance(schedule, str):
+                raise CronScheduleError(
+                    f"runtime schedule {name!r}: give description= inside the Schedule, not beside it"
+                )
+            schedule = Schedule(schedule, description=description)
         return self.add_many([(actor, schedule, name)], replace=replace, who=who)[0]
 
     def add_many(
@@ -568,6 +640,69 @@ class CronMiddleware(Middleware):
         before, after = self.runtime.update(schedule_id, changes)
         self._record(Action.UPDATE, who, [(after.id, describe_changes(before, after))])
         return after
+
+    def backfill(
+        self,
+        target: Any,
+        *,
+        start: Any,
+        end: Any,
+        include_fired: bool = False,
+        dry_run: bool = False,
+        max_ticks: int | None = 10_000,
+    ) -> BackfillPlan | BackfillReport:
+        """Enqueue each tick of one schedule in ``[start, end)`` once, marked
+        as a backfill (the ``cron_backfill`` message option), through the
+        broker's ``enqueue`` (its hooks run as for any tick); recorded
+        ``backfilled`` in the history.  Two backfills of the same range, or
+        one run again after an interruption, enqueue each tick once.  Ticks
+        the ledger or the history shows as fired, caught up, triggered or
+        backfilled are left out unless ``include_fired``; ticks after the
+        schedule's last decided tick are the leader's.
+
+        Parameters:
+          target(str): A schedule id, or an actor with one schedule.
+          start, end(datetime|int|str): The range, as aware datetimes,
+            epoch ms or ISO 8601 text with offsets; ``end`` exclusive.
+          include_fired(bool): Enqueue ticks that fired already too.
+            Defaults to False.
+          dry_run(bool): Only plan: return the :class:`BackfillPlan`.
+            Defaults to False.
+          max_ticks(int): Refuse a range holding more ticks than this
+            (None: no limit).  Defaults to 10000.
+
+        Returns:
+          BackfillReport (or BackfillPlan with ``dry_run``).
+
+        Raises:
+          CronScheduleError: an unknown target, a reversed range, a start
+            after Redis's time, or too many ticks, named.
+        """
+        from .ops.backfill import Backfill, instant_ms
+        from .ops.control import Control
+
+        if self._simulator is not None:
+            raise CronConfigurationError(
+                "CronMiddleware: backfill acts on Redis; under a CronSimulator advance its clock instead"
+            )
+        resolved = self._target(target, None, resuming=False)
+        runtime = self.runtime
+        control = Control(client=runtime.client, keys=self.keys, history_length=self.history_length)
+        if resolved.schedule is None:
+            raise CronScheduleError(f"backfill takes one schedule, got {resolved}")
+        backfill = Backfill(control, prefix=self.prefix)
+        plan = backfill.plan(
+            resolved.schedule,
+            start_ms=instant_ms(start, what=f"backfill of {resolved} start"),
+            end_ms=instant_ms(end, what=f"backfill of {resolved} end"),
+            include_fired=include_fired,
+            max_ticks=max_ticks,
+        )
+        if dry_run:
+            return plan
+        broker = self._broker
+        assert broker is not None  # self.runtime needed it
+        return backfill.run(broker, plan)
 
     def remove(self, actor: Any, name: str | None = None, *, who: str = "api") -> bool:
         """Remove a runtime schedule, by id (``remove("report:tenant-42")``)
@@ -619,10 +754,27 @@ class CronMiddleware(Middleware):
         warnings.warn("CronMiddleware.list_runtime() is deprecated: use list()", DeprecationWarning, stacklevel=2)
         return self.list(actor=actor, search=search, cursor=cursor, limit=limit)
 
-    def pause(self, schedule_id: str | None = None, *, actor: str | None = None, who: str = "api") -> Changed:
+    def pause(
+        self,
+        schedule_id: str | None = None,
+        *,
+        actor: str | None = None,
+        until: Any = None,
+        duration: Any = None,
+        who: str = "api",
+    ) -> Changed:
         """Pause one schedule (declared or runtime, by id), or with
         ``actor=`` every schedule of an actor: whichever process leads
         records their ticks as ``paused`` and enqueues nothing.
+
+        Parameters:
+          until(datetime|int|str): Resume by itself at this instant (an
+            aware datetime, epoch ms or ISO 8601 text with its offset): the
+            leader fires ticks from it on, under its lease, whether or not
+            the pausing process is alive.  Defaults to None.
+          duration(int|str): Or resume by itself after this long (ms, or a
+            text like ``"2h"``, ``"90m"``).  Defaults to None; with neither,
+            the pause lasts until :meth:`resume`.
 
         Returns:
           Changed: ``changed`` is False when it already was paused.
@@ -631,11 +783,23 @@ class CronMiddleware(Middleware):
           CronScheduleError: no such schedule or actor (``UnknownTarget``).
           CronUnavailableError: Redis did not answer.
         """
+        from .ops.control import pause_expiry
+
         target = self._target(schedule_id, actor, resuming=False)
         if self._simulator is not None:
+            if until is not None or duration is not None:
+                raise CronConfigurationError(
+                    "CronMiddleware: a pause with an end acts on Redis; under a CronSimulator set "
+                    "simulator.server.paused_until instead"
+                )
             return self._simulated_pause(target.member, who=who, paused=True)
         with self._runtime_errors():
-            return self._audit_log().pause(target.member, who=who)
+            audit = self._audit_log()
+            try:
+                until_ms = pause_expiry(audit.server_ms(), until=until, duration=duration)
+            except ValueError as exc:
+                raise CronScheduleError(f"cannot pause {target}: {exc}") from None
+            return audit.pause(target.member, who=who, until_ms=until_ms)
 
     def resume(self, schedule_id: str | None = None, *, actor: str | None = None, who: str = "api") -> Changed:
         """Undo :meth:`pause` of the same schedule or actor (found even

@@ -126,6 +126,7 @@ class CronSimulator:
             timing=middleware.timing,
             logger=logger,
             pace=False,
+            one_shot_retention_ms=middleware.config.one_shot_retention,
         )
         return leader
 
@@ -274,7 +275,13 @@ class SimulatedRuntime(RuntimeSchedules):
 
     def schedules(self) -> dict[str, RuntimeSchedule]:
         """Every stored runtime schedule by id."""
-        return dict(self._stored)
+        return dict(self._current())
+
+    def _current(self) -> dict[str, RuntimeSchedule]:
+        """The stored schedules, less the one-shots the leader retired."""
+        for sid in [sid for sid in self._stored if sid not in self._server.runtime]:
+            del self._stored[sid]
+        return self._stored
 
     def _write_prepared(
         self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
@@ -310,7 +317,7 @@ class SimulatedRuntime(RuntimeSchedules):
 
     def get(self, actor: object, name: str) -> RuntimeSchedule | None:
         """As :meth:`RuntimeSchedules.get`, in memory."""
-        found = self._stored.get(_schedule_id(actor, name))
+        found = self._current().get(_schedule_id(actor, name))
         return None if found is None else dataclasses.replace(found, as_of_ms=self._clock())
 
     def list(
@@ -325,7 +332,7 @@ class SimulatedRuntime(RuntimeSchedules):
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise CronScheduleError(f"runtime schedules: limit must be an int from 1 to 10000, got {limit!r}")
         owner = None if actor is None else getattr(actor, "actor_name", actor)
-        ids = sorted(i for i in self._stored if owner is None or i.partition(":")[0] == owner)
+        ids = sorted(i for i in self._current() if owner is None or i.partition(":")[0] == owner)
         total = None if search is not None else len(ids)
         ids = [i for i in ids if (search is None or search.lower() in i.lower()) and (cursor is None or i > cursor)]
         page = ids[:limit]
@@ -336,7 +343,7 @@ class SimulatedRuntime(RuntimeSchedules):
     def count_by_actor(self) -> dict[str, int]:
         """As :meth:`RuntimeSchedules.count_by_actor`, in memory."""
         out: dict[str, int] = {}
-        for sid in sorted(self._stored):
+        for sid in sorted(self._current()):
             actor = sid.partition(":")[0]
             out[actor] = out.get(actor, 0) + 1
         return out

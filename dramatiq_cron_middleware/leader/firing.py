@@ -98,6 +98,7 @@ class Firing:
       report_once, report_corrupt, losses: The leader's reports.
       stopping: The thread's stop request (ends a batch loop or a sleep).
       declared_actor: Whether this process's code declares an actor.
+      one_shot_retention_ms: See :class:`~.runtime_feed.RuntimeFeed`.
     """
 
     def __init__(
@@ -116,6 +117,7 @@ class Firing:
         losses: Flapping,
         stopping: StopRequest,
         declared_actor: Callable[[str], bool],
+        one_shot_retention_ms: int = 86_400_000,
     ) -> None:
         self.lease = store.lease
         self.ledger = store.ledger
@@ -148,6 +150,7 @@ class Firing:
                 declared_actor=declared_actor,
                 clock=store.clock,
                 report_once=report_once,
+                one_shot_retention_ms=one_shot_retention_ms,
             )
             if store.runtime is not None
             else None

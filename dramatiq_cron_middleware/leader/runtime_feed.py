@@ -10,13 +10,18 @@ every :data:`RUNTIME_POLL` seconds instead.  It applies what it learns to
 the tick queue: an added or replaced schedule is synced alone (fenced: it
 continues from its ledger entry, as its write left it) and joins the
 queue, a removed one leaves.  A follower holds no runtime schedules.
+
+One-shots (``at=``) whose tick was decided are removed by the leader once
+``one_shot_retention`` has passed since their instant (a conditional
+removal: still at the revision it knows, its ledger entry at the instant
+or after), so ``list`` shows them as done until then.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ..schedules.schedule import BoundSchedule
+from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.abc import LedgerStore, RuntimeReads
 from ..store.clock import ServerClock
 from ..store.keys import Keys
@@ -46,6 +51,9 @@ class RuntimeFeed:
         runtime schedule of another actor fires too, with one WARNING).
       clock: The leader's clock.
       report_once: The leader's reports (one WARNING per finding).
+      one_shot_retention_ms: How long after its instant a decided one-shot
+        stays listed as done before the leader removes it.  Defaults to
+        one day.
     """
 
     def __init__(
@@ -59,6 +67,7 @@ class RuntimeFeed:
         declared_actor: Callable[[str], bool],
         clock: ServerClock,
         report_once: OnceReports,
+        one_shot_retention_ms: int = 86_400_000,
     ) -> None:
         self.store = store
         self.keys = keys
@@ -74,6 +83,11 @@ class RuntimeFeed:
         self.checked = 0.0
         #: A change was notified and is not read yet.
         self.pending = False
+        self.one_shot_retention_ms = one_shot_retention_ms
+        #: The one-shots among the runtime schedules, and when the first
+        #: of them may be retired (server ms).
+        self._one_shots: dict[str, BoundSchedule] = {}
+        self._retire_at = NEVER
 
     @property
     def stale(self) -> bool:
@@ -100,6 +114,8 @@ class RuntimeFeed:
         about to be taken anew): they are read again in full."""
         self.queue.replace_all(self.declared)
         self.version = None
+        self._one_shots.clear()
+        self._retire_at = NEVER
 
     def reload(self) -> None:
         """Read every definition into the queue (out of sync: the leader
@@ -110,6 +126,7 @@ class RuntimeFeed:
         version, changed = self.store.changes_since(version)
         current = [s for s in {**loaded, **changed}.values() if s is not None]
         self.queue.replace_all({**self.declared, **{s.id: s for s in current}})
+        self._track(current, ())
         self.version = version
         self.checked = self.clock.monotonic()
         self.pending = False
@@ -123,6 +140,8 @@ class RuntimeFeed:
         if known is None:
             self.reload()
             return
+        if self.clock.now_ms() >= self._retire_at:
+            self._retire()
         now = self.clock.monotonic()
         if not self.pending and now - self.checked < RUNTIME_POLL:
             return
@@ -149,6 +168,7 @@ class RuntimeFeed:
                 self.queue.discard(sid)
             else:
                 written.append(schedule)
+        self._track(written, [sid for sid, schedule in changes.items() if schedule is None])
         # An added or replaced schedule continues from its ledger entry,
         # which its write set (kept for a replacement with the same ticks,
         # moved to the write for a new one, a re-add or other ticks): read
@@ -161,6 +181,34 @@ class RuntimeFeed:
             for schedule in written:
                 self.queue.put(schedule)  # known after the next full sync
         self._report_undeclared(written)
+
+    def _track(self, written: Sequence[BoundSchedule], removed: Sequence[str]) -> None:
+        """Keep the one-shots and when the first may be retired."""
+        for sid in removed:
+            self._one_shots.pop(sid, None)
+        for schedule in written:
+            if schedule.at is not None:
+                self._one_shots[schedule.id] = schedule
+            else:
+                self._one_shots.pop(schedule.id, None)
+        self._retire_at = min((self._retirement(s) for s in self._one_shots.values()), default=NEVER)
+
+    def _retirement(self, schedule: BoundSchedule) -> int:
+        return (schedule.at or 0) + self.one_shot_retention_ms
+
+    def _retire(self) -> None:
+        """Remove the one-shots decided and past their retention; the
+        removals come back as changes, which drop them from the queue."""
+        now = self.clock.now_ms()
+        due = [s for s in self._one_shots.values() if self._retirement(s) <= now]
+        done = [s for s in due if (self.queue.last(s.id) or -1) >= (s.at or 0)]
+        for sid in self.store.retire(done) if done else ():
+            self._one_shots.pop(sid, None)
+        # One not decided yet (the queue out of sync, say) is looked at
+        # again a second later.
+        later = [self._retirement(s) for s in self._one_shots.values() if self._retirement(s) > now]
+        again = [now + 1000] if len(done) < len(due) else []
+        self._retire_at = min([*later, *again], default=NEVER)
 
     def _report_undeclared(self, schedules: Sequence[BoundSchedule]) -> None:
         for schedule in schedules:

@@ -82,6 +82,9 @@ class LeaderThread(threading.Thread, Generic[H]):
       pace: Whether a turn waits (for the next tick, a renewal or a
         retry).  Defaults to True; False when a fake clock drives
         :meth:`step` by hand (``testing.CronSimulator``).
+      one_shot_retention_ms: How long a decided one-shot stays listed as
+        done after its instant before the leader removes it.  Defaults to
+        one day.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         declared_actors: Callable[[str], bool] | None = None,
         hand_over: Callable[[LeaderThread[H]], H] | None = None,
         pace: bool = True,
+        one_shot_retention_ms: int = 86_400_000,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.store = store
@@ -154,6 +158,7 @@ class LeaderThread(threading.Thread, Generic[H]):
             losses=losses,
             stopping=self.stopping,
             declared_actor=declared_actors or (lambda name: True),
+            one_shot_retention_ms=one_shot_retention_ms,
         )
         self._losses = losses
         #: What a signal handler or ``atexit`` calls (see shutdown.py).

@@ -11,7 +11,7 @@ add``) are listed beside declared ones, each row saying its source.
 
 Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease;
 2 a usage or configuration error (bad module, no middleware, unknown
-actor); 3 Redis could not be reached.
+actor); 3 Redis could not be reached; 130 ``backfill`` interrupted.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import dramatiq
 import redis
+from dramatiq.brokers.stub import StubBroker
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
 from ..middleware import CronMiddleware, find_middleware
@@ -39,6 +40,7 @@ from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
 from ..store.runtime import RuntimeSchedule, RuntimeSchedules, split_id
 from ..store.timing import Timing
+from .backfill import DEFAULT_MAX_TICKS, Backfill, instant_ms
 from .control import (
     AmbiguousTarget,
     Control,
@@ -46,6 +48,7 @@ from .control import (
     Target,
     TriggerRefused,
     UnknownTarget,
+    pause_expiry,
     paused_by,
     resolve_target,
 )
@@ -60,6 +63,8 @@ EXIT_NO_LEADER = 1
 EXIT_ERROR = 2
 #: Redis did not answer.
 EXIT_UNREACHABLE = 3
+#: ``backfill`` was interrupted (Ctrl+C); running it again continues.
+EXIT_INTERRUPTED = 130
 
 # Short enough that an unreachable Redis is reported promptly, long enough
 # for a loaded server.
@@ -205,7 +210,7 @@ def _emit(args: argparse.Namespace, data: object, text: str) -> None:
 def _list(app: _App, args: argparse.Namespace) -> int:
     now = app.control.server_ms()
     last = app.control.last_decisions()
-    paused = app.control.paused()
+    paused = app.control.pauses()
     needle = None if args.search is None else args.search.lower()
     declared = [
         s
@@ -243,7 +248,7 @@ def _listed(
     stored: RuntimeSchedule | None,
     now: int,
     last: dict[str, Any],
-    paused: set[str],
+    paused: dict[str, int | None],
     count: int,
 ) -> tuple[dict[str, Any], list[str]]:
     """One schedule of ``list``: its JSON record and its table row."""
@@ -273,6 +278,10 @@ def _listed(
         "last_outcome": decision.outcome if decision else None,
         "last_epoch": decision.epoch if decision else None,
         "paused": is_paused,
+        "paused_until": _paused_until(s, paused, iso),
+        "description": s.description or None,
+        "at": None if s.at is None else iso(s.at, s.zone),
+        "done": _done(s, decision.tick_ms if decision else None),
     }
     row = [
         s.actor_name,
@@ -280,10 +289,10 @@ def _listed(
         s.source if record["declared"] else f"{s.source} (actor not declared)",
         s.expression,
         s.timezone,
-        ", ".join(when(t, s.zone) for t in upcoming) or "none (ended)",
+        ", ".join(when(t, s.zone) for t in upcoming) or _ended(s, decision),
         when(decision.tick_ms, s.zone) if decision else "-",
         decision.outcome if decision else "-",
-        "yes" if is_paused else "no",
+        _paused_text(s, paused, now),
     ]
     return record, row
 
@@ -337,6 +346,34 @@ class _Listing:
 
 def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+
+def _paused_until(schedule: BoundSchedule, pauses: dict[str, int | None], show: Any) -> Any:
+    """When the pause that stops ``schedule`` ends (shown by ``show``), or
+    None: running, or paused until resumed."""
+    blocker = paused_by(schedule, pauses)
+    expiry = None if blocker is None else pauses.get(blocker.member)
+    return None if expiry is None else show(expiry)
+
+
+def _paused_text(schedule: BoundSchedule, pauses: dict[str, int | None], now: int) -> str:
+    if paused_by(schedule, pauses) is None:
+        return "no"
+    expiry = _paused_until(schedule, pauses, int)
+    return "yes" if expiry is None else f"until {when(expiry)} ({span(expiry - now)} left)"
+
+
+def _done(schedule: BoundSchedule, last_tick: int | None) -> bool | None:
+    """For a one-shot, whether its tick was decided (None otherwise)."""
+    if schedule.at is None:
+        return None
+    return last_tick is not None and last_tick >= schedule.at
+
+
+def _ended(schedule: BoundSchedule, decision: Any) -> str:
+    if schedule.at is not None:
+        return f"done ({decision.outcome})" if _done(schedule, decision and decision.tick_ms) else "none"
+    return "none (ended)"
 
 
 def _status(app: _App, args: argparse.Namespace) -> int:
@@ -400,6 +437,25 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     lines.append(f"Candidates: {len(candidates)} seen in the last {span(listed_ms)}")
     if rows:
         lines.append(_table(["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"], rows))
+    ineligible = app.control.ineligible(since_ms=now - listed_ms)
+    data["not_eligible"] = [
+        {"host": c.host, "pid": c.pid, "candidate": c.candidate_id, "last_seen": iso(c.seen_ms)} for c in ineligible
+    ]
+    if ineligible:
+        lines.append(f"Not eligible: {len(ineligible)} process(es) with lead=False seen in the last {span(listed_ms)}")
+        lines.append(
+            _table(
+                ["HOST", "PID", "CANDIDATE", "LAST SEEN"],
+                [[c.host, c.pid, c.candidate_id, span(now - c.seen_ms) + " ago"] for c in ineligible],
+            )
+        )
+    live_ms = Timing.for_lease(ttl).candidate_live_ms
+    data["no_eligible_process"] = bool(ineligible) and not any(now - c.seen_ms <= live_ms for c in candidates)
+    if data["no_eligible_process"]:
+        lines.append(
+            f"Warning:    no process eligible to lead was seen in the last {span(live_ms)}; "
+            "every live process runs with lead=False, so no schedule fires"
+        )
     sets = {c.fingerprint for c in candidates if c.fingerprint}
     data["mixed_schedule_sets"] = len(sets) > 1
     if len(sets) > 1:
@@ -413,6 +469,12 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     if undeclared:
         line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
     lines.append(line)
+    runtime_page = app.runtime.list(limit=1000).items
+    described = [s for s in [*app.schedules, *(r.schedule for r in runtime_page)] if s.description]
+    data["descriptions"] = {s.id: s.description for s in described}
+    if described:
+        lines.append("Schedules:")
+        lines += [f"  {s.id}: {s.description}" for s in described]
     if not healthy:
         lines.append("Status:     NO LEADER - no process renewed the lease within its length")
     _emit(args, data, "\n".join(lines))
@@ -501,12 +563,21 @@ def _trigger(app: _App, args: argparse.Namespace) -> int:
 def _pause(app: _App, args: argparse.Namespace) -> int:
     verb = "pause" if args.command == "pause" else "resume"
     target = app.target(args, whole_actor=f"{verb} all of them")
+    until = None
     if args.command == "pause":
-        changed = app.control.pause(target, who="cli")
+        now = app.control.server_ms()
+        try:
+            until = pause_expiry(now, until=args.until, duration=args.pause_for)
+        except ValueError as exc:
+            raise _Failure(str(exc)) from None
+        changed = app.control.pause(target, who="cli", until_ms=until)
+        lasting = (
+            "" if until is None else f" until {when(until)} ({span(until - now)} from now), then resumes by itself"
+        )
         text = (
-            f"Paused {target}: whichever process leads records its ticks as paused and enqueues nothing."
+            f"Paused {target}{lasting}: whichever process leads records its ticks as paused and enqueues nothing."
             if changed
-            else f"{target} was already paused."
+            else f"{target} was already paused; now{lasting or ' until resumed'}."
         )
     else:
         changed = app.control.resume(target, who="cli")
@@ -519,6 +590,7 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
         "actor": target.actor_name,
         "schedule": target.schedule_id,
         "changed": changed,
+        "until": None if until is None else iso(until),
         "paused": sorted(app.control.paused()),
     }
     _emit(args, data, text)
@@ -533,6 +605,104 @@ def _web_credential(flag_value: str | None, flag: str, variable: str, wanted: st
     if value is not None and not value.strip():
         raise _Failure(f"{source} is empty: give {wanted}, or leave it out")
     return value, source
+
+
+def _backfill(app: _App, args: argparse.Namespace) -> int:
+    if args.start is None or args.end is None:
+        raise _Failure(
+            "backfill needs --from and --to (an open range cannot be backfilled), "
+            f"got --from {args.start!r} --to {args.end!r}"
+        )
+    if args.max < 1:
+        raise _Failure(f"--max must be at least 1, got {args.max}")
+    target = app.target(args)
+    schedule = target.schedule
+    assert schedule is not None  # backfill has no --actor
+    if isinstance(app.broker, StubBroker) and not args.dry_run:
+        raise _Failure("the app's broker is a StubBroker: backfilled messages would only live in this process")
+    backfill = Backfill(app.control, prefix=app.middleware.prefix)
+    try:
+        plan = backfill.plan(
+            schedule,
+            start_ms=instant_ms(args.start, what="--from"),
+            end_ms=instant_ms(args.end, what="--to"),
+            include_fired=args.include_fired,
+            max_ticks=None if args.yes else args.max,
+        )
+    except CronScheduleError as exc:
+        raise _Failure(str(exc)) from None
+    zone = schedule.zone
+    data: dict[str, Any] = {
+        "schedule": schedule.id,
+        "from": iso(plan.start_ms, zone),
+        "to": iso(plan.end_ms, zone),
+        "dry_run": args.dry_run,
+        "ticks": [iso(t, zone) for t in plan.ticks],
+        "left_out": {
+            "fired": [iso(t, zone) for t in plan.fired],
+            "unconfirmed": [iso(t, zone) for t in plan.unconfirmed],
+            "unknown": [iso(t, zone) for t in plan.unknown],
+            "leader": [iso(t, zone) for t in plan.leaders],
+        },
+    }
+    left = (
+        f"left out: {len(plan.fired)} already fired, triggered or backfilled"
+        + (
+            f", {len(plan.unconfirmed)} claimed by a backfill that has not settled them "
+            "(still running, or killed: then they may be lost)"
+            if plan.unconfirmed
+            else ""
+        )
+        + (f", {len(plan.unknown)} older than the history reaches (--include-fired takes them)" if plan.unknown else "")
+        + (f", {len(plan.leaders)} after the last decided tick (the leader's)" if plan.leaders else "")
+    )
+    if args.dry_run:
+        text = "\n".join(
+            [
+                f"Would backfill {len(plan.ticks)} tick(s) of {schedule.id} ({left}):",
+                *(when(t, zone) for t in plan.ticks),
+            ]
+        )
+        _emit(args, data, text)
+        return EXIT_OK
+    try:
+        report = backfill.run(app.broker, plan, progress=_progress_bar(f"Backfilling {schedule.id}"))
+    except KeyboardInterrupt:
+        raise _Failure(
+            "interrupted: run the same command again to enqueue the rest (no tick is enqueued twice)", EXIT_INTERRUPTED
+        ) from None
+    except CronScheduleError as exc:
+        raise _Failure(str(exc)) from None
+    except redis.RedisError:
+        raise
+    except Exception as exc:  # the broker's enqueue (or a middleware hook) failed: one line, no traceback
+        detail = redact(f"{type(exc).__name__}: {exc}")
+        raise _Failure(
+            f"backfill of {schedule.id} stopped: enqueueing failed ({detail}); run it again to continue"
+        ) from None
+    data["enqueued"] = [iso(t, zone) for t in report.enqueued]
+    data["claimed_before"] = [iso(t, zone) for t in report.claimed_before]
+    data["left_out"]["leader"] += [iso(t, zone) for t in report.leaders]
+    text = f"Backfilled {len(report.enqueued)} tick(s) of {schedule.id} on queue {schedule.queue_name!r} ({left})."
+    if report.claimed_before:
+        text += f" {len(report.claimed_before)} were claimed by another backfill running at the same time."
+    _emit(args, data, text)
+    return EXIT_OK
+
+
+def _progress_bar(label: str) -> Any:
+    """A progress bar on stderr, only when it is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        filled = 30 * done // max(total, 1)
+        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
 
 
 def _web(app: _App, args: argparse.Namespace) -> int:
@@ -635,8 +805,8 @@ def _instant_option(flag: str, text: str | None) -> int | dt.datetime | None:
 
 
 def _add(app: _App, args: argparse.Namespace) -> int:
-    if (args.expression is None) == (args.every is None):
-        raise _Failure("give either a cron EXPRESSION or --every MS (not both)")
+    if [args.expression, args.every, args.at].count(None) != 2:
+        raise _Failure("give one of a cron EXPRESSION, --every MS or --at WHEN (not both, not none)")
     with of_actor(args.actor):
         schedule = Schedule(
             args.expression,
@@ -654,6 +824,8 @@ def _add(app: _App, args: argparse.Namespace) -> int:
             offset=args.offset,
             start=_instant_option("--start", args.start),
             end=_instant_option("--end", args.end),
+            at=_instant_option("--at", args.at),
+            description=args.description,
         )
     try:
         stored = app.middleware.add(args.actor, schedule, name=args.name, replace=not args.create_only, who="cli")
@@ -692,8 +864,10 @@ def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
         "overlap": s.overlap,
         "overlap_ttl": s.overlap_ttl,
         "options": s.options,
-        "start": None if s.start is None else iso(s.start, s.zone),
-        "end": None if s.end is None else iso(s.end, s.zone),
+        "start": None if s.start is None or s.at is not None else iso(s.start, s.zone),
+        "end": None if s.end is None or s.at is not None else iso(s.end, s.zone),
+        "at": None if s.at is None else iso(s.at, s.zone),
+        "description": s.description or None,
         "created": iso(stored.created_ms),
         "updated": iso(stored.updated_ms),
         "next": None if stored.next_ms is None else iso(stored.next_ms, s.zone),
@@ -774,6 +948,26 @@ def _parser() -> argparse.ArgumentParser:
         )
         if name != "trigger":
             which.add_argument("--actor", dest="whole_actor", metavar="ACTOR", help="every schedule of this actor")
+        if name == "pause":
+            lasting = sub.add_mutually_exclusive_group()
+            lasting.add_argument(
+                "--for", dest="pause_for", metavar="DURATION", help="resume by itself after this long (2h, 90m, 1d)"
+            )
+            lasting.add_argument(
+                "--until", metavar="WHEN", help="resume by itself at this instant (ISO 8601 with offset, or epoch ms)"
+            )
+    sub = command("backfill", "enqueue each past tick of a schedule in [--from, --to) once, marked as a backfill")
+    which = sub.add_mutually_exclusive_group(required=True)
+    which.add_argument("target", nargs="?", metavar="TARGET", help="a schedule id, or an actor that has one schedule")
+    which.add_argument("--schedule", metavar="ID", help="exactly this schedule id")
+    sub.add_argument("--from", dest="start", metavar="WHEN", help="first instant (ISO 8601 with offset, or epoch ms)")
+    sub.add_argument("--to", dest="end", metavar="WHEN", help="end of the range, exclusive")
+    sub.add_argument("--include-fired", action="store_true", help="also enqueue ticks that fired already")
+    sub.add_argument("--dry-run", action="store_true", help="list the ticks, enqueue nothing")
+    sub.add_argument("--yes", action="store_true", help="allow a range of more than --max ticks")
+    sub.add_argument(
+        "--max", type=int, default=DEFAULT_MAX_TICKS, metavar="N", help="refuse more ticks than N (default 10000)"
+    )
     sub = command("add", "create or replace a runtime schedule of a declared actor (no deploy needed)")
     sub.add_argument("actor", metavar="ACTOR", help="the actor's name")
     sub.add_argument("expression", nargs="?", metavar="EXPRESSION", help="a cron expression (or use --every)")
@@ -803,6 +997,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--create-only", action="store_true", help="refuse (exit 2) if the schedule exists, instead of replacing it"
     )
+    sub.add_argument(
+        "--at", metavar="WHEN", help="a one-shot: fire once at this instant (ISO 8601 with offset, or epoch ms)"
+    )
+    sub.add_argument("--description", metavar="TEXT", help="what the schedule is for (up to 500 characters)")
     sub = command("remove", "remove a runtime schedule; it never fires again")
     sub.add_argument("actor", metavar="ID|ACTOR", help="the schedule's id (actor:name), or its actor's name and NAME")
     sub.add_argument("name", nargs="?", metavar="NAME", help="the runtime schedule's name")
@@ -839,6 +1037,7 @@ _COMMANDS = {
     "pause": _pause,
     "resume": _pause,
     "add": _add,
+    "backfill": _backfill,
     "remove": _remove,
     "web": _web,
 }

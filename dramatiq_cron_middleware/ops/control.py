@@ -32,6 +32,7 @@ from ..targets import (
     paused_by,
     resolve_target,
 )
+from .format import duration_ms, instant_ms, iso
 
 __all__ = [
     "AmbiguousTarget",
@@ -47,6 +48,7 @@ __all__ = [
     "Triggered",
     "UnknownTarget",
     "find_runtime",
+    "pause_expiry",
     "paused_by",
     "resolve_target",
 ]
@@ -185,6 +187,18 @@ class Control:
             )
         return out
 
+    def ineligible(self, *, since_ms: int) -> list[Candidate]:
+        """Processes that may not lead (``lead=False``) seen at or after
+        ``since_ms`` (server time), newest first."""
+        seen: Any = self.client.zrevrangebyscore(self.keys.ineligible, "+inf", since_ms, withscores=True)
+        out = []
+        for member, score in seen:
+            host, _, rest = str(member).rpartition("|")
+            host, _, pid = host.rpartition("|")
+            pid_number = int(pid) if pid.isdigit() else 0
+            out.append(Candidate(host=host, pid=pid_number, candidate_id=rest, seen_ms=int(score)))
+        return out
+
     def last_decisions(self) -> dict[str, LastDecision]:
         """Every schedule's last decided tick, with the outcome taken from
         the recent history where it is still there."""
@@ -223,15 +237,33 @@ class Control:
 
     def paused(self) -> set[str]:
         """The paused set: schedule ids, and ``<actor>:*`` for actors paused
-        as a whole (see :attr:`Target.member`)."""
-        members: Any = self.client.smembers(self.keys.paused)
-        return set(members)
+        as a whole (see :attr:`Target.member`); a pause whose expiry has
+        passed is not in it, whether or not the leader has removed it yet."""
+        return set(self.pauses())
 
-    def pause(self, target: Target, *, who: str = "api") -> bool:
+    def pauses(self) -> dict[str, int | None]:
+        """The live pauses: paused-set member -> the instant (epoch ms) it
+        ends, or None for a pause until resumed."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.smembers(self.keys.paused)
+        pipe.hgetall(self.keys.paused_until)
+        members, expiries = pipe.execute()
+        now = self.server_ms() if expiries else 0
+        out: dict[str, int | None] = {}
+        for member in members:
+            text = str(expiries.get(member, ""))
+            expiry = int(text) if text.isdigit() else None
+            if expiry is None or expiry > now:
+                out[str(member)] = expiry
+        return out
+
+    def pause(self, target: Target, *, who: str = "api", until_ms: int | None = None) -> bool:
         """Pause one schedule, or every schedule of an actor; the leader
-        records their ticks as paused.  False if it already was.  The
+        records their ticks as paused.  With ``until_ms`` (epoch ms) only
+        ticks before that instant are paused, and the leader's claim ends
+        the pause then.  False if it already was (with the same end).  The
         change is recorded in the history as done by ``who``."""
-        return self.audit.pause(target.member, who=who).changed
+        return self.audit.pause(target.member, who=who, until_ms=until_ms).changed
 
     def resume(self, target: Target, *, who: str = "api") -> bool:
         """Undo :meth:`pause` of the same target.  False if it was not paused."""
@@ -328,6 +360,39 @@ def _entry(entry_id: str, fields: dict[str, str]) -> HistoryEntry:
         message_id=fields.get("message_id", ""),
         who=fields.get("who", ""),
     )
+
+
+def pause_expiry(now_ms: int, *, until: object = None, duration: object = None) -> int | None:
+    """When a pause given ``until`` or ``duration`` ends, in epoch ms (None:
+    until resumed), for the CLI, the API and the dashboard alike.
+
+    Parameters:
+      now_ms: Redis's time (the scheduler's clock).
+      until: An aware ``datetime``, epoch milliseconds, or an ISO 8601
+        text with its offset (``2026-12-24T09:00+01:00``, ``...Z``).
+      duration: Milliseconds, or a text such as ``2h``, ``90m``, ``1h30m``.
+
+    Raises:
+      ValueError: naming the value: both given, unreadable, not positive,
+        or an instant not after ``now_ms``.
+    """
+    if until is not None and duration is not None:
+        raise ValueError(f"give a pause's end or its duration, not both (got until={until!r}, for={duration!r})")
+    if duration is not None:
+        if isinstance(duration, str):
+            return now_ms + duration_ms(duration)
+        if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
+            raise ValueError(f"a pause's duration must be a positive int of ms or a text like 2h, got {duration!r}")
+        return now_ms + duration
+    if until is None:
+        return None
+    try:
+        until = instant_ms(until)
+    except ValueError as exc:
+        raise ValueError(f"a pause's end: {exc}") from None
+    if until <= now_ms:
+        raise ValueError(f"a pause's end must be in the future, got {iso(until)} (Redis's time is {iso(now_ms)})")
+    return until
 
 
 @dataclasses.dataclass(frozen=True)

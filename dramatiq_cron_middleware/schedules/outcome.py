@@ -27,6 +27,9 @@ class Outcome(str, enum.Enum):
     #: A granted tick whose enqueue had failed, dropped before a retry
     #: because its runtime definition was removed or replaced since.
     DROPPED = "dropped"
+    #: A past tick enqueued by an operator's backfill (``dramatiq-cron
+    #: backfill``); the leader's ledger is left alone.
+    BACKFILLED = "backfilled"
 
     def __str__(self) -> str:
         return self.value

@@ -50,6 +50,7 @@ from ..errors import CronScheduleError
 __all__ = [
     "DEFAULT_CATCH_UP_WINDOW",
     "DEFAULT_TIME_LIMIT",
+    "MAX_DESCRIPTION",
     "MIN_EVERY",
     "NAME_PATTERN",
     "NAME_RULE",
@@ -86,6 +87,9 @@ Source = Literal["code", "runtime"]
 #: ``datetime`` in every time zone, so code that formats or heaps "the next
 #: tick" keeps working for a schedule that has ended.
 NEVER = 253_370_764_800_000
+
+#: The longest ``description`` of a schedule, in characters.
+MAX_DESCRIPTION = 500
 
 #: The shortest interval of ``Schedule(every=...)``, in milliseconds.
 MIN_EVERY = 1000
@@ -186,6 +190,14 @@ class Schedule:
       end(int|datetime): The instant from which the schedule no longer
         ticks (exclusive: a tick exactly at ``end`` does not fire).  Must
         be after ``start``.  Defaults to None, meaning no upper bound.
+      at(int|datetime): A one-shot: the single instant, in epoch
+        milliseconds or as a timezone-aware ``datetime``, at which the
+        schedule fires once (under its catch-up policy, like any tick).
+        Given alone: not with an expression, ``every``, ``start`` or
+        ``end``.  Defaults to None, meaning a recurring schedule.
+      description(str): What the schedule is for, in words, up to
+        :data:`MAX_DESCRIPTION` characters; shown by ``list``, ``status``
+        and the dashboard.  Defaults to None, meaning none.
     """
 
     expression: str | None = None
@@ -204,6 +216,8 @@ class Schedule:
     offset: int = 0
     start: int | dt.datetime | None = None
     end: int | dt.datetime | None = None
+    at: int | dt.datetime | None = None
+    description: str | None = None
 
     def __post_init__(self) -> None:
         # Everything that needs no actor is checked now, so that a form (or
@@ -264,6 +278,11 @@ class BoundSchedule:
     end: int | None = None
     source: Source = "code"
     revision: int = 0
+    #: A one-shot's instant (epoch ms), None for a recurring schedule; its
+    #: ticks are then ``[at, at + 1)`` of a one-second interval: ``at`` alone.
+    at: int | None = None
+    #: What the schedule is for ("" for none), shown to operators.
+    description: str = ""
     #: Whether the schedule was given a ``name=`` (otherwise ``name`` holds
     #: the expression, for display).
     named: bool = dataclasses.field(default=True, compare=False, repr=False)
@@ -760,7 +779,12 @@ def bind_schedule(
             f"actor {actor_name!r}: cron= entries must be expression strings or Schedule objects, "
             f"got {item!r} ({type(item).__name__})"
         )
-    if item.every is not None or item.expression is None:
+    one_shot = None
+    if item.at is not None:
+        where, one_shot = _one_shot(actor_name, item)
+        expression, has_seconds = _one_shot_label(one_shot), True
+        item = dataclasses.replace(item, every=MIN_EVERY, offset=one_shot % MIN_EVERY, start=one_shot, end=one_shot + 1)
+    elif item.every is not None or item.expression is None:
         where, expression = _interval(actor_name, item)
         has_seconds = True
     else:
@@ -812,6 +836,7 @@ def bind_schedule(
                 json.dumps(value, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {value!r}") from None
+    description = check_description(where, item.description)
     overlap_ttl = item.overlap_ttl
     if overlap_ttl is None:
         # Long enough to cover a message's wait in the queue and its whole
@@ -846,6 +871,8 @@ def bind_schedule(
         end=end,
         source=source,
         revision=revision,
+        at=one_shot,
+        description=description,
     )
     if signature is not None:
         _check_arguments(bound, signature)
@@ -873,6 +900,38 @@ def _interval(actor_name: str, item: Schedule) -> tuple[str, str]:
         raise CronScheduleError(f"{_subject(actor_name, end=': ')}a Schedule needs a cron expression or every=<ms>")
     where = f"{_subject(actor_name)}every {item.every!r}"
     return where, interval_label(where, item.every, item.offset)
+
+
+def _one_shot(actor_name: str, item: Schedule) -> tuple[str, int]:
+    """Validate a one-shot's ``at``; return the error context and the
+    instant in epoch ms."""
+    where = f"actor {actor_name!r}, at {item.at!r}"
+    others = {"expression": item.expression, "every": item.every, "start": item.start, "end": item.end}
+    given = [f"{k}={v!r}" for k, v in others.items() if v is not None]
+    if given or item.offset:
+        given += [f"offset={item.offset!r}"] if item.offset else []
+        raise CronScheduleError(f"{where}: at= is a one-shot and takes no {', '.join(given)}")
+    at_ms = _instant(where, "at", item.at)
+    assert at_ms is not None
+    return where, at_ms
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_shot_label(at_ms: int) -> str:
+    when = dt.datetime.fromtimestamp(at_ms / 1000, tz=_UTC)
+    return "once at " + when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def check_description(where: str, description: object) -> str:
+    """Validate a ``description``; return it ("" for None)."""
+    if description is None:
+        return ""
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        shown = description if not isinstance(description, str) else f"{len(description)} characters"
+        raise CronScheduleError(
+            f"{where}: description must be a string of at most {MAX_DESCRIPTION} characters, got {shown!r}"
+        )
+    return description
 
 
 def interval_label(where: str, every: object, offset: object) -> str:

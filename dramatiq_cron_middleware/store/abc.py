@@ -219,6 +219,10 @@ class RuntimeReads(Protocol):
         (True): those whose stored revision is no longer the schedule's;
         each dropped tick is recorded in the history as ``dropped``."""
 
+    def retire(self, schedules: Sequence[BoundSchedule]) -> list[str]:
+        """Remove one-shots that are done: each only if still at its
+        revision and its ledger entry reached its ``at``; the ids removed."""
+
 
 class Store(Protocol):
     """Everything the leader needs, for one candidate."""

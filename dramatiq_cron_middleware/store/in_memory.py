@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import CronScheduleError
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
@@ -119,6 +120,8 @@ class MemoryServer:
         self.history: list[HistoryRecord] = []
         #: Paused schedule ids and ``<actor>:*`` members.
         self.paused: set[str] = set()
+        #: Paused members' expiries (epoch ms), as ``{p}:paused:until``.
+        self.paused_until: dict[str, int] = {}
         self.batches: dict[str, tuple[str, int]] = {}
         self.running: dict[str, tuple[str, int]] = {}
         self.candidates: dict[str, int] = {}
@@ -220,6 +223,12 @@ class MemoryServer:
         the write owns the ledger entry and shape as ``runtime.py``'s write
         script does.  Returns the schedules as stored (with revisions)."""
         now = self.now_ms()
+        for schedule in schedules:
+            if schedule.at is not None and schedule.at <= now:
+                raise CronScheduleError(
+                    f"runtime schedule {schedule.id!r}: at={schedule.at} is not after the store's time ({now}): "
+                    "a one-shot must lie in the future"
+                )
         out = []
         for schedule in schedules:
             sid = schedule.id
@@ -625,6 +634,18 @@ class _MemoryLedger:
                 raise NotLeader()
             future = max(now, trusted_ms) + FUTURE_TOLERANCE_MS
             any_paused = bool(s.paused)
+            expired: set[str] = set()
+
+            def pauses(member: str, tick: int) -> bool:
+                if member not in s.paused:
+                    return False
+                expiry = s.paused_until.get(member)
+                if expiry is None:
+                    return True
+                if expiry <= now:
+                    expired.add(member)
+                return tick < expiry
+
             last: dict[str, tuple[int, str, int | None] | None] = {}
             marks: dict[str, tuple[str, int]] = {}
             writes: dict[str, str] = {}
@@ -651,7 +672,7 @@ class _MemoryLedger:
                     result = ClaimResult.RECORDED
                     if c.fire:
                         overlap = c.overlap_ttl_ms > 0
-                        if any_paused and (sid in s.paused or whole_actor(c.actor_name) in s.paused):
+                        if any_paused and (pauses(sid, c.tick_ms) or pauses(whole_actor(c.actor_name), c.tick_ms)):
                             result, outcome = ClaimResult.PAUSED, Outcome.PAUSED.value
                         elif overlap and (sid in marks or s.is_running(sid)):
                             result, outcome = ClaimResult.SKIPPED, Outcome.SKIPPED.value
@@ -664,6 +685,9 @@ class _MemoryLedger:
                     events.append((sid, c.tick_ms, outcome, c.detail, c.message_id))
                 results.append(result)
             s.ticks.update(writes)
+            for member in expired:
+                s.paused.discard(member)
+                s.paused_until.pop(member, None)
             for sid, (message_id, ttl) in marks.items():
                 s.set_running(sid, message_id, ttl)
             for sid, tick, outcome, detail, message_id in events:
@@ -757,6 +781,23 @@ class _MemoryRuntime:
         dropped = self.server._call("drop_stale", run)
         assert isinstance(dropped, list)
         return dropped
+
+    def retire(self, schedules: Sequence[BoundSchedule]) -> list[str]:
+        def run() -> list[str]:
+            s = self.server
+            out = []
+            for schedule in schedules:
+                assert schedule.at is not None
+                entry = _parse_entry(s.ticks.get(schedule.id))
+                if s.runtime_revs.get(schedule.id) != schedule.revision or entry is None or entry[0] < schedule.at:
+                    continue
+                s.remove_runtime(schedule.id)
+                out.append(schedule.id)
+            return out
+
+        retired = self.server._call("retire", run)
+        assert isinstance(retired, list)
+        return retired
 
 
 class InMemoryStore:

@@ -56,6 +56,12 @@ class Keys:
         return f"{self.tag}:candidates"
 
     @property
+    def ineligible(self) -> str:
+        """Sorted set: processes that may not lead (``lead=False``),
+        ``host|pid|id`` -> last seen (server ms)."""
+        return f"{self.tag}:ineligible"
+
+    @property
     def candidate_info(self) -> str:
         """Hash: candidate -> ``"<schedule fingerprint>|<app version>"``."""
         return f"{self.tag}:candidates:info"
@@ -80,6 +86,16 @@ class Keys:
         """Set of paused schedule ids, and ``<actor>:*`` for actors paused
         as a whole (see ``protocol.whole_actor``)."""
         return f"{self.tag}:paused"
+
+    @property
+    def paused_until(self) -> str:
+        """Hash: paused-set member -> the instant (epoch ms) its pause ends."""
+        return f"{self.tag}:paused:until"
+
+    def backfilled(self, schedule_id: str) -> str:
+        """Hash: a schedule's ticks claimed by backfills, tick ms -> ``c|<run>``
+        (claimed) or ``e`` (enqueued)."""
+        return f"{self.tag}:backfill:{schedule_id}"
 
     def batch(self, batch_id: str) -> str:
         """Results of one claim batch, kept ten minutes for a caller whose

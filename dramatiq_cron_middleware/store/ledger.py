@@ -298,6 +298,7 @@ class Ledger:
             self.keys.paused,
             self.keys.batch(batch_id),
             self.keys.runtime_revs,
+            self.keys.paused_until,
         ]
         key_index: dict[str, int] = {}
 

@@ -56,6 +56,7 @@ from ..schedules.schedule import (
     Schedule,
     bind_schedule,
     check_bounds,
+    check_description,
     interval_label,
     of_actor,
     parse_timezone,
@@ -376,6 +377,7 @@ class RuntimeSchedules:
                     reply = decode(self._write(keys=self._write_keys, args=args))
                 except redis.ResponseError as exc:
                     _refused_condition(exc)
+                    _raise_at_past(exc)
                     raise
                 now, written = reply.server_ms, reply.payload
                 for i, (bound, _) in enumerate(batch):
@@ -407,6 +409,23 @@ class RuntimeSchedules:
         with self._store("remove a runtime schedule"):
             removed = decode(self._remove(keys=self._write_keys, args=[schedule_id]))
         return removed.ok
+
+    def retire(self, schedules: Sequence[BoundSchedule]) -> builtins.list[str]:
+        """Remove one-shots that are done: each only if it is still at its
+        revision and its tick was decided (the ledger entry reached its
+        ``at``), in one script call each.  Returns the ids removed.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        removed = []
+        with self._store("retire one-shot runtime schedules"):
+            for schedule in schedules:
+                assert schedule.at is not None
+                args = [schedule.id, schedule.revision, schedule.at]
+                if decode(self._remove(keys=self._write_keys, args=args)).ok:
+                    removed.append(schedule.id)
+        return removed
 
     # -- reading -------------------------------------------------------------
 
@@ -775,6 +794,19 @@ class RuntimeSchedules:
             ) from None
 
 
+def _raise_at_past(exc: redis.ResponseError) -> None:
+    """The write script's refusal of a one-shot in the past, as the
+    caller's error naming the schedule and the instant."""
+    parts = str(exc).split()
+    parts = parts[parts.index("at_past") :] if "at_past" in parts else []
+    if len(parts) >= 4:
+        at, now = (dt.datetime.fromtimestamp(int(v) / 1000, tz=UTC_ZONE).isoformat() for v in parts[2:4])
+        raise CronScheduleError(
+            f"runtime schedule {parts[1]!r}: at={at} is not after Redis's time ({now}): a one-shot "
+            "must lie in the future (to run it now, use trigger)"
+        ) from None
+
+
 def _stored(bound: BoundSchedule, *, created: int, updated: int, now: int, revision: int) -> RuntimeSchedule:
     return RuntimeSchedule(schedule=bound, created_ms=created, updated_ms=updated, as_of_ms=now, revision=revision)
 
@@ -895,6 +927,8 @@ def _definition(bound: BoundSchedule) -> dict[str, Any]:
         "options": bound.options,
         "start": bound.start,
         "end": bound.end,
+        "at": bound.at,
+        "description": bound.description or None,
     }
 
 
@@ -908,7 +942,8 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     revision = int(data.get("rev", 0))
     shared = _shared_fields(data)
     offset, start, end = data["offset"], data["start"], data["end"]
-    if not (
+    description = data.get("description")
+    if data.get("at") is not None or not (
         type(kwargs) is dict
         and type(options) is dict
         and _PLAIN.issuperset(map(type, shared))
@@ -941,6 +976,9 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     values[_AT_KWARGS] = kwargs
     values[_AT_OPTIONS] = dict(template.options)  # a private copy
     values[_AT_REVISION] = revision
+    if description is not None:
+        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        values[_AT_DESCRIPTION] = check_description(where, description)
     if offset or start is not None or end is not None:
         where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
         if offset:
@@ -962,6 +1000,8 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
     if not isinstance(actor_name, str):
         raise CronScheduleError(f"actor must be a string, got {actor_name!r}")
     _check_actor_name(actor_name)
+    if data.get("at") is not None:  # a one-shot: its interval fields follow from at
+        data = {**data, "every": None, "offset": 0, "start": None, "end": None}
     item = Schedule(
         data["expression"],
         timezone=data["timezone"],
@@ -979,6 +1019,8 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
         offset=data["offset"],
         start=data["start"],
         end=data["end"],
+        at=data.get("at"),
+        description=data.get("description"),
     )
     return bind_schedule(
         actor_name,
@@ -1026,9 +1068,23 @@ _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init
     _AT_OFFSET,
     _AT_START,
     _AT_END,
+    _AT_DESCRIPTION,
 ) = map(
     _INIT_FIELDS.index,
-    ("name", "args", "kwargs", "options", "revision", "timezone", "zone", "expression", "offset", "start", "end"),
+    (
+        "name",
+        "args",
+        "kwargs",
+        "options",
+        "revision",
+        "timezone",
+        "zone",
+        "expression",
+        "offset",
+        "start",
+        "end",
+        "description",
+    ),
 )
 
 

@@ -25,7 +25,16 @@ from dramatiq.logging import get_logger
 from ..audit import Action, check_who
 from ..errors import CronScheduleError, CronUnavailableError
 from ..middleware import find_middleware
-from ..ops.control import AmbiguousTarget, Control, Target, TriggerRefused, UnknownTarget, find_runtime, resolve_target
+from ..ops.control import (
+    AmbiguousTarget,
+    Control,
+    Target,
+    TriggerRefused,
+    UnknownTarget,
+    find_runtime,
+    pause_expiry,
+    resolve_target,
+)
 from ..ops.format import iso, short_when, span, when
 from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
@@ -378,8 +387,15 @@ class CronDashboard:
         # Both record themselves in the history, as done by the user.
         who = self._user(request)
         if request.path == "/pause":
-            changed = self.control.pause(target, who=who)
-            notice = f"Paused {target}." if changed else f"{target} was already paused."
+            lasting = request.form.get("for", "").strip() or None
+            try:
+                until = pause_expiry(self.control.server_ms(), duration=lasting)
+            except ValueError as exc:
+                raise _HTTPError("400 Bad Request", f"Refused: {exc}.") from None
+            changed = self.control.pause(target, who=who, until_ms=until)
+            notice = f"Paused {target}" + (f" until {when(until)}" if until is not None else "") + "."
+            if not changed:
+                notice = f"{target} was already paused; now " + (f"until {when(until)}." if until else "until resumed.")
         else:
             changed = self.control.resume(target, who=who)
             notice = f"Resumed {target}." if changed else f"{target} was not paused."

@@ -30,7 +30,7 @@ from ..ops.control import (
     find_runtime,
     paused_by,
 )
-from ..ops.format import span
+from ..ops.format import span, when
 from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.codes import whole_actor
 from ..store.timing import Timing
@@ -119,6 +119,8 @@ class Row:
     #: What a resume would have to name: the schedule, or its actor (paused
     #: as a whole), or None when running.
     paused_by: Target | None
+    #: When that pause ends by itself (epoch ms), None: until resumed.
+    paused_until: int | None = None
 
     @property
     def source(self) -> str:
@@ -232,8 +234,17 @@ def _matches(schedule: BoundSchedule, needle: str) -> bool:
     )
 
 
+def pause_end(schedule: BoundSchedule, pauses: Mapping[str, int | None]) -> int | None:
+    """When the pause that stops ``schedule`` ends by itself (None: it runs,
+    or it is paused until resumed)."""
+    blocker = paused_by(schedule, pauses)
+    return None if blocker is None else pauses.get(blocker.member)
+
+
 def words(schedule: BoundSchedule) -> str:
     """The schedule's timing in words."""
+    if schedule.at is not None:
+        return f"Once, at {when(schedule.at, schedule.zone)}"
     if schedule.every is not None:
         text = f"Every {span(schedule.every)}"
         return text + (f", {span(schedule.offset)} into each interval" if schedule.offset else "")
@@ -264,7 +275,7 @@ def schedules_view(
     or a filter reads ids only; the page's own definitions are read last.
     """
     now = control.server_ms()
-    paused = control.paused()
+    paused = control.pauses()
     needle = filters.query.lower()
     size = filters.per_page
 
@@ -296,6 +307,7 @@ def schedules_view(
             next_ms=upcoming(s, now),
             last=decisions.get(s.id),
             paused_by=paused_by(s, paused),
+            paused_until=pause_end(s, paused),
         )
         for s in picked
     ]
@@ -374,6 +386,8 @@ class Overview:
     runtime_schedules: int | None
     paused: int
     lock_ttl: int
+    #: Processes that may not lead (``lead=False``), seen recently.
+    ineligible: list[Candidate] = dataclasses.field(default_factory=list)
 
     def is_leader(self, candidate: Candidate) -> bool:
         """Whether this candidate holds the lease."""
@@ -393,6 +407,7 @@ def overview(
         leader = control.leader()
         ttl = leader.ttl_ms if leader else lock_ttl
         candidates = control.candidates(since_ms=now - Timing.for_lease(ttl).candidate_listed_ms)
+        ineligible = control.ineligible(since_ms=now - Timing.for_lease(ttl).candidate_listed_ms)
         paused = len(control.paused())
         policy = control.maxmemory_policy()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
@@ -421,7 +436,13 @@ def overview(
         warnings.append("No process holds the lease: no tick fires until one does.")
     elif not healthy:
         warnings.append("The leader has not renewed its lease within its length.")
-    if not candidates:
+    live_ms = Timing.for_lease(ttl).candidate_live_ms
+    if ineligible and not any(now - c.seen_ms <= live_ms for c in candidates):
+        warnings.append(
+            f"No process eligible to lead was seen in the last {span(live_ms)}: every live process runs with "
+            "lead=False (or DRAMATIQ_CRON_LEAD=0), so no schedule fires."
+        )
+    elif not candidates:
         warnings.append("No candidate was seen recently: are the workers running?")
     if len(fingerprints) > 1:
         warnings.append(
@@ -451,6 +472,7 @@ def overview(
         runtime_schedules=runtime_count,
         paused=paused,
         lock_ttl=lock_ttl,
+        ineligible=ineligible,
     )
 
 
@@ -476,6 +498,8 @@ class HistoryView:
     last: LastDecision | None
     next_ms: list[int]
     now_ms: int
+    #: When the pause ends by itself (epoch ms), None: until resumed.
+    paused_until: int | None = None
 
     @property
     def target(self) -> Target | None:
@@ -490,7 +514,7 @@ def history_view(
     first, and the chart of the same entries."""
     now = control.server_ms()
     page = control.schedule_history(schedule_id, limit=HISTORY_PAGE, before=before)
-    paused = control.paused()
+    paused = control.pauses()
     stopped_by = None if schedule is None else paused_by(schedule, paused)
     return HistoryView(
         schedule_id=schedule_id,
@@ -505,4 +529,5 @@ def history_view(
         last=control.decisions([schedule_id]).get(schedule_id),
         next_ms=[] if schedule is None else upcoming(schedule, now),
         now_ms=now,
+        paused_until=None if schedule is None else pause_end(schedule, paused),
     )

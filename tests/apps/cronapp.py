@@ -10,8 +10,8 @@ Configured by environment variables so each test can shape it:
 - ``CRON_APP_CRON``: the expression of each actor (default every second).
 - ``CRON_APP_ACTORS``: how many such actors (default 1).
 - ``CRON_APP_TTL``, ``CRON_APP_PREFIX``, ``CRON_APP_CATCH_UP``,
-  ``CRON_APP_CATCH_UP_WINDOW``, ``CRON_APP_FAST_TAKEOVER``: middleware
-  arguments.
+  ``CRON_APP_CATCH_UP_WINDOW``, ``CRON_APP_FAST_TAKEOVER``,
+  ``CRON_APP_ONE_SHOT_RETENTION``: middleware arguments.
 - ``CRON_APP_MAX_AGE``: the ``max_age`` of every cron schedule (ms; dramatiq's
   ``AgeLimit`` drops a message older than that, by the consumer's clock).
 - ``CRON_APP_EVERY``: ``"<every ms>:<offset ms>"`` adds the actor
@@ -82,6 +82,7 @@ class Recorder(Middleware):
                     "tick": message.options["cron_tick"],
                     "message_id": message.message_id,
                     "manual": bool(message.options.get("cron_manual")),
+                    "backfill": bool(message.options.get("cron_backfill")),
                     "at": _true_time(),
                 },
             )
@@ -110,6 +111,8 @@ if "CRON_APP_CATCH_UP" in os.environ:
     _kwargs["catch_up"] = os.environ["CRON_APP_CATCH_UP"]
 if "CRON_APP_CATCH_UP_WINDOW" in os.environ:
     _kwargs["catch_up_window"] = int(os.environ["CRON_APP_CATCH_UP_WINDOW"])
+if "CRON_APP_ONE_SHOT_RETENTION" in os.environ:
+    _kwargs["one_shot_retention"] = int(os.environ["CRON_APP_ONE_SHOT_RETENTION"])
 if "CRON_APP_FAST_TAKEOVER" in os.environ:
     _kwargs["fast_takeover"] = int(os.environ["CRON_APP_FAST_TAKEOVER"])
 broker.add_middleware(CronMiddleware(**_kwargs))

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.errors import CronScheduleError
 from dramatiq_cron_middleware.store.abc import Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
@@ -267,6 +269,21 @@ def test_a_paused_schedule_or_actor_records_its_ticks_as_paused(harness: StoreHa
     assert [e.outcome for e in harness.history()] == ["paused", "fired", "paused", "missed"]
 
 
+def test_a_pause_with_an_expiry_pauses_ticks_before_it_and_the_leaders_claim_ends_it(harness: StoreHarness) -> None:
+    """Given a schedule paused until an instant and an actor paused until a
+    later one, When the leader claims ticks on both sides of the instants,
+    Then ticks before an expiry are paused and ticks from it fire, And the
+    claim that finds an expiry passed removes that pause (the leader ends
+    it, under its lease), leaving the one still running."""
+    a = harness.candidate("a")
+    token, epoch, base = synced(harness, a, SID, "other/c")
+    harness.pause(SID, until_ms=base + 2000)
+    harness.pause(whole_actor("other"), until_ms=harness.now_ms() + 600_000)
+    claims = [fire(base + 1000), fire(base + 2000), fire(base + 1000, "other/c")]
+    assert a.ledger.claim(token, epoch, "b1", claims).results == [PAUSED, FIRE, PAUSED]
+    assert harness.paused() == {whole_actor("other")}
+
+
 def test_an_overlapping_tick_is_skipped_while_the_running_mark_lives(harness: StoreHarness) -> None:
     a = harness.candidate("a")
     token, epoch, base = synced(harness, a, SID, "job/b")
@@ -296,6 +313,29 @@ def test_a_replaced_or_removed_runtime_definition_is_gone_for_its_old_revision(h
     assert harness.remove_runtime("report", "r1") is False
     assert a.ledger.claim(token, epoch, "b3", [fire(tick + 1, "report:r1", revision=second.revision)]).results == [GONE]
     assert [e.outcome for e in harness.history()] == ["fired"]
+
+
+def test_a_one_shot_in_the_past_is_refused_and_a_decided_one_is_retired_only_at_its_revision(
+    harness: StoreHarness,
+) -> None:
+    """Given a one-shot replaced once (same ticks) and its tick claimed,
+    When the leader retires it at the replaced revision, Then nothing is
+    removed; at the current one it is; one not decided yet is kept, and an
+    'at' not after the store's time is refused."""
+    a = harness.candidate("a")
+    token, epoch = lead(a)
+    assert a.runtime is not None
+    with pytest.raises(CronScheduleError, match="is not after"):
+        harness.add_runtime("report", Schedule(at=harness.now_ms() - 1), "old")
+    at = harness.now_ms() + 200
+    once = harness.add_runtime("report", Schedule(at=at), "once")
+    newer = harness.add_runtime("report", Schedule(at=at, kwargs={"x": 1}), "once")  # same ticks, new revision
+    assert a.runtime.retire([newer]) == []  # its tick is not decided yet
+    harness.pass_time(210)
+    assert a.ledger.claim(token, epoch, "b1", [fire(at, "report:once", revision=newer.revision)]).results == [FIRE]
+    assert a.runtime.retire([once]) == []  # a revision replaced since
+    assert a.runtime.retire([newer]) == ["report:once"]
+    assert harness.remove_runtime("report", "once") is False
 
 
 def test_a_runtime_replacement_with_other_ticks_or_a_re_add_starts_from_the_write(harness: StoreHarness) -> None:

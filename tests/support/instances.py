@@ -211,6 +211,8 @@ class Enqueue:
     message_id: str
     at: float
     manual: bool = False
+    #: Enqueued by ``dramatiq-cron backfill`` (the ``cron_backfill`` option).
+    backfill: bool = False
 
 
 @dataclass
@@ -274,6 +276,7 @@ class History:
                         message_id=r.get("message_id", ""),
                         at=r["at"],
                         manual=bool(r.get("manual")),
+                        backfill=bool(r.get("backfill")),
                     )
                 )
         out.sort(key=lambda e: e.at)

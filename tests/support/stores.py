@@ -63,12 +63,13 @@ class FakeTime:
         return self.ms / 1000 - 1_000_000_000
 
 
-def runtime_schedule(actor: str, expression: str, name: str) -> BoundSchedule:
+def runtime_schedule(actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
     """A runtime schedule bound as ``RuntimeSchedules.add`` binds it."""
+    item = dataclasses.replace(expression, name=name) if isinstance(expression, Schedule) else Schedule(expression)
     return bind_schedule(
         actor,
         "default",
-        Schedule(expression, name=name),
+        dataclasses.replace(item, name=name),
         timezone="UTC",
         catch_up="each",
         catch_up_window=300_000,
@@ -105,7 +106,11 @@ class StoreHarness:
         """Lose the epoch counter alone."""
         raise NotImplementedError
 
-    def pause(self, member: str) -> None:
+    def pause(self, member: str, *, until_ms: int | None = None) -> None:
+        raise NotImplementedError
+
+    def paused(self) -> set[str]:
+        """The paused set's members."""
         raise NotImplementedError
 
     def is_running(self, schedule_id: str) -> bool:
@@ -118,7 +123,7 @@ class StoreHarness:
         """Every history entry, oldest first."""
         raise NotImplementedError
 
-    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+    def add_runtime(self, actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
         """Create or replace a runtime schedule; returns it as stored."""
         raise NotImplementedError
 
@@ -173,8 +178,13 @@ class MemoryHarness(StoreHarness):
     def delete_epoch(self) -> None:
         self.server.epoch = None
 
-    def pause(self, member: str) -> None:
+    def pause(self, member: str, *, until_ms: int | None = None) -> None:
         self.server.paused.add(member)
+        if until_ms is not None:
+            self.server.paused_until[member] = until_ms
+
+    def paused(self) -> set[str]:
+        return set(self.server.paused)
 
     def is_running(self, schedule_id: str) -> bool:
         return self.server.is_running(schedule_id)
@@ -187,7 +197,7 @@ class MemoryHarness(StoreHarness):
             Entry(h.schedule_id, h.tick_ms, h.outcome, h.epoch, h.detail, h.message_id) for h in self.server.history
         ]
 
-    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+    def add_runtime(self, actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
         return self.server.add_runtime([runtime_schedule(actor, expression, name)])[0]
 
     def remove_runtime(self, actor: str, name: str) -> bool:
@@ -264,8 +274,13 @@ class RedisHarness(StoreHarness):
     def delete_epoch(self) -> None:
         self.client.delete(self.keys.epoch)
 
-    def pause(self, member: str) -> None:
+    def pause(self, member: str, *, until_ms: int | None = None) -> None:
         self.client.sadd(self.keys.paused, member)
+        if until_ms is not None:
+            self.client.hset(self.keys.paused_until, member, until_ms)
+
+    def paused(self) -> set[str]:
+        return {str(m) for m in self.client.smembers(self.keys.paused)}
 
     def is_running(self, schedule_id: str) -> bool:
         return bool(self.client.exists(self.keys.running(schedule_id)))
@@ -280,7 +295,7 @@ class RedisHarness(StoreHarness):
             for _, f in rows
         ]
 
-    def add_runtime(self, actor: str, expression: str, name: str) -> BoundSchedule:
+    def add_runtime(self, actor: str, expression: str | Schedule, name: str) -> BoundSchedule:
         return self._runtime().add(actor, expression, name=name).schedule
 
     def remove_runtime(self, actor: str, name: str) -> bool:

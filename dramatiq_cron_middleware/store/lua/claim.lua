@@ -11,7 +11,10 @@
 -- KEYS[4] - the paused set
 -- KEYS[5] - this batch's result record
 -- KEYS[6] - the runtime definitions' revisions hash
--- KEYS[7...] - the running marks of overlap="skip" schedules in the batch,
+-- KEYS[7] - the paused members' expiries (member -> until ms): a member
+--           with one pauses only ticks before it, and is removed from the
+--           paused set by the first claim that finds it expired
+-- KEYS[8...] - the running marks of overlap="skip" schedules in the batch,
 --              and the broker queues and message hashes of the messages
 -- (The broker's keys do not share the scheduler's hash tag: a batch with
 -- messages runs only on a plain Redis, which is all RedisBroker supports.)
@@ -46,9 +49,9 @@ for i, e in ipairs(entries) do
   if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'number' or type(e[3]) ~= 'string'
      or (e[4] ~= 0 and e[4] ~= 1) or type(e[5]) ~= 'string' or type(e[6]) ~= 'string'
      or type(e[7]) ~= 'number' or type(e[8]) ~= 'string' or type(e[9]) ~= 'number'
-     or (e[9] ~= 0 and (e[9] < 7 or KEYS[e[9]] == nil))
+     or (e[9] ~= 0 and (e[9] < 8 or KEYS[e[9]] == nil))
      or type(e[10]) ~= 'number' or type(e[11]) ~= 'number' or type(e[12]) ~= 'number'
-     or (e[11] ~= 0 and (e[11] < 7 or KEYS[e[11]] == nil or e[12] < 7 or KEYS[e[12]] == nil
+     or (e[11] ~= 0 and (e[11] < 8 or KEYS[e[11]] == nil or e[12] < 8 or KEYS[e[12]] == nil
                          or type(e[13]) ~= 'string' or type(e[14]) ~= 'string')) then
     return {ST_BAD_REQUEST, now, 0, 'entry ' .. i .. ' is malformed'}
   end
@@ -82,6 +85,17 @@ local epoch = ARGV[2]
 local future = math.max(now, tonumber(ARGV[7]) or now) + tonumber(ARGV[4])
 -- Most of the time nothing is paused: skip two lookups per entry then.
 local any_paused = paused_ok and redis.call('SCARD', KEYS[4]) > 0
+local until_ok = usable(KEYS[7], 'hash')
+local expired = {}
+-- Whether MEMBER of the paused set pauses TICK: it is a member, with no
+-- expiry or an expiry after the tick.
+local function pauses(member, tick)
+  if redis.call('SISMEMBER', KEYS[4], member) == 0 then return false end
+  local expiry = until_ok and tonumber(redis.call('HGET', KEYS[7], member) or '')
+  if not expiry then return true end
+  if expiry <= now then expired[member] = true end
+  return tick < expiry
+end
 
 -- Decide everything in memory first.
 local last, by, stored = {}, {}, {}
@@ -112,8 +126,7 @@ for i, e in ipairs(entries) do
   else
     result = R_RECORDED
     if fire == 1 then
-      if any_paused and (redis.call('SISMEMBER', KEYS[4], sid) == 1
-                         or redis.call('SISMEMBER', KEYS[4], e[8]) == 1) then
+      if any_paused and (pauses(sid, tick) or pauses(e[8], tick)) then
         result = R_PAUSED
         outcome = O_PAUSED
       elseif e[9] > 0 and (marks[KEYS[e[9]]] ~= nil or redis.call('EXISTS', KEYS[e[9]]) == 1) then
@@ -147,6 +160,11 @@ for sid, v in pairs(writes) do
   end
 end
 if #hset > 0 then redis.call('HSET', KEYS[2], unpack(hset)) end
+-- Pauses whose instant has passed end here, under the lease.
+for member in pairs(expired) do
+  redis.call('SREM', KEYS[4], member)
+  redis.call('HDEL', KEYS[7], member)
+end
 for key, mark in pairs(marks) do
   redis.call('SET', key, mark[1], 'PX', mark[2])
 end

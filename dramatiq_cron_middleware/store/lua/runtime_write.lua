@@ -31,7 +31,9 @@
 -- the fencing revision (the version counter), revision the schedule's own
 -- count of writes (1 for a new schedule, also after a removal); an error
 -- (nothing written) for a foreign value under KEYS[1..5], a malformed
--- definition, or a failed condition ('EXISTS <id>' or 'CHANGED <id>').
+-- definition, a failed condition ('EXISTS <id>' or 'CHANGED <id>'), or a
+-- one-shot whose instant ("at") is not after the server's time
+-- ('ERR at_past <id> <at> <now>': it would start after its only tick).
 local refused = runtime_keys_refusal()
 if refused then return refused end
 local limit = tonumber(ARGV[1])
@@ -48,6 +50,16 @@ for i = 4, #ARGV, 3 do
   end
 end
 local now = server_now()
+for i = 4, #ARGV, 3 do
+  local body = ARGV[i + 1]
+  if string.find(body, '"at":%d') then
+    local ok, data = pcall(cjson.decode, body .. '}')
+    local at = ok and type(data) == 'table' and data['at']
+    if type(at) == 'number' and at <= now then
+      return redis.error_reply(string.format('ERR at_past %s %d %d', ARGV[i], at, now))
+    end
+  end
+end
 local ledger_ok = usable(KEYS[6], 'hash') and usable(KEYS[7], 'hash')
 local history_ok = usable(KEYS[8], 'stream')
 local flags = 0

@@ -1,0 +1,326 @@
+"""Backfill: enqueue the past ticks of a schedule in ``[start, end)`` once.
+
+An operator's action, like a manual trigger, with one difference: each
+tick is claimed in Redis first (``store/lua/backfill.lua``) and settled
+after its enqueue (``backfill_settle.lua``), so two
+backfills of the same range, or a backfill interrupted and run again,
+enqueue each tick once.  A backfill claims only ticks at or before the
+schedule's ledger entry, which the leader never decides again; the ticks
+after it are the leader's (it catches them up or records them missed).
+See docs/design.md, "Backfill".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+from dramatiq import Broker, Message
+
+from ..errors import CronScheduleError
+from ..schedules.planner import message_for, message_id_for
+from ..schedules.schedule import NEVER, BoundSchedule
+from ..store.codes import RESULT_OUTCOMES, ClaimResult, Outcome, Status, decode, load_script, parse_ledger_value
+from .control import Control
+from .format import instant_ms as parse_instant
+from .format import iso
+
+__all__ = ["DEFAULT_MAX_TICKS", "Backfill", "BackfillPlan", "BackfillReport", "instant_ms"]
+
+#: How many ticks a backfill enqueues at most unless told otherwise.
+DEFAULT_MAX_TICKS = 10_000
+#: Ticks claimed per script call: the ticks a kill -9 between a claim and
+#: its settlement can lose (shown as unconfirmed to the next run).
+_BATCH = 100
+#: History outcomes that mean a tick's message was sent.
+_SENT = frozenset(str(o) for o in (Outcome.FIRED, Outcome.CAUGHT_UP, Outcome.BACKFILLED))
+#: A backfill's message ids are their own (a re-run of a fired tick is a
+#: new message), and the same in every process.
+_ID_SPACE = "backfill"
+
+
+@dataclasses.dataclass(frozen=True)
+class BackfillPlan:
+    """What a backfill would do, decided before anything is claimed.
+
+    ``ticks`` are the ones to enqueue, oldest first; the others are left
+    out: ``fired`` (the ledger or the history shows them fired, triggered
+    or backfilled), ``unconfirmed`` (claimed by a backfill that has not
+    settled them: still running, or killed between its claim and its
+    settlement, so they may be lost), ``unknown`` (older than the history reaches: whether
+    they fired cannot be told), ``leaders`` (after the schedule's ledger
+    entry, or not yet due: the leader's to decide).
+    """
+
+    schedule: BoundSchedule
+    start_ms: int
+    end_ms: int
+    ticks: list[int]
+    fired: list[int]
+    unconfirmed: list[int]
+    unknown: list[int]
+    leaders: list[int]
+    #: The ledger entry's tick the plan was read against (None: no entry).
+    bound_ms: int | None
+
+
+@dataclasses.dataclass
+class BackfillReport:
+    """What a backfill did: the ticks it ``enqueued``, those another
+    backfill claimed meanwhile (``claimed_before``), and those found to be
+    the leader's at the claim."""
+
+    plan: BackfillPlan
+    enqueued: list[int] = dataclasses.field(default_factory=list)
+    claimed_before: list[int] = dataclasses.field(default_factory=list)
+    leaders: list[int] = dataclasses.field(default_factory=list)
+
+
+class Backfill:
+    """Plan and run backfills of one scheduler.
+
+    Parameters:
+      control: The operator handle on the scheduler's Redis.
+      prefix: The scheduler's key prefix (message ids derive from it).
+    """
+
+    def __init__(self, control: Control, *, prefix: str) -> None:
+        self.control = control
+        self.prefix = prefix
+        self._claim = load_script(control.client, "backfill")
+        self._settle = load_script(control.client, "backfill_settle")
+
+    def plan(
+        self,
+        schedule: BoundSchedule,
+        *,
+        start_ms: int,
+        end_ms: int,
+        include_fired: bool = False,
+        max_ticks: int | None = DEFAULT_MAX_TICKS,
+    ) -> BackfillPlan:
+        """The ticks of ``schedule`` in ``[start_ms, end_ms)`` a backfill
+        would enqueue, and why the others are left out.
+
+        Raises:
+          CronScheduleError: a reversed or empty range, a range starting
+            after Redis's time, or more than ``max_ticks`` ticks in it.
+        """
+        where = f"backfill of {schedule.id}"
+        if end_ms <= start_ms:
+            raise CronScheduleError(
+                f"{where}: the range must end after it starts, got --from {iso(start_ms)} --to {iso(end_ms)}"
+            )
+        now = self.control.server_ms()
+        if start_ms > now:
+            raise CronScheduleError(
+                f"{where}: the range starts at {iso(start_ms)}, after Redis's time ({iso(now)}): nothing is past yet"
+            )
+        every = list(_ticks(schedule, start_ms, end_ms, (max_ticks or NEVER) + 1))
+        if max_ticks is not None and len(every) > max_ticks:
+            raise CronScheduleError(
+                f"{where}: [{iso(start_ms)}, {iso(end_ms)}) holds more than {max_ticks} ticks; "
+                "narrow the range, or allow more (--max N, or --yes for no limit)"
+            )
+        # The ledger first, then the history: every tick decided by the
+        # time of the ledger read has its history entry in by then.
+        value: Any = self.control.client.hget(self.control.keys.ticks, schedule.id)
+        parsed = parse_ledger_value(value) if value is not None else None
+        bound = parsed.tick_ms if parsed is not None else None
+        sent, reach = self._sent(schedule, start_ms)
+        if parsed is not None and not parsed.baseline and parsed.result is not None:
+            if _outcome_of_result(parsed.result) in _SENT:
+                sent.add(parsed.tick_ms)
+        limit = min(now, bound) if bound is not None else now
+        marks = self._marks(schedule, every)
+        plan = BackfillPlan(schedule, start_ms, end_ms, [], [], [], [], [], bound)
+        for tick in every:
+            if tick > limit:
+                plan.leaders.append(tick)
+            elif marks.get(tick, "").startswith("c"):
+                plan.unconfirmed.append(tick)
+            elif tick in sent or tick in marks:
+                plan.fired.append(tick)
+            elif reach is not None and tick < reach and not include_fired:
+                plan.unknown.append(tick)
+            else:
+                plan.ticks.append(tick)
+        if include_fired:  # what a backfill enqueued already stays left out
+            again = [tick for tick in plan.fired if tick not in marks]
+            plan.ticks.extend(again)
+            plan.ticks.sort()
+            plan.fired[:] = [tick for tick in plan.fired if tick in marks]
+        return plan
+
+    def run(
+        self,
+        broker: Broker,
+        plan: BackfillPlan,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> BackfillReport:
+        """Claim and enqueue the plan's ticks, in batches of 100: each tick
+        is claimed once, whoever runs the same backfill, then enqueued
+        through ``broker.enqueue`` (its ``before_enqueue``/``after_enqueue``
+        hooks run as for any tick), then settled: recorded ``backfilled``
+        in the history if it went out, released for the next run if not.
+
+        Raises:
+          CronScheduleError: the runtime schedule was removed or replaced
+            since the plan (nothing more is claimed).
+          redis.RedisError: Redis did not answer.
+          Exception: whatever ``broker.enqueue`` raised (the batch settled
+            first: a rerun enqueues the rest).
+        """
+        report = BackfillReport(plan)
+        schedule = plan.schedule
+        token = uuid.uuid4().hex
+        marks = self.control.keys.backfilled(schedule.id)
+        done = 0
+        for first in range(0, len(plan.ticks), _BATCH):
+            batch = plan.ticks[first : first + _BATCH]
+            messages = {tick: self.message(schedule, tick) for tick in batch}
+            reply = decode(
+                self._claim(
+                    keys=[self.control.keys.ticks, marks, self.control.keys.runtime_revs],
+                    args=[
+                        schedule.id,
+                        "" if plan.bound_ms is None else plan.bound_ms,
+                        schedule.revision,
+                        json.dumps(batch),
+                        token,
+                    ],
+                )
+            )
+            if reply.status != Status.OK:
+                raise CronScheduleError(
+                    f"backfill of {schedule.id}: the runtime schedule was removed or replaced meanwhile; "
+                    f"{len(report.enqueued)} tick(s) were enqueued before"
+                )
+            results = [int(r) for r in reply.payload]
+            claimed = [t for t, r in zip(batch, results, strict=True) if r == 1]
+            report.claimed_before += [t for t, r in zip(batch, results, strict=True) if r == 0]
+            report.leaders += [t for t, r in zip(batch, results, strict=True) if r == 2]
+            confirmed: list[int] = []
+            try:
+                for tick in claimed:
+                    broker.enqueue(messages[tick].copy(message_timestamp=reply.server_ms))
+                    confirmed.append(tick)
+            finally:
+                # Also when the enqueue fails or Ctrl+C interrupts: what went
+                # out is recorded, the rest released for the next run.
+                report.enqueued += confirmed
+                unsent = [t for t in claimed if t not in set(confirmed)]
+                self._settle(
+                    keys=[marks, self.control.keys.history],
+                    args=[
+                        schedule.id,
+                        token,
+                        self.control.history_length,
+                        json.dumps([[t, messages[t].message_id] for t in confirmed]),
+                        json.dumps(unsent),
+                    ],
+                )
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(plan.ticks))
+        return report
+
+    def message(self, schedule: BoundSchedule, tick_ms: int) -> Message[Any]:
+        """A backfilled tick's message: the schedule's message for the tick,
+        marked ``cron_backfill``, with an id of its own derived from
+        (prefix, schedule, tick)."""
+        message = message_for(schedule, tick_ms, prefix=self.prefix)
+        options = {**message.options, "cron_backfill": True}
+        message_id = message_id_for(schedule.id, tick_ms, prefix=f"{self.prefix}|{_ID_SPACE}")
+        return message.copy(options=options, message_id=message_id)
+
+    def _marks(self, schedule: BoundSchedule, ticks: list[int]) -> dict[int, str]:
+        """The backfill marks of these ticks: ``c|<run>`` claimed, ``e`` enqueued."""
+        key = self.control.keys.backfilled(schedule.id)
+        out: dict[int, str] = {}
+        for first in range(0, len(ticks), 1000):
+            chunk = ticks[first : first + 1000]
+            values: Any = self.control.client.hmget(key, [str(t) for t in chunk])
+            out.update({t: str(v) for t, v in zip(chunk, values, strict=True) if v is not None})
+        return out
+
+    def _sent(self, schedule: BoundSchedule, start_ms: int) -> tuple[set[int], int | None]:
+        """The ticks the history shows as sent (fired, caught up,
+        backfilled, or stood in for by a manual trigger) since
+        ``start_ms``, and how far back the history reaches (None: to
+        before ``start_ms``, so nothing older matters)."""
+        client, key = self.control.client, self.control.keys.history
+        sent: set[int] = set()
+        lower = f"{start_ms}-0"
+        reach = self._reach(start_ms)
+        while True:
+            rows: Any = client.xrange(key, min=lower, max="+", count=1000)
+            for _, fields in rows:
+                if fields.get("schedule") != schedule.id:
+                    continue
+                tick = int(fields.get("tick", 0) or 0)
+                outcome = fields.get("outcome")
+                if outcome == Outcome.TRIGGERED:
+                    # A manual trigger stands in for the tick before it.
+                    try:
+                        sent.add(schedule.last_before(tick + 1))
+                    except CronScheduleError:
+                        pass
+                elif outcome in _SENT:
+                    sent.add(tick)
+            if len(rows) < 1000:
+                return sent, reach
+            lower = "(" + str(rows[-1][0])
+
+    def _reach(self, start_ms: int) -> int | None:
+        """How far back the history reaches, when it was trimmed after
+        ``start_ms`` (None: it holds every entry since ``start_ms``, or every
+        entry ever written)."""
+        client, key = self.control.client, self.control.keys.history
+        try:
+            info: Any = client.xinfo_stream(key)
+        except redis.ResponseError:  # no stream yet: nothing was ever recorded
+            return None
+        if info.get("entries-added") is not None and int(info["entries-added"]) == int(info.get("length", -1)):
+            return None  # never trimmed (Redis 7 says so; on 6.2 the oldest entry is all we know)
+        first = info.get("first-entry")
+        if not first:
+            return None
+        first_ms = int(str(first[0]).split("-", 1)[0])
+        return first_ms if first_ms > start_ms else None
+
+
+def instant_ms(value: object, *, what: str) -> int:
+    """An instant (see :func:`.format.instant_ms`) in epoch ms.
+
+    Raises:
+      CronScheduleError: naming ``what`` and the value.
+    """
+    try:
+        ms = parse_instant(value)
+    except ValueError as exc:
+        raise CronScheduleError(f"{what}: {exc}") from None
+    if ms >= NEVER:
+        raise CronScheduleError(f"{what} must be before 9999, got {value!r}")
+    return ms
+
+
+def _ticks(schedule: BoundSchedule, start_ms: int, end_ms: int, at_most: int) -> Iterator[int]:
+    tick = schedule.next_after(start_ms - 1)
+    count = 0
+    while tick < end_ms and count < at_most:
+        yield tick
+        count += 1
+        tick = schedule.next_after(tick)
+
+
+def _outcome_of_result(result: int) -> str:
+    try:
+        return str(RESULT_OUTCOMES[ClaimResult(result)])
+    except (KeyError, ValueError):
+        return "unknown"
