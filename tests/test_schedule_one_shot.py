@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
+from functools import partial
 
 import dramatiq
 import pytest
@@ -15,7 +17,7 @@ from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.errors import CronScheduleError
 from dramatiq_cron_middleware.ops.control import pause_expiry
 from dramatiq_cron_middleware.ops.format import duration_ms, instant_ms
-from dramatiq_cron_middleware.schedules.schedule import NEVER, bind_schedule
+from dramatiq_cron_middleware.schedules.schedule import NEVER, bind_schedule, of_actor
 from dramatiq_cron_middleware.store.runtime import _bind_definition, _definition
 from dramatiq_cron_middleware.testing import CronSimulator
 
@@ -45,18 +47,29 @@ def test_a_one_shot_has_exactly_one_tick_at_its_instant() -> None:
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        (Schedule(at="2030-01-01"), "at must be epoch milliseconds (int) or a datetime, got '2030-01-01'"),
-        (Schedule(at=dt.datetime(2030, 1, 1)), "at must be a timezone-aware datetime"),
-        (Schedule("* * * * *", at=AT), "at= is a one-shot and takes no expression='* * * * *'"),
-        (Schedule(at=AT, end=AT + 1000), f"at= is a one-shot and takes no end={AT + 1000}"),
-        (Schedule("* * * * *", description="x" * 501), "description must be a string of at most 500 characters"),
-        (Schedule("* * * * *", description=42), "description must be a string of at most 500 characters, got 42"),  # type: ignore[arg-type]
+        (partial(Schedule, at="2030-01-01"), "at must be epoch milliseconds (int) or a datetime, got '2030-01-01'"),  # type: ignore[arg-type]
+        (partial(Schedule, at=dt.datetime(2030, 1, 1)), "at must be a timezone-aware datetime"),
+        (partial(Schedule, "* * * * *", at=AT), "at= is a one-shot and takes no expression='* * * * *'"),
+        (partial(Schedule, at=AT, end=AT + 1000), f"at= is a one-shot and takes no end={AT + 1000}"),
+        (
+            partial(Schedule, "* * * * *", description="x" * 501),
+            "description must be a string of at most 500 characters",
+        ),
+        (
+            partial(Schedule, "* * * * *", description=42),
+            "description must be a string of at most 500 characters, got 42",
+        ),  # type: ignore[arg-type]
     ],
 )
-def test_bad_one_shots_and_descriptions_are_refused_naming_the_value(item: Schedule, message: str) -> None:
+def test_bad_one_shots_and_descriptions_are_refused_when_built_naming_the_value(
+    item: Callable[[], Schedule], message: str
+) -> None:
     with pytest.raises(CronScheduleError) as caught:
-        bind(item)
-    assert message in str(caught.value) and "'job'" in str(caught.value)
+        item()
+    assert message in str(caught.value) and str(caught.value).startswith("Schedule"), str(caught.value)
+    with pytest.raises(CronScheduleError) as caught, of_actor("job"):
+        item()
+    assert message in str(caught.value) and "'job'" in str(caught.value), str(caught.value)
 
 
 def test_a_stored_definition_keeps_the_instant_and_the_description_through_both_binding_paths() -> None:

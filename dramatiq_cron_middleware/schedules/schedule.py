@@ -783,7 +783,9 @@ def bind_schedule(
     if item.at is not None:
         where, one_shot = _one_shot(actor_name, item)
         expression, has_seconds = _one_shot_label(one_shot), True
-        item = dataclasses.replace(item, every=MIN_EVERY, offset=one_shot % MIN_EVERY, start=one_shot, end=one_shot + 1)
+        item = dataclasses.replace(
+            item, at=None, every=MIN_EVERY, offset=one_shot % MIN_EVERY, start=one_shot, end=one_shot + 1
+        )
     elif item.every is not None or item.expression is None:
         where, expression = _interval(actor_name, item)
         has_seconds = True
@@ -905,7 +907,7 @@ def _interval(actor_name: str, item: Schedule) -> tuple[str, str]:
 def _one_shot(actor_name: str, item: Schedule) -> tuple[str, int]:
     """Validate a one-shot's ``at``; return the error context and the
     instant in epoch ms."""
-    where = f"actor {actor_name!r}, at {item.at!r}"
+    where = f"{_subject(actor_name)}at {item.at!r}"
     others = {"expression": item.expression, "every": item.every, "start": item.start, "end": item.end}
     given = [f"{k}={v!r}" for k, v in others.items() if v is not None]
     if given or item.offset:

@@ -847,7 +847,9 @@ def as_schedule(bound: BoundSchedule) -> Schedule:
     resolved when it was stored (an interval schedule has no expression)."""
     values = {f: getattr(bound, f) for f in _SCHEDULE_FIELDS if hasattr(bound, f)}
     values["name"] = bound.name if bound.named else None
-    if bound.every is not None:
+    if getattr(bound, "at", None) is not None:  # a one-shot: bound as a one-tick interval
+        values.update(expression=None, every=None, offset=0, start=None, end=None)
+    elif bound.every is not None:
         values["expression"] = None
     return Schedule(**values)
 
