@@ -88,7 +88,7 @@ def test_no_password_says_one_is_needed_without_protocol_jargon(server: RedisSer
 def test_an_unencoded_password_is_one_whole_sentence_naming_what_to_encode(server: RedisServer) -> None:
     said = error(run(url(server, f":{PASSWORD}@"), "list", APP), 2)
     assert said == (
-        "CronMiddleware: the redis URL's user name or password holds a '/', '?', '#' or '@' that is not "
+        "CronMiddleware: invalid redis URL: its user name or password holds a '/', '?', '#' or '@' that is not "
         "percent-encoded (write '/' as %2F, '?' as %3F, '#' as %23, '@' as %40): "
         f"'redis://***@127.0.0.1:{server.port}/0'"
     )

@@ -204,9 +204,20 @@ def row_form(page: str, schedule_id: str, action: str) -> dict[str, str]:
     return {html.unescape(k): html.unescape(v) for k, v in re.findall(r'name="([^"]+)" value="([^"]*)"', form)}
 
 
+def confirmed_form(dashboard: Dashboard, page: str, schedule_id: str, action: str) -> dict[str, str]:
+    """Follow a row's link to its confirmation page (trigger and remove
+    ask first) and return the fields that page's form posts."""
+    start = page.index(f'<tr data-schedule="{html.escape(schedule_id)}"')
+    row = page[start : page.index("</tr>", start)]
+    [href] = re.findall(rf'<a[^>]*href="([^"]+)"[^>]*data-action="{action}"', row)
+    confirm = dashboard.browser.get(html.unescape(href)).text
+    [form] = re.findall(r"<form[^>]*>(.*?)</form>", confirm[confirm.index('id="confirm"') :], re.S)[:1]
+    return {html.unescape(k): html.unescape(v) for k, v in re.findall(r'name="([^"]+)" value="([^"]*)"', form)}
+
+
 def test_trigger_now_on_the_unnamed_row_triggers_the_unnamed_schedule(dashboard: Dashboard) -> None:
     page = dashboard.browser.get("/cron/schedules").text
-    done = dashboard.browser.post("/cron/trigger", row_form(page, "report", "trigger"))
+    done = dashboard.browser.post("/cron/trigger", confirmed_form(dashboard, page, "report", "trigger"))
     assert done.status == 303
     [message] = manual(dashboard.server)
     assert message["kwargs"] == {} and message["options"]["cron_schedule"] == "report"

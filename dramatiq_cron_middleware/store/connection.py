@@ -204,7 +204,7 @@ def scheduler_clients(source: Any, *, op_timeout_ms: int, block_timeout_ms: int)
             # early: redis-py would quietly connect somewhere else.
             # (The URL goes last: redact() hides up to the last '@' of a line.)
             raise CronConfigurationError(
-                "CronMiddleware: the redis URL's user name or password holds a '/', '?', '#' or '@' that is not "
+                "CronMiddleware: invalid redis URL: its user name or password holds a '/', '?', '#' or '@' that is not "
                 f"percent-encoded (write '/' as %2F, '?' as %3F, '#' as %23, '@' as %40): {redact(url)!r}"
             )
         try:
