@@ -329,9 +329,13 @@ class CronMiddleware(Middleware):
         (see shutdown.py)."""
         if self._simulator is not None or self._stub_without_redis(broker):
             return
-        if self.start(broker) is not None and not self._hand_over_installed:
+        if not self._hand_over_installed:
+            # Before the thread starts: a signal that comes the moment the
+            # lease is won must already find the hand-over (it hands over
+            # whatever leads then, nothing before the thread exists).
             self._hand_over_installed = True
             install(self._current_hand_over)
+        self.start(broker)
 
     def _stub_without_redis(self, broker: Broker) -> bool:
         """A ``StubBroker`` and no Redis configured: a test of the app, where
