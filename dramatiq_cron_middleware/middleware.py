@@ -7,6 +7,7 @@ import hashlib
 import os
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import dramatiq
@@ -19,6 +20,15 @@ from redis import Redis
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
 from .leader.thread import LeaderObserver, LeaderThread
+from .monitoring.config import (
+    DEFAULT_FAILURE_THRESHOLD,
+    DEFAULT_GRACE,
+    DEFAULT_RUN_HISTORY,
+    RUNTIME_SLACK,
+    MonitorConfig,
+)
+from .monitoring.health import Policy
+from .monitoring.records import Alert
 from .overlap import RunningMarks
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -97,6 +107,27 @@ class CronMiddleware(Middleware):
         and shown by ``dramatiq-cron status``, so that mixed versions during
         a rolling deploy are told from two apps sharing a prefix.  Defaults
         to None, meaning ``DRAMATIQ_CRON_APP_VERSION`` if set, else none.
+      grace(int): Run monitoring: how long in milliseconds a fired tick's
+        run may take to start before its schedule is ``late``, and a tick
+        may be overdue undecided before it is ``missed``.  Defaults to
+        60000 (Sentry Crons' check-in margin).  Schedules may override it.
+      max_runtime(int): Run monitoring: how long in milliseconds a run may
+        take before its schedule is ``running_long``.  Defaults to None,
+        meaning each actor's ``time_limit`` plus 5 s.  Schedules may
+        override it.
+      failure_threshold(int): Run monitoring: failed runs in a row after
+        which a schedule is ``failing``.  Defaults to 1.  Schedules may
+        override it.
+      run_history(int): Runs kept per schedule in Redis.  Defaults to 100.
+      on_alert(callable): Called with an :class:`~.monitoring.Alert` when a
+        schedule's health changes into ``late``, ``running_long``,
+        ``failing`` or ``missed``, or back to ``ok``; on a thread of its
+        own in the leading process, at least once per change.  Its
+        exceptions are logged.  Defaults to None.
+      alert_webhook(str): An ``http(s)://`` URL each alert is POSTed to as
+        JSON (``schedule``, ``actor``, ``name``, ``state``, ``previous``,
+        ``tick``, ``at``, ``error``), retried with back-off until it answers
+        2xx.  Defaults to None.
     """
 
     def __init__(
@@ -111,6 +142,12 @@ class CronMiddleware(Middleware):
         history_length: int = 10_000,
         fast_takeover: int | None = None,
         app_version: str | None = None,
+        grace: int = DEFAULT_GRACE,
+        max_runtime: int | None = None,
+        failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
+        run_history: int = DEFAULT_RUN_HISTORY,
+        on_alert: Callable[[Alert], object] | None = None,
+        alert_webhook: str | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         #: The checked arguments; read them through the properties below.
@@ -124,6 +161,15 @@ class CronMiddleware(Middleware):
             history_length=history_length,
             fast_takeover=fast_takeover,
             app_version=app_version,
+        )
+        #: The run monitoring arguments, checked.
+        self.monitor_config = MonitorConfig(
+            grace=grace,
+            max_runtime=max_runtime,
+            failure_threshold=failure_threshold,
+            run_history=run_history,
+            on_alert=on_alert,
+            alert_webhook=alert_webhook,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
@@ -186,6 +232,23 @@ class CronMiddleware(Middleware):
     def timing(self) -> Timing:
         """Every duration, derived once from ``lock_ttl``."""
         return self.config.timing
+
+    def health_policy(self, schedule: BoundSchedule) -> Policy:
+        """A schedule's monitoring thresholds: its own, else this
+        middleware's, else (``max_runtime``) its actor's time limit plus 5 s."""
+        config = self.monitor_config
+        max_runtime = schedule.max_runtime if schedule.max_runtime is not None else config.max_runtime
+        if max_runtime is None:
+            actor = self._broker.actors.get(schedule.actor_name) if self._broker is not None else None
+            limit = _time_limit(self._broker, actor) if actor is not None and self._broker is not None else None
+            max_runtime = (limit or DEFAULT_TIME_LIMIT) + RUNTIME_SLACK
+        return Policy(
+            grace_ms=schedule.grace if schedule.grace is not None else config.grace,
+            max_runtime_ms=max_runtime,
+            failure_threshold=(
+                schedule.failure_threshold if schedule.failure_threshold is not None else config.failure_threshold
+            ),
+        )
 
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
