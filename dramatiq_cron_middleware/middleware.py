@@ -28,6 +28,7 @@ from .monitoring.config import (
     MonitorConfig,
 )
 from .monitoring.health import Policy
+from .monitoring.recorder import RunRecorder, RunSink
 from .monitoring.records import Alert
 from .overlap import RunningMarks
 from .schedules.schedule import (
@@ -53,6 +54,7 @@ from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
 from .store.redis_store import RedisStore
+from .store.runs import RedisRuns
 from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
@@ -178,6 +180,7 @@ class CronMiddleware(Middleware):
         self._off_logged = False
         self._start_lock = threading.Lock()
         self._marks: RunningMarks | None = None
+        self._recorder: RunRecorder | None = None
         self._built: tuple[Redis, Redis] | None = None
         self._hand_over_installed = False
         self._broker: Broker | None = None  # runtime schedules check actors against it
@@ -288,6 +291,12 @@ class CronMiddleware(Middleware):
 
     # -- overlap="skip": the worker side --------------------------------------
 
+    def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Record that a cron message's run starts (run monitoring)."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.started(message)
+
     def after_process_message(
         self,
         broker: Broker,
@@ -296,15 +305,59 @@ class CronMiddleware(Middleware):
         result: Any = None,
         exception: BaseException | None = None,
     ) -> None:
-        """Clear the running mark of a skip-overlap schedule once its
-        message is done: succeeded, or failed for good (a retry keeps it)."""
+        """Record how a cron message's run ended, and clear the running
+        mark of a skip-overlap schedule once its message is done: succeeded,
+        or failed for good (a retry keeps it)."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.processed(message, exception)
         if exception is None or message.failed:
             self._clear_running_mark(broker, message)
 
     def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Clear the running mark of a message that will not run (for
-        example dropped by ``AgeLimit`` for its ``max_age``)."""
+        """Record a cron message that will not run (dropped by ``AgeLimit``
+        for its ``max_age``, or as a duplicate), and clear its running mark."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.dropped(message)
         self._clear_running_mark(broker, message)
+
+    def after_ack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Record the finish of a cron message's run: succeeded, or failed
+        and requeued by ``Retries`` (which runs after this middleware's
+        ``after_process_message``, so only now is a retry known)."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.settled(message, rejected=False)
+
+    def after_nack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Record the finish of a cron message's run that failed for good."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.settled(message, rejected=True)
+
+    def _runs(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> RunSink | None:
+        """Where a cron message's run is recorded: the simulator when one is
+        attached, else Redis through a short-timeout client built on first
+        use; None for other messages, and on a StubBroker without Redis."""
+        if "cron_tick" not in message.options:
+            return None
+        if self._simulator is not None:
+            return cast(RunSink, self._simulator.runs)
+        if self._stub_without_redis(broker):
+            return None
+        if self._recorder is None:
+            with self._start_lock:
+                if self._recorder is None:
+                    self._recorder = RunRecorder(
+                        runs_factory=lambda: self._redis_runs(
+                            scheduler_clients(
+                                self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
+                            )[0]
+                        ),
+                        logger=self.logger,
+                    )
+        return self._recorder
 
     def _clear_running_mark(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         if self._simulator is not None or message.options.get("cron_overlap") != "skip":
@@ -323,6 +376,11 @@ class CronMiddleware(Middleware):
                         logger=self.logger,
                     )
         self._marks.clear(schedule_id, message.message_id)
+
+    def _redis_runs(self, client: Redis) -> RedisRuns:
+        return RedisRuns(
+            client, self.keys, run_history=self.monitor_config.run_history, events_length=self.history_length
+        )
 
     def all_schedules(self) -> list[BoundSchedule]:
         """Every declared schedule, in declaration order."""
