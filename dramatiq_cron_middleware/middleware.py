@@ -20,6 +20,7 @@ from redis import Redis
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
 from .leader.thread import LeaderObserver, LeaderThread
+from .monitoring.alerts import AlertDelivery, Webhook
 from .monitoring.config import (
     DEFAULT_FAILURE_THRESHOLD,
     DEFAULT_GRACE,
@@ -28,8 +29,10 @@ from .monitoring.config import (
     MonitorConfig,
 )
 from .monitoring.health import Policy
+from .monitoring.monitor import HealthMonitor
 from .monitoring.recorder import RunRecorder, RunSink
 from .monitoring.records import Alert
+from .monitoring.thread import HealthObserver, MonitorThreads
 from .overlap import RunningMarks
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -181,6 +184,7 @@ class CronMiddleware(Middleware):
         self._start_lock = threading.Lock()
         self._marks: RunningMarks | None = None
         self._recorder: RunRecorder | None = None
+        self._monitoring: MonitorThreads | None = None
         self._built: tuple[Redis, Redis] | None = None
         self._hand_over_installed = False
         self._broker: Broker | None = None  # runtime schedules check actors against it
@@ -251,6 +255,7 @@ class CronMiddleware(Middleware):
             failure_threshold=(
                 schedule.failure_threshold if schedule.failure_threshold is not None else config.failure_threshold
             ),
+            jitter_ms=schedule.jitter,
         )
 
     def attach_simulator(self, simulator: Any) -> None:
@@ -470,6 +475,7 @@ class CronMiddleware(Middleware):
             mode = boundary_for(broker, lease_client=client, same_server=same_server(client, broker_client))
             boundary = BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms())
             shutdown_connection = dedicated_connection(shutdown_client, self.keys.lease)
+            monitoring = self._monitoring_for(client)
             self.leader = LeaderThread(
                 store=RedisStore(
                     lease=lease,
@@ -480,7 +486,7 @@ class CronMiddleware(Middleware):
                 schedules=schedules,
                 timing=timing,
                 logger=self.logger,
-                observer=self._observer,
+                observer=HealthObserver(monitoring.monitor, self._observer),
                 fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
@@ -495,7 +501,42 @@ class CronMiddleware(Middleware):
                 mode.value.replace("_", " "),
             )
             self.leader.start()
+            monitoring.start()
+            self._monitoring = monitoring
             return self.leader
+
+    def _monitoring_for(self, client: Redis) -> MonitorThreads:
+        """Run monitoring's threads for the leader about to start: health
+        decided and alerts delivered while this process leads."""
+        runs = self._redis_runs(client)
+        config = self.monitor_config
+
+        def schedule(schedule_id: str) -> tuple[str, str, Policy]:
+            leader = self.leader
+            found = leader.queue.schedules.get(schedule_id) if leader is not None else None
+            if found is not None:
+                return found.actor_name, found.name, self.health_policy(found)
+            actor = schedule_id.split("/", 1)[0].split(":", 1)[0]
+            default = Policy(
+                grace_ms=config.grace,
+                max_runtime_ms=config.max_runtime or DEFAULT_TIME_LIMIT + RUNTIME_SLACK,
+                failure_threshold=config.failure_threshold,
+            )
+            return actor, schedule_id, default
+
+        def token() -> str | None:
+            leader = self.leader
+            leadership = leader.leadership if leader is not None else None
+            return None if leadership is None else leadership.token
+
+        webhook = Webhook(config.alert_webhook) if config.alert_webhook else None
+        return MonitorThreads(
+            monitor=HealthMonitor(store=runs, schedule=schedule),
+            delivery=AlertDelivery(outbox=runs, logger=self.logger, on_alert=config.on_alert, webhook=webhook),
+            token=token,
+            interval=self.timing.retry_interval,
+            logger=self.logger,
+        )
 
     def _mark_ms(self) -> int:
         """How long an idempotent enqueue's mark is kept: longer than any
@@ -518,6 +559,9 @@ class CronMiddleware(Middleware):
         """Stop the leader thread and release the lease if held."""
         with self._start_lock:
             leader, self.leader = self.leader, None
+            monitoring, self._monitoring = self._monitoring, None
+        if monitoring is not None:
+            monitoring.stop(timeout)
         if leader is not None:
             leader.stop(timeout)
             if leader.hand_over is not None:

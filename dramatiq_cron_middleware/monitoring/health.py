@@ -32,6 +32,9 @@ class Policy:
     grace_ms: int
     max_runtime_ms: int
     failure_threshold: int
+    #: The schedule's jitter: a message may be held back that long before
+    #: its ``grace`` starts counting.
+    jitter_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Facts:
         """A tick was enqueued: nothing is missed any more."""
         return dataclasses.replace(self, missed=False) if self.missed else self
 
-    def was_missed(self, tick_ms: int) -> Facts:
+    def was_missed(self, tick_ms: int | None) -> Facts:
         """The ledger recorded a tick as missed."""
         return dataclasses.replace(self, missed=True, tick_ms=tick_ms)
 

@@ -31,7 +31,7 @@ from .records import PROBLEMS, RunRecord, ScheduleHealth, parse_run
 if TYPE_CHECKING:
     from ..middleware import CronMiddleware
 
-__all__ = ["CheckReport", "check_report", "decide_check", "read_runs"]
+__all__ = ["CheckReport", "check_report", "decide_check", "read_health", "read_runs"]
 
 # Schedules read per pipeline by check_report.
 _CHUNK = 1000
