@@ -515,6 +515,8 @@ class CronMiddleware(Middleware):
                 mode.value.replace("_", " "),
             )
             self.leader.start()
+            if self._monitoring is not None:  # of a leader thread that died
+                self._monitoring.stop(0)
             monitoring.start()
             self._monitoring = monitoring
             return self.leader
