@@ -133,3 +133,15 @@ def test_a_missed_tick_alerts_missed_and_the_next_fire_clears_it() -> None:
     assert world.turn() == [("ok", "missed")]
     world.monitor.fired(SID, world.time.ms)
     assert world.turn() == [("missed", "ok")]
+
+
+def test_missed_ticks_followed_by_a_fire_in_the_same_turn_end_ok() -> None:
+    """catch_up="latest": the skipped ticks are recorded missed, then the
+    latest fires; the order told is the order decided."""
+    world = World()
+    world.run(world.time.ms, "succeeded")
+    assert world.turn() == []
+    world.monitor.missed(SID)
+    world.monitor.fired(SID, world.time.ms)
+    assert world.turn() == []
+    assert world.health() == "ok"

@@ -60,26 +60,28 @@ class HealthMonitor:
         self.store = store
         self.schedule = schedule
         self._lock = threading.Lock()
-        self._fired: list[tuple[str, int]] = []
-        self._missed: list[tuple[str, int | None]] = []
+        # What the leader told, in order: ("fired" or "missed", id, tick).
+        # The order matters: catch_up="latest" records the skipped ticks as
+        # missed, then fires the latest, which ends the missed state.
+        self._told: list[tuple[str, str, int | None]] = []
 
     # -- told by the leader thread (quick, never raises) ---------------------
 
     def fired(self, schedule_id: str, tick_ms: int) -> None:
         """A tick's message reached the broker."""
         with self._lock:
-            self._fired.append((schedule_id, tick_ms))
+            self._told.append(("fired", schedule_id, tick_ms))
 
     def missed(self, schedule_id: str, tick_ms: int | None = None) -> None:
         """The ledger recorded a tick as missed."""
         with self._lock:
-            self._missed.append((schedule_id, tick_ms))
+            self._told.append(("missed", schedule_id, tick_ms))
 
     def forget(self) -> None:
         """Leadership was lost: what was buffered is the next leader's to
         learn (a fired tick it did not see is not watched for lateness)."""
         with self._lock:
-            self._fired, self._missed = [], []
+            self._told = []
 
     # -- one turn ------------------------------------------------------------
 
@@ -87,18 +89,16 @@ class HealthMonitor:
         """Read, decide and (fenced by ``token``) write; on a store error the
         buffered ticks are kept for the next turn and the error raised."""
         with self._lock:
-            fired, self._fired = self._fired, []
-            missed, self._missed = self._missed, []
+            told, self._told = self._told, []
         try:
-            return self._turn(token, fired, missed)
+            return self._turn(token, told)
         except BaseException:
             with self._lock:
-                self._fired[:0] = fired
-                self._missed[:0] = missed
+                self._told[:0] = told
             raise
 
-    def _turn(self, token: str, fired: list[tuple[str, int]], missed: list[tuple[str, int | None]]) -> Turn:
-        named = list(dict.fromkeys([sid for sid, _ in fired] + [sid for sid, _ in missed]))
+    def _turn(self, token: str, told: list[tuple[str, str, int | None]]) -> Turn:
+        named = list(dict.fromkeys(sid for _, sid, _ in told))
         read = self.store.read_health(max_events=BATCH, max_due=BATCH, schedule_ids=named)
         before = {sid: Facts.loads(text) for sid, text in read.facts.items()}
         facts = dict(before)
@@ -109,13 +109,15 @@ class HealthMonitor:
         def get(sid: str) -> Facts:
             return facts.get(sid) or Facts()
 
-        for sid, tick in fired:
+        for kind, sid, tick in told:
+            if kind == "missed":
+                facts[sid] = get(sid).was_missed(tick)
+                continue
+            assert tick is not None
             _, _, policy = self.schedule(sid)
             facts[sid] = get(sid).fired(tick)
             open_runs[_member("p", tick, sid)] = tick + policy.jitter_ms + policy.grace_ms
             marks.append((sid, tick, "pending"))
-        for sid, missed_tick in missed:
-            facts[sid] = get(sid).was_missed(missed_tick)
         for event in read.events:
             sid, tick = event.schedule_id, event.tick_ms
             open_runs[_member("p", tick, sid)] = None
