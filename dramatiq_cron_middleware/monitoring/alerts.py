@@ -41,7 +41,8 @@ class Outbox(Protocol):
 
 class Webhook:
     """POSTs an alert's JSON to a URL.  User and password in the URL become
-    a basic ``Authorization`` header and appear in no log line.
+    a basic ``Authorization`` header; they and the query string (which may
+    carry a token) appear in no log line (:attr:`shown`).
 
     Parameters:
       url: ``http(s)://[user:password@]host[:port]/path``.
@@ -55,6 +56,8 @@ class Webhook:
         if parts.port is not None:
             netloc += f":{parts.port}"
         self.url = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+        #: The URL as logged: no credentials, no query.
+        self.shown = urlunsplit((parts.scheme, netloc, parts.path or "/", "", ""))
         self.timeout = timeout
         self._headers = {"Content-Type": "application/json", "User-Agent": "dramatiq-cron-middleware"}
         if parts.username is not None:
@@ -133,12 +136,12 @@ class AlertDelivery:
             if self._webhook_failing.failing(type(exc).__name__):
                 self.logger.warning(
                     "Alert webhook %s fails (%s); retrying with back-off, alerts wait in the outbox.",
-                    self.webhook.url,
+                    self.webhook.shown,
                     redact(f"{type(exc).__name__}: {exc}"),
                 )
             return False
         if self._webhook_failing.recovered() is not None:
-            self.logger.warning("Alert webhook %s answers again.", self.webhook.url)
+            self.logger.warning("Alert webhook %s answers again.", self.webhook.shown)
         return True
 
     def _tell(self, alert: Alert) -> None:
@@ -153,7 +156,7 @@ class AlertDelivery:
             self.on_alert(alert)
         except Exception as exc:
             self.logger.warning(
-                "on_alert raised on the alert of %s (%s); the alert stays delivered to the other sinks.",
+                "on_alert raised on the alert of %s (%s); the other sinks still get it.",
                 alert.schedule_id,
                 redact(f"{type(exc).__name__}: {exc}"),
             )
