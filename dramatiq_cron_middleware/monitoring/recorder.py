@@ -11,7 +11,9 @@ middleware's hook ran.
 
 It fails open: a Redis that does not answer within the scheduler's
 operation timeout loses the record, with one WARNING per episode, and
-never touches the job or its result.
+never touches the job or its result.  While Redis fails, one record a
+second tries it; the others are dropped at once, so a hung Redis delays
+at most one message a second by the operation timeout, not every one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Protocol
@@ -86,10 +89,23 @@ class RunRecorder:
       runs_factory: Builds the storage (a short-timeout client) on first
         use: a worker that never runs a cron message never connects.
       logger: Where a failing Redis is reported, once per episode.
+      retry_after: Seconds after a failure during which records are dropped
+        without trying.  Defaults to 1.0.
+      monotonic: The clock of ``retry_after``.
     """
 
-    def __init__(self, *, runs_factory: Callable[[], RunRecords], logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        *,
+        runs_factory: Callable[[], RunRecords],
+        logger: logging.Logger,
+        retry_after: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.logger = logger
+        self.retry_after = retry_after
+        self.monotonic = monotonic
+        self._failed_at: float | None = None
         self._factory = runs_factory
         self._lock = threading.Lock()
         self._runs: RunRecords | None = None
@@ -146,6 +162,9 @@ class RunRecorder:
 
     def _record(self, mode: str, run: tuple[str, int], delivery: _Delivery, outcome: str, error: str = "") -> None:
         schedule_id, tick = run
+        failed_at = self._failed_at
+        if failed_at is not None and self.monotonic() - failed_at < self.retry_after:
+            return  # Redis failed a moment ago: lost at once, not after a timeout
         try:
             self._get_runs().record_run(
                 mode,
@@ -159,6 +178,7 @@ class RunRecorder:
                 error=error,
             )
         except Exception as exc:  # Redis down, a bad URL...: never fail the message
+            self._failed_at = self.monotonic()
             if self._failing.failing("unreachable"):
                 self.logger.warning(
                     "Could not record the %s of a run of %s (%s); run records are lost until Redis answers "
@@ -168,6 +188,7 @@ class RunRecorder:
                     redact(f"{type(exc).__name__}: {exc}"),
                 )
             return
+        self._failed_at = None
         if self._failing.recovered() is not None:
             self.logger.warning("Recording runs works again.")
 
