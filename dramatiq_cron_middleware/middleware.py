@@ -396,9 +396,14 @@ class CronMiddleware(Middleware):
                     )
         self._marks.clear(schedule_id, message.message_id)
 
-    def _redis_runs(self, client: Redis) -> RedisRuns:
+    def _redis_runs(self, client: Redis, blocking: Redis | None = None) -> RedisRuns:
+        config = self.monitor_config
         return RedisRuns(
-            client, self.keys, run_history=self.monitor_config.run_history, events_length=self.history_length
+            client,
+            self.keys,
+            run_history=config.run_history,
+            events_length=self.history_length,
+            blocking_client=blocking,
         )
 
     def all_schedules(self) -> list[BoundSchedule]:
@@ -489,7 +494,7 @@ class CronMiddleware(Middleware):
             mode = boundary_for(broker, lease_client=client, same_server=same_server(client, broker_client))
             boundary = BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms())
             shutdown_connection = dedicated_connection(shutdown_client, self.keys.lease)
-            monitoring = self._monitoring_for(client)
+            monitoring = self._monitoring_for(client, blocking)
             self.leader = LeaderThread(
                 store=RedisStore(
                     lease=lease,
@@ -521,10 +526,10 @@ class CronMiddleware(Middleware):
             self._monitoring = monitoring
             return self.leader
 
-    def _monitoring_for(self, client: Redis) -> MonitorThreads:
+    def _monitoring_for(self, client: Redis, blocking: Redis) -> MonitorThreads:
         """Run monitoring's threads for the leader about to start: health
         decided and alerts delivered while this process leads."""
-        runs = self._redis_runs(client)
+        runs = self._redis_runs(client, blocking)
         config = self.monitor_config
 
         def schedule(schedule_id: str) -> tuple[str, str, Policy]:
@@ -542,6 +547,7 @@ class CronMiddleware(Middleware):
             delivery=AlertDelivery(outbox=runs, logger=self.logger, on_alert=config.on_alert, webhook=webhook),
             token=token,
             interval=self.timing.retry_interval,
+            idle_wait=self.timing.renew_interval,
             logger=self.logger,
         )
 

@@ -36,15 +36,22 @@ class HealthStore(Protocol):
 
     def write_health(self, token: str, write: HealthWrite) -> bool: ...
 
+    def wait_for_event(self, cursor: str, timeout_ms: int) -> bool: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class Turn:
-    """What a turn decided: the alerts it stored, and whether more work
-    was left for the next turn (a full batch)."""
+    """What a turn decided: the alerts it stored, whether more work was
+    left for the next turn (a full batch), and when the next turn is due at
+    the latest: the store's time, the events cursor reached, and the
+    earliest deadline still ahead (None: none)."""
 
     alerts: list[Alert]
     more: bool
     written: bool
+    now_ms: int = 0
+    cursor: str = "0-0"
+    next_deadline_ms: int | None = None
 
 
 class HealthMonitor:
@@ -174,11 +181,20 @@ class HealthMonitor:
             alerts=[a.dumps() for a in alerts],
         )
         more = len(read.events) >= BATCH or len(read.due) >= BATCH
+        ahead = [d for d in (read.next_deadline_ms, *write.add.values()) if d is not None and d > read.now_ms]
+        turn = Turn(
+            alerts=alerts,
+            more=more,
+            written=not write.empty,
+            now_ms=read.now_ms,
+            cursor=cursor or read.cursor,
+            next_deadline_ms=min(ahead, default=None),
+        )
         if write.empty:
-            return Turn(alerts=[], more=more, written=False)
+            return turn
         if not self.store.write_health(token, write):
             return Turn(alerts=[], more=False, written=False)  # not leading: nothing was written
-        return Turn(alerts=alerts, more=more, written=True)
+        return turn
 
 
 def _member(kind: str, tick_ms: int, schedule_id: str) -> str:

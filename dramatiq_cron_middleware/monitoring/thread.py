@@ -13,7 +13,7 @@ from ..leader.firing import LeaderObserver
 from ..leader.reports import Episode
 from ..store.connection import redact
 from .alerts import AlertDelivery
-from .monitor import HealthMonitor
+from .monitor import HealthMonitor, Turn
 
 __all__ = ["HealthObserver", "MonitorThreads"]
 
@@ -45,12 +45,20 @@ class HealthObserver(LeaderObserver):
 
 
 class MonitorThreads:
-    """Parameters:
-    monitor: Decides health.
-    delivery: Delivers alerts.
-    token: The lease token this process leads under, None while following.
-    interval: Seconds between turns (and outbox checks) while idle.
-    logger: Where faults are reported.
+    """The decide and deliver threads.
+
+    A busy leader decides at most every ``interval``; an idle one waits on
+    Redis for the next run event (one blocking read) until the earliest
+    deadline ahead, at most ``idle_wait``: an idle scheduler costs a read
+    per ``idle_wait``, not per ``interval``.
+
+    Parameters:
+      monitor: Decides health.
+      delivery: Delivers alerts.
+      token: The lease token this process leads under, None while following.
+      interval: Seconds between two turns at least (and between retries).
+      idle_wait: Seconds an idle leader waits for a run event at most.
+      logger: Where faults are reported.
     """
 
     def __init__(
@@ -60,12 +68,14 @@ class MonitorThreads:
         delivery: AlertDelivery,
         token: Callable[[], str | None],
         interval: float,
+        idle_wait: float,
         logger: logging.Logger,
     ) -> None:
         self.monitor = monitor
         self.delivery = delivery
         self.token = token
         self.interval = interval
+        self.idle_wait = max(idle_wait, interval)
         self.logger = logger
         self.stopping = threading.Event()
         self._wake = threading.Event()
@@ -79,33 +89,50 @@ class MonitorThreads:
             self._threads.append(thread)
 
     def stop(self, timeout: float = 1.0) -> None:
+        """Stop both threads (a decide thread in its blocking read ends
+        with the read, at most ``idle_wait`` later: a daemon thread)."""
         self.stopping.set()
         self._wake.set()
         for thread in self._threads:
             thread.join(timeout)
 
     def _decide(self) -> None:
-        pause = self.interval
-        while not self.stopping.wait(pause):
-            pause = self.interval
+        while not self.stopping.is_set():
             token = self.token()
             if token is None:
+                self.stopping.wait(self.interval)
                 continue
             try:
                 turn = self.monitor.turn(token)
             except Exception as exc:
                 self._fault("deciding health", exc)
+                self.stopping.wait(self.interval)
                 continue
             self._recovered()
             if turn.alerts:
                 self._wake.set()
             if turn.more:
-                pause = 0.0
+                continue
+            if self.stopping.wait(self.interval):
+                return
+            self._idle(turn)
+
+    def _idle(self, turn: Turn) -> None:
+        """Wait for a run event, until the next deadline at the latest."""
+        wait_ms = int(self.idle_wait * 1000)
+        if turn.next_deadline_ms is not None:
+            wait_ms = min(wait_ms, turn.next_deadline_ms - turn.now_ms - int(self.interval * 1000))
+        if wait_ms <= 0 or (not turn.written and turn.now_ms == 0):
+            return
+        try:
+            self.monitor.store.wait_for_event(turn.cursor, wait_ms)
+        except Exception as exc:
+            self._fault("deciding health", exc)
 
     def _deliver(self) -> None:
         pause: float | None = None
         while not self.stopping.is_set():
-            self._wake.wait(self.interval if pause is None else pause)
+            self._wake.wait(self.idle_wait if pause is None else pause)
             self._wake.clear()
             if self.stopping.is_set() or self.token() is None:
                 continue

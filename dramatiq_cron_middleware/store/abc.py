@@ -257,6 +257,10 @@ class RunStore(Protocol):
     def write_health(self, token: str, write: HealthWrite) -> bool:
         """Apply the leader's decisions if the lease holds ``token``."""
 
+    def wait_for_event(self, cursor: str, timeout_ms: int) -> bool:
+        """Wait (at most ``timeout_ms``) for an event after ``cursor``; True
+        when there is one."""
+
     def alerts(self, limit: int) -> list[str]:
         """The oldest ``limit`` alerts of the outbox."""
 

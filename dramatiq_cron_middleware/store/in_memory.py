@@ -911,7 +911,8 @@ class MemoryRuns:
             due = due[:max_due]
             named = [e.schedule_id for e in events] + [m.split("|", 2)[2] for m, _ in due] + list(schedule_ids)
             facts = {sid: server.health[sid] for sid in dict.fromkeys(named) if sid in server.health}
-            return HealthRead(now_ms=now, cursor=cursor, events=events, due=due, facts=facts)
+            later = min((d for d in server.runs_open.values() if d > now), default=None)
+            return HealthRead(now_ms=now, cursor=cursor, events=events, due=due, facts=facts, next_deadline_ms=later)
 
         return self.server._call("read_health", run)  # type: ignore[return-value]
 
@@ -938,6 +939,12 @@ class MemoryRuns:
             return True
 
         return bool(self.server._call("write_health", run))
+
+    def wait_for_event(self, cursor: str, timeout_ms: int) -> bool:
+        """Whether an event after ``cursor`` exists (no waiting: the clock is
+        the caller's to move)."""
+        after = _event_key(cursor)
+        return any(_event_key(e.entry_id) > after for e in self.server.run_events)
 
     def alerts(self, limit: int) -> list[str]:
         return list(self.server.alerts[:limit])

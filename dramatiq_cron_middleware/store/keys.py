@@ -177,8 +177,9 @@ class Keys:
 
     @property
     def health_cursor(self) -> str:
-        """The id of the last entry of :attr:`run_events` the leader decided
-        on (fenced writes only): a new leader carries on from there."""
+        """Hash, field ``events``: the id of the last entry of
+        :attr:`run_events` the leader decided on (fenced writes only): a new
+        leader carries on from there."""
         return f"{self.tag}:health:cursor"
 
     @property

@@ -39,13 +39,15 @@ class RunEvent:
 class HealthRead:
     """What the leader decides health from: the store's time, the events
     after the cursor (oldest first), the open runs past their deadline
-    (``(member, deadline)``) and the stored facts of every schedule named."""
+    (``(member, deadline)``), the earliest deadline still ahead, and the
+    stored facts of every schedule named."""
 
     now_ms: int
     cursor: str
     events: list[RunEvent]
     due: list[tuple[str, int]]
     facts: dict[str, str]
+    next_deadline_ms: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +82,21 @@ class RedisRuns:
       keys: The key names.
       run_history: Runs kept per schedule.
       events_length: Approximate cap of the events stream.
+      blocking_client: For :meth:`wait_for_event` (a socket timeout longer
+        than the wait).  Defaults to None: no waiting (it returns at once).
     """
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, run_history: int, events_length: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        run_history: int,
+        events_length: int,
+        blocking_client: redis.Redis | None = None,
+    ) -> None:
         self.client = client
+        self.blocking_client = blocking_client
         self.keys = keys
         self.run_history = run_history
         self.events_length = events_length
@@ -139,13 +152,23 @@ class RedisRuns:
         flat = data.get("due") or []
         due = [(str(flat[i]), int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
         facts = data.get("health") or {}
+        later = data.get("next")
         return HealthRead(
             now_ms=reply.server_ms,
             cursor=str(data.get("cursor") or "0-0"),
             events=[e for e in events if e is not None],
             due=due,
             facts=dict(facts) if isinstance(facts, dict) else {},
+            next_deadline_ms=None if later is None else int(later),
         )
+
+    def wait_for_event(self, cursor: str, timeout_ms: int) -> bool:
+        """Block until an event after ``cursor`` exists or ``timeout_ms``
+        passes (one blocking read); True when there is one."""
+        if self.blocking_client is None or timeout_ms <= 0:
+            return True
+        found: Any = self.blocking_client.xread({self.keys.run_events: cursor}, count=1, block=timeout_ms)
+        return bool(found)
 
     def write_health(self, token: str, write: HealthWrite) -> bool:
         """Apply ``write`` if the lease holds ``token``; False otherwise

@@ -2,7 +2,7 @@
 -- events after the cursor, the open runs whose deadline has passed, and
 -- the stored health of every schedule they (or the caller) name.
 --
--- KEYS[1] - the health cursor (the last event id decided on)
+-- KEYS[1] - the health cursor hash (field events: the last event id decided on)
 -- KEYS[2] - the run events stream
 -- KEYS[3] - the open runs sorted set
 -- KEYS[4] - the health hash
@@ -10,15 +10,18 @@
 -- ARGV[2] - at most this many due open runs
 -- ARGV[3...] - further schedule ids whose health to read
 -- Returns {OK, now, 0, JSON {cursor, events: [[id, [field, value...]]...],
--- due: [member, score...], health: {schedule id: JSON}}}.
+-- due: [member, score...], next: the earliest deadline after now (or
+-- absent), health: {schedule id: JSON}}}.
 local now = server_now()
 local out = {cursor = '0-0', events = {}, due = {}, health = {}}
-if usable(KEYS[1], 'string') then out.cursor = redis.call('GET', KEYS[1]) or '0-0' end
+if usable(KEYS[1], 'hash') then out.cursor = redis.call('HGET', KEYS[1], 'events') or '0-0' end
 if usable(KEYS[2], 'stream') then
   out.events = redis.call('XRANGE', KEYS[2], '(' .. out.cursor, '+', 'COUNT', tonumber(ARGV[1]))
 end
 if usable(KEYS[3], 'zset') then
   out.due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+  local later = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if later[2] then out.next = tonumber(later[2]) end
 end
 local wanted, ids = {}, {}
 local function want(sid)

@@ -7,7 +7,7 @@
 --
 -- KEYS[1] - the lease hash
 -- KEYS[2] - the health hash
--- KEYS[3] - the health cursor
+-- KEYS[3] - the health cursor hash (field events)
 -- KEYS[4] - the open runs sorted set
 -- KEYS[5] - the alert outbox list
 -- KEYS[6] - the newest run of every schedule, hash
@@ -29,7 +29,8 @@ if not usable(KEYS[4], 'zset') then redis.call('DEL', KEYS[4]) end
 if not usable(KEYS[5], 'list') then redis.call('DEL', KEYS[5]) end
 if not usable(KEYS[6], 'hash') then redis.call('DEL', KEYS[6]) end
 for sid, json in pairs(w.health) do redis.call('HSET', KEYS[2], sid, json) end
-if w.cursor ~= cjson.null and w.cursor then redis.call('SET', KEYS[3], w.cursor) end
+if not usable(KEYS[3], 'hash') then redis.call('DEL', KEYS[3]) end
+if w.cursor ~= cjson.null and w.cursor then redis.call('HSET', KEYS[3], 'events', w.cursor) end
 for _, m in ipairs(w.remove) do redis.call('ZREM', KEYS[4], m) end
 for _, a in ipairs(w.add) do redis.call('ZADD', KEYS[4], a[2], a[1]) end
 for _, r in ipairs(w.runs) do
