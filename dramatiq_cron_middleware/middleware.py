@@ -308,7 +308,7 @@ class CronMiddleware(Middleware):
             signature=actor_signature(actor.fn),
         )
 
-    # -- overlap="skip": the worker side --------------------------------------
+    # -- the worker side: run records, overlap="skip" marks --------------------
 
     def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record that a cron message's run starts (run monitoring)."""
@@ -574,11 +574,13 @@ class CronMiddleware(Middleware):
             leader, self.leader = self.leader, None
             monitoring, self._monitoring = self._monitoring, None
         if monitoring is not None:
-            monitoring.stop(timeout)
+            monitoring.stop(0)  # told first, waited for after the hand-over
         if leader is not None:
             leader.stop(timeout)
             if leader.hand_over is not None:
                 leader.hand_over.close()
+        if monitoring is not None:
+            monitoring.join(0.1)
 
     def redis_source(self, broker: Broker) -> Any:
         """Where the scheduler's Redis is, for ``broker``: the ``redis=``

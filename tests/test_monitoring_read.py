@@ -4,6 +4,7 @@ redis-server: what ``dramatiq-cron check`` and ``runs`` report."""
 from __future__ import annotations
 
 import os
+import time
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
@@ -13,6 +14,7 @@ from dramatiq_cron_middleware.middleware import find_middleware
 from dramatiq_cron_middleware.monitoring.read import check_report, read_runs
 from dramatiq_cron_middleware.schedules.planner import message_for
 from dramatiq_cron_middleware.store.connection import scheduler_clients
+from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 
 
@@ -84,3 +86,17 @@ def test_a_worker_records_each_run_with_its_outcome_newest_first(redis_server: R
     assert failed.started_ms is not None and failed.finished_ms is not None
     assert failed.duration_ms == failed.finished_ms - failed.started_ms >= 0
     assert runs[0].to_json()["tick"].startswith("2023-11-17T22:13:20")
+
+
+def test_an_idle_leader_waits_on_redis_for_run_events_and_still_stops_at_once(redis_server: RedisServer) -> None:
+    """Given an idle leader whose health thread blocks on Redis for the next
+    run event, When the middleware stops, Then it returns at once (the
+    hand-over does not wait for that read) and the lease is released."""
+    cron, broker = _app(redis_server, lock_ttl=6000)
+    cron.start(broker)
+    client = redis_server.client()
+    wait_for(lambda: any(c.get("cmd") == "xread" for c in client.client_list()), timeout=10, what="the blocking read")
+    started = time.monotonic()
+    cron.stop()
+    assert time.monotonic() - started < 0.5
+    assert not client.exists(cron.keys.lease)

@@ -88,11 +88,17 @@ class MonitorThreads:
             thread.start()
             self._threads.append(thread)
 
-    def stop(self, timeout: float = 1.0) -> None:
-        """Stop both threads (a decide thread in its blocking read ends
-        with the read, at most ``idle_wait`` later: a daemon thread)."""
+    def stop(self, timeout: float = 0.1) -> None:
+        """Tell both threads to stop, then :meth:`join` them."""
         self.stopping.set()
         self._wake.set()
+        self.join(timeout)
+
+    def join(self, timeout: float) -> None:
+        """Wait ``timeout`` seconds at most for each thread: they are daemon
+        threads, and one may be in a blocking read (up to ``idle_wait``) or a
+        webhook call (up to its timeout); it ends with that, doing nothing
+        more."""
         for thread in self._threads:
             thread.join(timeout)
 
@@ -127,7 +133,8 @@ class MonitorThreads:
         try:
             self.monitor.store.wait_for_event(turn.cursor, wait_ms)
         except Exception as exc:
-            self._fault("deciding health", exc)
+            if not self.stopping.is_set():  # a stop may close what it waits on
+                self._fault("deciding health", exc)
 
     def _deliver(self) -> None:
         pause: float | None = None
