@@ -145,3 +145,14 @@ def test_missed_ticks_followed_by_a_fire_in_the_same_turn_end_ok() -> None:
     world.monitor.fired(SID, world.time.ms)
     assert world.turn() == []
     assert world.health() == "ok"
+
+
+def test_a_catch_up_burst_is_decided_in_bounded_turns() -> None:
+    """Thousands of fired ticks at once (a catch-up) are written a bounded
+    batch per turn (each script short), all of them in the end."""
+    world = World()
+    for n in range(1200):
+        world.monitor.fired(SID, world.time.ms + n * 1000)  # deadlines ahead: none due yet
+    turns = [world.monitor.turn(world.token) for _ in range(3)]
+    assert [t.more for t in turns] == [True, True, False]
+    assert len(world.server.runs_open) == 1200

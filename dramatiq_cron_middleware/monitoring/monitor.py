@@ -23,9 +23,10 @@ from .records import Alert
 
 __all__ = ["HealthMonitor", "HealthStore", "Turn"]
 
-#: At most this many events and due deadlines are decided per turn; a
-#: backlog is worked off over the next turns.
-BATCH = 1000
+#: At most this many events, due deadlines and fired ticks are decided per
+#: turn (a catch-up fires thousands at once); a backlog is worked off over
+#: the next turns, each script kept to milliseconds.
+BATCH = 500
 
 
 class HealthStore(Protocol):
@@ -95,14 +96,17 @@ class HealthMonitor:
     def turn(self, token: str) -> Turn:
         """Read, decide and (fenced by ``token``) write; on a store error the
         buffered ticks are kept for the next turn and the error raised."""
-        with self._lock:
-            told, self._told = self._told, []
+        with self._lock:  # a bounded batch: a catch-up fires thousands at once
+            told, self._told = self._told[:BATCH], self._told[BATCH:]
         try:
-            return self._turn(token, told)
+            turn = self._turn(token, told)
         except BaseException:
             with self._lock:
                 self._told[:0] = told
             raise
+        if not turn.more and self._told and turn.now_ms:  # (0: not leading)
+            turn = dataclasses.replace(turn, more=True)
+        return turn
 
     def _turn(self, token: str, told: list[tuple[str, str, int | None]]) -> Turn:
         named = list(dict.fromkeys(sid for _, sid, _ in told))
