@@ -156,3 +156,30 @@ def test_a_catch_up_burst_is_decided_in_bounded_turns() -> None:
     turns = [world.monitor.turn(world.token) for _ in range(3)]
     assert [t.more for t in turns] == [True, True, False]
     assert len(world.server.runs_open) == 1200
+
+
+def test_a_dropped_message_is_no_start_and_its_tick_turns_late() -> None:
+    """A message dropped for its max_age never ran: its tick's deadline
+    still makes the schedule late (the workers are too far behind)."""
+    world = World()
+    tick = world.time.ms
+    world.monitor.fired(SID, tick)
+    world.runs.record_run("finish", SID, tick, attempt=1, token="d", host="h", pid=1, outcome="dropped")
+    assert world.turn() == []
+    world.time.ms += 1001
+    assert world.turn() == [("pending", "late")]
+
+
+def test_an_older_ticks_deadline_after_a_newer_run_started_is_no_news() -> None:
+    """Given a tick whose message was overtaken by the next tick's run,
+    When the older tick's deadline passes, Then the schedule is not late."""
+    world = World()
+    policy_grace = POLICY.grace_ms
+    world.monitor.fired(SID, world.time.ms)
+    world.monitor.fired(SID, world.time.ms + 500)
+    world.runs.record_run("start", SID, world.time.ms + 500, attempt=1, token="d", host="h", pid=1)
+    world.time.ms += 600
+    assert world.turn() == []
+    world.time.ms += policy_grace
+    assert world.turn() == []
+    assert world.health() == "ok"

@@ -54,6 +54,9 @@ class Facts:
     missed: bool = False
     #: Some run started or finished.
     ran: bool = False
+    #: The newest tick whose run started: an older tick's deadline passing
+    #: later is no news (its message was overtaken, the workers consume).
+    last_start: int | None = None
     #: The tick and error of the event that last changed the health.
     tick_ms: int | None = None
     error: str | None = None
@@ -78,11 +81,15 @@ class Facts:
             missed=False,
             ran=True,
             tick_ms=tick_ms,
+            last_start=tick_ms if self.last_start is None else max(self.last_start, tick_ms),
         )
 
     def finished(self, tick_ms: int, outcome: str, error: str | None) -> Facts:
-        """A run of ``tick_ms`` finished with ``outcome``."""
-        facts = dataclasses.replace(self.started(tick_ms), long=tuple(t for t in self.long if t > tick_ms))
+        """A run of ``tick_ms`` finished with ``outcome``.  A ``dropped``
+        message never ran: it is no start (its tick may still turn late)."""
+        if outcome == "dropped":
+            return dataclasses.replace(self, long=tuple(t for t in self.long if t != tick_ms))
+        facts = self.started(tick_ms)
         if outcome == "succeeded":
             return dataclasses.replace(facts, fails=0, error=None)
         if outcome == "failed":
@@ -94,6 +101,8 @@ class Facts:
         ``grace`` (``running`` False) or finish within ``max_runtime``."""
         if running:
             return dataclasses.replace(self, long=_remember(self.long, tick_ms), tick_ms=tick_ms)
+        if self.last_start is not None and tick_ms <= self.last_start:
+            return self
         return dataclasses.replace(self, late=_remember(self.late, tick_ms), tick_ms=tick_ms)
 
     # -- the stored form ---------------------------------------------------
@@ -108,6 +117,7 @@ class Facts:
                 "long": list(self.long),
                 "missed": self.missed,
                 "ran": self.ran,
+                "last_start": self.last_start,
                 "tick": self.tick_ms,
                 "error": self.error,
             }
@@ -128,6 +138,7 @@ class Facts:
                 long=tuple(int(t) for t in data.get("long", ())),
                 missed=bool(data.get("missed", False)),
                 ran=bool(data.get("ran", False)),
+                last_start=None if data.get("last_start") is None else int(data["last_start"]),
                 tick_ms=None if data.get("tick") is None else int(data["tick"]),
                 error=data.get("error") if isinstance(data.get("error"), str) else None,
             )

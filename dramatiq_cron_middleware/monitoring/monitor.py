@@ -131,7 +131,8 @@ class HealthMonitor:
             marks.append((sid, tick, "pending"))
         for event in read.events:
             sid, tick = event.schedule_id, event.tick_ms
-            open_runs[_member("p", tick, sid)] = None
+            if event.outcome != "dropped":  # a dropped message never ran: its deadline still decides
+                open_runs[_member("p", tick, sid)] = None
             if event.kind == "start":
                 _, _, policy = self.schedule(sid)
                 facts[sid] = get(sid).started(tick)
