@@ -99,3 +99,12 @@ def test_a_runtime_schedules_thresholds_survive_the_leaders_read(redis_server: R
     client.close()
     assert {sid: s.grace for sid, s in loaded.items()} == {"tick_0:a": 1000, "tick_0:b": 2000}
     assert {s.max_runtime for s in loaded.values()} == {None}
+
+
+def test_status_counts_the_schedules_by_health(redis_server: RedisServer) -> None:
+    redis_server.client().hset(KEYS.health, "tick_0", json.dumps({"health": "failing", "since": 1_000}))
+    result = cli(env_of(redis_server), "status", APP, "--json")
+    assert result.returncode == 1  # no leader: status's own verdict
+    assert json.loads(result.stdout)["health"] == {"failing": 1}
+    table = cli(env_of(redis_server), "status", APP)
+    assert "Health:     1 failing" in table.stdout
