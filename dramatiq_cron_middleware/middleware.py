@@ -20,7 +20,6 @@ from redis import Redis
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
 from .leader.thread import LeaderObserver, LeaderThread
-from .monitoring.alerts import AlertDelivery, Webhook
 from .monitoring.config import (
     DEFAULT_FAILURE_THRESHOLD,
     DEFAULT_GRACE,
@@ -29,10 +28,9 @@ from .monitoring.config import (
     MonitorConfig,
 )
 from .monitoring.health import Policy
-from .monitoring.monitor import HealthMonitor
 from .monitoring.recorder import RunRecorder, RunSink
 from .monitoring.records import Alert
-from .monitoring.thread import HealthObserver, MonitorThreads
+from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
 from .overlap import RunningMarks
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -264,13 +262,7 @@ class CronMiddleware(Middleware):
         runs are still reported) gets this middleware's defaults."""
         if schedule is not None:
             return schedule.actor_name, schedule.name, self.health_policy(schedule)
-        config = self.monitor_config
-        default = Policy(
-            grace_ms=config.grace,
-            max_runtime_ms=config.max_runtime or DEFAULT_TIME_LIMIT + RUNTIME_SLACK,
-            failure_threshold=config.failure_threshold,
-        )
-        return schedule_id.split("/", 1)[0].split(":", 1)[0], schedule_id, default
+        return schedule_id.split("/", 1)[0].split(":", 1)[0], schedule_id, self.monitor_config.default_policy()
 
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
@@ -529,10 +521,8 @@ class CronMiddleware(Middleware):
     def _monitoring_for(self, client: Redis, blocking: Redis) -> MonitorThreads:
         """Run monitoring's threads for the leader about to start: health
         decided and alerts delivered while this process leads."""
-        runs = self._redis_runs(client, blocking)
-        config = self.monitor_config
 
-        def schedule(schedule_id: str) -> tuple[str, str, Policy]:
+        def subject(schedule_id: str) -> tuple[str, str, Policy]:
             leader = self.leader
             return self.health_subject(schedule_id, leader.queue.schedules.get(schedule_id) if leader else None)
 
@@ -541,13 +531,12 @@ class CronMiddleware(Middleware):
             leadership = leader.leadership if leader is not None else None
             return None if leadership is None else leadership.token
 
-        webhook = Webhook(config.alert_webhook) if config.alert_webhook else None
-        return MonitorThreads(
-            monitor=HealthMonitor(store=runs, schedule=schedule),
-            delivery=AlertDelivery(outbox=runs, logger=self.logger, on_alert=config.on_alert, webhook=webhook),
+        return monitor_threads(
+            runs=self._redis_runs(client, blocking),
+            config=self.monitor_config,
+            subject=subject,
             token=token,
-            interval=self.timing.retry_interval,
-            idle_wait=self.timing.renew_interval,
+            timing=self.timing,
             logger=self.logger,
         )
 

@@ -8,7 +8,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..config import _is_int, _require
+from ..schedules.schedule import DEFAULT_TIME_LIMIT
 from ..store.connection import redact
+from .health import Policy
 
 __all__ = [
     "DEFAULT_FAILURE_THRESHOLD",
@@ -54,3 +56,13 @@ class MonitorConfig:
         parts = urlsplit(url) if isinstance(url, str) else None
         ok = url is None or (parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc))
         _require("alert_webhook", ok, "None or an http:// or https:// URL", redact(str(url)))
+
+    def default_policy(self) -> Policy:
+        """The thresholds of a schedule nobody here knows (a removed runtime
+        schedule whose runs are still reported): these defaults, and the
+        default time limit's ``max_runtime``."""
+        return Policy(
+            grace_ms=self.grace,
+            max_runtime_ms=self.max_runtime or DEFAULT_TIME_LIMIT + RUNTIME_SLACK,
+            failure_threshold=self.failure_threshold,
+        )

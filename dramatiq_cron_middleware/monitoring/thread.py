@@ -12,10 +12,14 @@ from collections.abc import Callable
 from ..leader.firing import LeaderObserver
 from ..leader.reports import Episode
 from ..store.connection import redact
-from .alerts import AlertDelivery
+from ..store.runs import RedisRuns
+from ..store.timing import Timing
+from .alerts import AlertDelivery, Webhook
+from .config import MonitorConfig
+from .health import Policy
 from .monitor import HealthMonitor, Turn
 
-__all__ = ["HealthObserver", "MonitorThreads"]
+__all__ = ["HealthObserver", "MonitorThreads", "monitor_threads"]
 
 
 class HealthObserver(LeaderObserver):
@@ -161,3 +165,26 @@ class MonitorThreads:
     def _recovered(self) -> None:
         if self._failing.recovered() is not None:
             self.logger.warning("Run monitoring works again.")
+
+
+def monitor_threads(
+    *,
+    runs: RedisRuns,
+    config: MonitorConfig,
+    subject: Callable[[str], tuple[str, str, Policy]],
+    token: Callable[[], str | None],
+    timing: Timing,
+    logger: logging.Logger,
+) -> MonitorThreads:
+    """The threads of a leading process: ``subject(schedule id)`` gives a
+    schedule's ``(actor, name, policy)``, ``token()`` the lease token it
+    leads under (None while following)."""
+    webhook = Webhook(config.alert_webhook) if config.alert_webhook else None
+    return MonitorThreads(
+        monitor=HealthMonitor(store=runs, schedule=subject),
+        delivery=AlertDelivery(outbox=runs, logger=logger, on_alert=config.on_alert, webhook=webhook),
+        token=token,
+        interval=timing.retry_interval,
+        idle_wait=timing.renew_interval,
+        logger=logger,
+    )
