@@ -316,13 +316,15 @@ class CronMiddleware(Middleware):
         result: Any = None,
         exception: BaseException | None = None,
     ) -> None:
-        """Record how a cron message's run ended, and clear the running
-        mark of a skip-overlap schedule once its message is done: succeeded,
-        or failed for good (a retry keeps it)."""
+        """Note how a cron message's run ended, and clear the running mark
+        of a skip-overlap schedule whose message succeeded (one that failed
+        for good is cleared at :meth:`after_nack`: ``Retries`` decides only
+        after this hook, dramatiq calling these hooks in reverse order; a
+        retry keeps it)."""
         runs = self._runs(broker, message)
         if runs is not None:
             runs.processed(message, exception)
-        if exception is None or message.failed:
+        if exception is None and not message.failed:
             self._clear_running_mark(broker, message)
 
     def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
@@ -342,10 +344,12 @@ class CronMiddleware(Middleware):
             runs.settled(message, rejected=False)
 
     def after_nack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Record the finish of a cron message's run that failed for good."""
+        """Record the finish of a cron message's run that failed for good,
+        and clear its schedule's running mark."""
         runs = self._runs(broker, message)
         if runs is not None:
             runs.settled(message, rejected=True)
+        self._clear_running_mark(broker, message)
 
     def _runs(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> RunSink | None:
         """Where a cron message's run is recorded: the simulator when one is

@@ -9,7 +9,7 @@ import time
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.middleware import find_middleware
 from dramatiq_cron_middleware.monitoring.read import check_report, read_runs
 from dramatiq_cron_middleware.schedules.planner import message_for
@@ -100,3 +100,33 @@ def test_an_idle_leader_waits_on_redis_for_run_events_and_still_stops_at_once(re
     cron.stop()
     assert time.monotonic() - started < 0.5
     assert not client.exists(cron.keys.lease)
+
+
+def test_a_run_that_failed_for_good_clears_its_overlap_mark(redis_server: RedisServer) -> None:
+    """Given a skip-overlap schedule's running mark, When its message fails
+    and dramatiq will not retry it, Then the mark is cleared at once (dramatiq
+    calls after_process_message hooks in reverse order, so Retries marks the
+    message failed only after the middleware's hook: the mark used to stay
+    until its TTL, skipping the next ticks)."""
+    broker = StubBroker()
+    broker.add_middleware(CronMiddleware(redis=redis_server.url, prefix="mon"))
+    cron = find_middleware(broker)
+
+    @dramatiq.actor(broker=broker, cron=Schedule("0 3 * * *", overlap="skip"), max_retries=0)
+    def nightly() -> None:
+        raise ValueError("no")
+
+    [schedule] = cron.all_schedules()
+    message = message_for(schedule, 1_700_000_000_000, prefix=cron.prefix)
+    client = redis_server.client()
+    client.set(cron.keys.running(schedule.id), message.message_id, px=600_000)
+    broker.enqueue(message)
+    worker = dramatiq.Worker(broker, worker_timeout=50)
+    worker.start()
+    try:
+        broker.join(schedule.queue_name, fail_fast=False)
+        worker.join()
+    finally:
+        worker.stop()
+        cron.stop()
+    assert not client.exists(cron.keys.running(schedule.id))
