@@ -10,8 +10,8 @@ so ``Retries`` decides whether a failure is retried only after this
 middleware's hook ran.
 
 It fails open: a Redis that does not answer within the scheduler's
-operation timeout loses the record, with one WARNING per episode, and
-never touches the job or its result.  While Redis fails, one record a
+operation timeout loses the record, with one WARNING per episode (its end
+is logged at INFO), and never touches the job or its result.  While Redis fails, one record a
 second tries it; the others are dropped at once, so a hung Redis delays
 at most one message a second by the operation timeout, not every one.
 """
@@ -190,7 +190,9 @@ class RunRecorder:
             return
         self._failed_at = None
         if self._failing.recovered() is not None:
-            self.logger.warning("Recording runs works again.")
+            # INFO: the episode's one WARNING was its start (every worker
+            # process has one; a Redis outage should not double them all).
+            self.logger.info("Recording runs works again.")
 
     def _get_runs(self) -> RunRecords:
         with self._lock:

@@ -115,7 +115,7 @@ class MonitorThreads:
             try:
                 turn = self.monitor.turn(token)
             except Exception as exc:
-                self._fault("deciding health", exc)
+                self._fault(exc)
                 self.stopping.wait(self.interval)
                 continue
             self._recovered()
@@ -138,7 +138,7 @@ class MonitorThreads:
             self.monitor.store.wait_for_event(turn.cursor, wait_ms)
         except Exception as exc:
             if not self.stopping.is_set():  # a stop may close what it waits on
-                self._fault("deciding health", exc)
+                self._fault(exc)
 
     def _deliver(self) -> None:
         pause: float | None = None
@@ -150,21 +150,20 @@ class MonitorThreads:
             try:
                 pause = self.delivery.deliver(go_on=lambda: not self.stopping.is_set() and self.token() is not None)
             except Exception as exc:
-                self._fault("delivering alerts", exc)
+                self._fault(exc)
                 pause = None
 
-    def _fault(self, doing: str, exc: Exception) -> None:
-        if self._failing.failing(doing):
+    def _fault(self, exc: Exception) -> None:
+        # One episode for both threads: they fail together when Redis does.
+        if self._failing.failing("redis"):
             self.logger.warning(
-                "Run monitoring: %s fails (%s); retrying every %.1f s.",
-                doing,
+                "Run monitoring cannot reach Redis (%s): health is decided and alerts are sent once it answers.",
                 redact(f"{type(exc).__name__}: {exc}"),
-                self.interval,
             )
 
     def _recovered(self) -> None:
         if self._failing.recovered() is not None:
-            self.logger.warning("Run monitoring works again.")
+            self.logger.info("Run monitoring works again.")  # the episode's WARNING was its start
 
 
 def monitor_threads(
