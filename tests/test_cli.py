@@ -112,6 +112,7 @@ def test_list_shows_each_schedule_with_its_next_fire_times_last_outcome_and_paus
     assert entry["last_outcome"] in ("fired", "caught_up")
     assert dt.datetime.fromisoformat(entry["last_tick"]) <= dt.datetime.fromisoformat(data["now"])
     assert entry["paused"] is False
+    assert entry["health"] in ("pending", "ok")  # ok once a run finished
 
     table = cli(running.env, "list", APP)
     assert table.returncode == 0, table.stderr
@@ -126,6 +127,7 @@ def test_list_shows_each_schedule_with_its_next_fire_times_last_outcome_and_paus
         "LAST",
         "TICK",
         "OUTCOME",
+        "HEALTH",
         "PAUSED",
     ]
     assert row.split()[:3] == ["tick_0", "-", "code"]  # an unnamed schedule has no NAME

@@ -104,7 +104,9 @@ def test_an_idle_leader_sends_only_renewals_and_waits_on_redis_for_changes(
     seconds, then it sent its renewals and one blocking wait for runtime
     schedule changes per renewal, and never polled the runtime schedules'
     version counter (it used to read it every 500 ms: ten round trips
-    instead of about four)."""
+    instead of about four).  Its process also reads run monitoring's
+    events about once per renewal interval (an idle one waits on Redis in
+    between: not counted here)."""
     _, middleware = idle_leader
     thread = middleware.leader
     assert thread is not None and thread.native_id is not None
@@ -119,7 +121,7 @@ def test_an_idle_leader_sends_only_renewals_and_waits_on_redis_for_changes(
     # reads it only when its wait on Redis ended more than 500 ms before its
     # next turn, which a starved CPU (a loaded CI machine) can cause once.
     assert reads <= 1, f"{reads} version reads in 4 s"
-    assert 2 <= sent <= 2 * (4.0 / 2.0) + 2, f"{sent} round trips in 4 s"
+    assert 2 <= sent <= 3 * (4.0 / 2.0) + 2, f"{sent} round trips in 4 s"
     # A busy loop burns the whole window; sleeping costs a few milliseconds.
     assert cpu < 0.5, f"the idle leader thread used {cpu:.2f} s of CPU in 4 s"
 

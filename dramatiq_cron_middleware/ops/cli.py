@@ -11,7 +11,10 @@ add``) are listed beside declared ones, each row saying its source.
 
 Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease;
 2 a usage or configuration error (bad module, no middleware, unknown
-actor); 3 Redis could not be reached; 130 ``backfill`` interrupted.
+actor); 3 Redis could not be reached; 130 ``backfill`` interrupted.  ``check`` follows the
+Nagios plugin convention: 0 every schedule ``ok``, ``pending`` or
+``paused``, 1 one is ``late`` or ``running_long``, 2 one is ``failing`` or
+``missed``, 3 Redis could not be reached.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from dramatiq.brokers.stub import StubBroker
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
 from ..middleware import CronMiddleware, find_middleware
+from ..monitoring.read import check_report, read_health, read_runs
+from ..monitoring.records import PROBLEMS
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
@@ -220,7 +225,8 @@ def _list(app: _App, args: argparse.Namespace) -> int:
     if args.actor is not None and not declared and not app.runtime.list(actor=args.actor, limit=1).items:
         raise _Failure(f"no schedules of actor {args.actor!r} ({app.known_actors()})")
     out = _Listing(args, now_iso=iso(now))
-    out.add([_listed(app, s, None, now, last, paused, args.next) for s in declared])
+    health = _health_of(app, declared, now)
+    out.add([_listed(app, s, None, now, last, paused, args.next, health) for s in declared])
     shown, cursor, total = 0, None, None
     while args.limit is None or shown < args.limit:
         # Streamed a page at a time: any number of runtime schedules, in
@@ -228,7 +234,8 @@ def _list(app: _App, args: argparse.Namespace) -> int:
         wanted = _PAGE if args.limit is None else min(_PAGE, args.limit - shown)
         page = app.middleware.list(actor=args.actor, search=args.search, cursor=cursor, limit=wanted)
         total = page.total if cursor is None else total
-        out.add([_listed(app, r.schedule, r, now, last, paused, args.next) for r in page.items])
+        health = _health_of(app, [r.schedule for r in page.items], now)
+        out.add([_listed(app, r.schedule, r, now, last, paused, args.next, health) for r in page.items])
         shown += len(page.items)
         cursor = page.cursor
         if cursor is None:
@@ -239,7 +246,18 @@ def _list(app: _App, args: argparse.Namespace) -> int:
 
 # Runtime schedules read and printed per page by ``list``.
 _PAGE = 1000
-_LIST_HEADERS = ["ACTOR", "NAME", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST TICK", "OUTCOME", "PAUSED"]
+_LIST_HEADERS = [
+    "ACTOR",
+    "NAME",
+    "SOURCE",
+    "EXPRESSION",
+    "ZONE",
+    "NEXT",
+    "LAST TICK",
+    "OUTCOME",
+    "HEALTH",
+    "PAUSED",
+]
 
 
 def _listed(
@@ -250,6 +268,7 @@ def _listed(
     last: dict[str, Any],
     paused: dict[str, int | None],
     count: int,
+    health: dict[str, str],
 ) -> tuple[dict[str, Any], list[str]]:
     """One schedule of ``list``: its JSON record and its table row."""
     upcoming, tick = [], now
@@ -282,6 +301,7 @@ def _listed(
         "description": s.description or None,
         "at": None if s.at is None else iso(s.at, s.zone),
         "done": _done(s, decision.tick_ms if decision else None),
+        "health": health.get(s.id),
     }
     row = [
         s.actor_name,
@@ -292,6 +312,7 @@ def _listed(
         ", ".join(when(t, s.zone) for t in upcoming) or _ended(s, decision),
         when(decision.tick_ms, s.zone) if decision else "-",
         decision.outcome if decision else "-",
+        health.get(s.id, "-"),
         _paused_text(s, paused, now),
     ]
     return record, row
@@ -475,10 +496,70 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     if described:
         lines.append("Schedules:")
         lines += [f"  {s.id}: {s.description}" for s in described]
+    page = app.runtime.list(limit=10_000)
+    report = read_health(
+        app.control.client,
+        app.middleware.keys,
+        [*app.schedules, *(r.schedule for r in page.items)],
+        now_ms=now,
+        policy=app.middleware.health_policy,
+    )
+    counts = report.counts()
+    data["health"] = counts
+    lines.append("Health:     " + (", ".join(f"{n} {state}" for state, n in counts.items()) or "no schedules"))
     if not healthy:
         lines.append("Status:     NO LEADER - no process renewed the lease within its length")
     _emit(args, data, "\n".join(lines))
     return EXIT_OK if healthy else EXIT_NO_LEADER
+
+
+def _health_of(app: _App, schedules: Sequence[BoundSchedule], now: int) -> dict[str, str]:
+    report = read_health(
+        app.control.client, app.middleware.keys, schedules, now_ms=now, policy=app.middleware.health_policy
+    )
+    return {h.schedule_id: h.health for h in report.schedules}
+
+
+def _check(app: _App, args: argparse.Namespace) -> int:
+    report = check_report(app.middleware, app.broker)
+    rows = [
+        [
+            h.schedule_id,
+            h.health,
+            "-" if h.since_ms is None else when(h.since_ms),
+            "-" if h.last_run is None else f"{h.last_run.outcome} ({when(h.last_run.tick_ms)})",
+            (h.last_run.error or "") if h.last_run is not None else "",
+        ]
+        for h in sorted(report.schedules, key=lambda h: (-PROBLEMS.get(h.health, 0), h.schedule_id))
+    ]
+    counts = ", ".join(f"{n} {state}" for state, n in report.counts().items())
+    text = _table(["SCHEDULE", "HEALTH", "SINCE", "LAST RUN", "ERROR"], rows) if rows else "No cron schedules."
+    _emit(args, report.to_json(), text + (f"\n{counts}" if counts else ""))
+    return report.exit_code
+
+
+def _runs(app: _App, args: argparse.Namespace) -> int:
+    target = app.target(args)
+    assert target.schedule_id is not None
+    zone = app.zone_of(target.schedule_id)
+    runs = read_runs(app.control.client, app.middleware.keys, target.schedule_id, limit=args.limit)
+    rows = [
+        [
+            when(r.tick_ms, zone),
+            r.outcome,
+            "-" if r.started_ms is None else when(r.started_ms, zone),
+            "-" if r.duration_ms is None else span(r.duration_ms),
+            r.attempt,
+            r.host or "-",
+            r.pid or "-",
+            r.error or "",
+        ]
+        for r in runs
+    ]
+    headers = ["TICK", "OUTCOME", "STARTED", "DURATION", "ATTEMPT", "HOST", "PID", "ERROR"]
+    text = _table(headers, rows) if rows else f"No runs of {target.schedule_id} recorded."
+    _emit(args, {"runs": [r.to_json() for r in runs]}, text)
+    return EXIT_OK
 
 
 def _history(app: _App, args: argparse.Namespace) -> int:
@@ -826,6 +907,9 @@ def _add(app: _App, args: argparse.Namespace) -> int:
             end=_instant_option("--end", args.end),
             at=_instant_option("--at", args.at),
             description=args.description,
+            grace=args.grace,
+            max_runtime=args.max_runtime,
+            failure_threshold=args.failure_threshold,
         )
     try:
         stored = app.middleware.add(args.actor, schedule, name=args.name, replace=not args.create_only, who="cli")
@@ -868,6 +952,9 @@ def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
         "end": None if s.end is None or s.at is not None else iso(s.end, s.zone),
         "at": None if s.at is None else iso(s.at, s.zone),
         "description": s.description or None,
+        "grace": s.grace,
+        "max_runtime": s.max_runtime,
+        "failure_threshold": s.failure_threshold,
         "created": iso(stored.created_ms),
         "updated": iso(stored.updated_ms),
         "next": None if stored.next_ms is None else iso(stored.next_ms, s.zone),
@@ -907,7 +994,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dramatiq-cron",
         description="See and steer the cron schedules of a dramatiq app.",
-        epilog="Exit status: 0 ok, 1 no live leader (status), 2 error, 3 Redis unreachable.",
+        epilog="Exit status: 0 ok, 1 no live leader (status), 2 error, 3 Redis unreachable; "
+        "check: 0 ok, 1 warning, 2 critical, 3 Redis unreachable.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -930,7 +1018,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("history", "recent tick outcomes, oldest first")
     sub.add_argument("actor", nargs="?", metavar="ACTOR", help="only this actor (or schedule id)")
     sub.add_argument("--limit", "-n", type=int, default=20, metavar="N", help="how many entries (default 20)")
+    command("check", "each schedule's health; exit 0 all ok, 1 late or running long, 2 failing or missed")
     for name, help in (
+        ("runs", "a schedule's recent runs, newest first: outcome, start, duration, host, error"),
         ("trigger", "enqueue a schedule's message now, marked manual; the schedule is left as it is"),
         ("pause", "stop firing a schedule's (or, with --actor, every schedule of an actor's) ticks until resumed"),
         ("resume", "undo pause"),
@@ -946,7 +1036,9 @@ def _parser() -> argparse.ArgumentParser:
         which.add_argument(
             "--schedule", metavar="ID", help="exactly this schedule id (an unnamed schedule's is its actor)"
         )
-        if name != "trigger":
+        if name == "runs":
+            sub.add_argument("--limit", "-n", type=int, default=20, metavar="N", help="how many runs (default 20)")
+        if name not in ("trigger", "runs"):
             which.add_argument("--actor", dest="whole_actor", metavar="ACTOR", help="every schedule of this actor")
         if name == "pause":
             lasting = sub.add_mutually_exclusive_group()
@@ -1001,6 +1093,9 @@ def _parser() -> argparse.ArgumentParser:
         "--at", metavar="WHEN", help="a one-shot: fire once at this instant (ISO 8601 with offset, or epoch ms)"
     )
     sub.add_argument("--description", metavar="TEXT", help="what the schedule is for (up to 500 characters)")
+    sub.add_argument("--grace", type=int, metavar="MS", help="late if a run has not started MS after its tick")
+    sub.add_argument("--max-runtime", type=int, metavar="MS", help="running_long if a run takes longer than MS")
+    sub.add_argument("--failure-threshold", type=int, metavar="N", help="failing after N failed runs in a row")
     sub = command("remove", "remove a runtime schedule; it never fires again")
     sub.add_argument("actor", metavar="ID|ACTOR", help="the schedule's id (actor:name), or its actor's name and NAME")
     sub.add_argument("name", nargs="?", metavar="NAME", help="the runtime schedule's name")
@@ -1033,6 +1128,8 @@ _COMMANDS = {
     "list": _list,
     "status": _status,
     "history": _history,
+    "check": _check,
+    "runs": _runs,
     "trigger": _trigger,
     "pause": _pause,
     "resume": _pause,

@@ -198,6 +198,17 @@ class Schedule:
       description(str): What the schedule is for, in words, up to
         :data:`MAX_DESCRIPTION` characters; shown by ``list``, ``status``
         and the dashboard.  Defaults to None, meaning none.
+      grace(int): Run monitoring: how long in milliseconds after its tick a
+        run may take to start before the schedule is ``late``, and a tick
+        nobody decided may be overdue before it is ``missed``.  Defaults
+        to None, meaning the middleware's ``grace`` (60 s).
+      max_runtime(int): Run monitoring: how long in milliseconds a run may
+        take before the schedule is ``running_long``.  Defaults to None,
+        meaning the middleware's ``max_runtime``, else the actor's
+        ``time_limit`` plus 5 s.
+      failure_threshold(int): Run monitoring: after this many failed runs
+        in a row the schedule is ``failing`` (a success makes it ``ok``).
+        Defaults to None, meaning the middleware's (1).
     """
 
     expression: str | None = None
@@ -218,6 +229,9 @@ class Schedule:
     end: int | dt.datetime | None = None
     at: int | dt.datetime | None = None
     description: str | None = None
+    grace: int | None = None
+    max_runtime: int | None = None
+    failure_threshold: int | None = None
 
     def __post_init__(self) -> None:
         # Everything that needs no actor is checked now, so that a form (or
@@ -286,6 +300,10 @@ class BoundSchedule:
     #: Whether the schedule was given a ``name=`` (otherwise ``name`` holds
     #: the expression, for display).
     named: bool = dataclasses.field(default=True, compare=False, repr=False)
+    #: Run monitoring's thresholds (ms, ms, runs); None: the middleware's.
+    grace: int | None = None
+    max_runtime: int | None = None
+    failure_threshold: int | None = None
     # Caches, filled on first use (slots, not a __dict__: a leader may hold a
     # large runtime set, and a dict per schedule doubles its memory).
     _id: str | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
@@ -817,6 +835,11 @@ def bind_schedule(
         if item.overlap not in _OVERLAP_POLICIES:
             raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
         _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
+        _check_ms(where, "grace", item.grace, allow_none=True)
+        _check_ms(where, "max_runtime", item.max_runtime, allow_none=True, positive=True)
+        threshold = item.failure_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
+            raise CronScheduleError(f"{where}: failure_threshold must be a positive int of runs, got {threshold!r}")
         if not isinstance(item.args, (tuple, list)):
             raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
         if not isinstance(item.kwargs, Mapping):
@@ -875,6 +898,9 @@ def bind_schedule(
         revision=revision,
         at=one_shot,
         description=description,
+        grace=item.grace,
+        max_runtime=item.max_runtime,
+        failure_threshold=item.failure_threshold,
     )
     if signature is not None:
         _check_arguments(bound, signature)

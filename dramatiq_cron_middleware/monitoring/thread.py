@@ -1,0 +1,189 @@
+"""The two monitoring threads of every worker process, busy only while the
+process leads: one decides health (a turn every poll interval), the other
+delivers alerts (so a slow webhook holds up neither the leader nor the
+decisions).  Both report a failing Redis once per episode."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ..leader.firing import LeaderObserver
+from ..leader.reports import Episode
+from ..store.connection import redact
+from ..store.runs import RedisRuns
+from ..store.timing import Timing
+from .alerts import AlertDelivery, Webhook
+from .config import MonitorConfig
+from .health import Policy
+from .monitor import HealthMonitor, Turn
+
+__all__ = ["HealthObserver", "MonitorThreads", "monitor_threads"]
+
+
+class HealthObserver(LeaderObserver):
+    """Tells the monitor what the leader fired and missed, and passes
+    everything on to ``inner`` (metrics)."""
+
+    def __init__(self, monitor: HealthMonitor, inner: LeaderObserver | None) -> None:
+        self.monitor = monitor
+        self.inner = inner or LeaderObserver()
+
+    def leadership_changed(self, *, epoch: int, leading: bool) -> None:
+        if not leading:
+            self.monitor.forget()
+        self.inner.leadership_changed(epoch=epoch, leading=leading)
+
+    def renewed(self, *, latency_ms: float) -> None:
+        self.inner.renewed(latency_ms=latency_ms)
+
+    def tick_decided(self, *, schedule_id: str, outcome: str) -> None:
+        if outcome == "missed":
+            self.monitor.missed(schedule_id)
+        self.inner.tick_decided(schedule_id=schedule_id, outcome=outcome)
+
+    def enqueued(self, *, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
+        self.monitor.fired(schedule_id, tick_ms)
+        self.inner.enqueued(schedule_id=schedule_id, tick_ms=tick_ms, lag_ms=lag_ms)
+
+
+class MonitorThreads:
+    """The decide and deliver threads.
+
+    A busy leader decides at most every ``interval``; an idle one waits on
+    Redis for the next run event (one blocking read) until the earliest
+    deadline ahead, at most ``idle_wait``: an idle scheduler costs a read
+    per ``idle_wait``, not per ``interval``.
+
+    Parameters:
+      monitor: Decides health.
+      delivery: Delivers alerts.
+      token: The lease token this process leads under, None while following.
+      interval: Seconds between two turns at least (and between retries).
+      idle_wait: Seconds an idle leader waits for a run event at most.
+      logger: Where faults are reported.
+    """
+
+    def __init__(
+        self,
+        *,
+        monitor: HealthMonitor,
+        delivery: AlertDelivery,
+        token: Callable[[], str | None],
+        interval: float,
+        idle_wait: float,
+        logger: logging.Logger,
+    ) -> None:
+        self.monitor = monitor
+        self.delivery = delivery
+        self.token = token
+        self.interval = interval
+        self.idle_wait = max(idle_wait, interval)
+        self.logger = logger
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._failing: Episode[str] = Episode()
+
+    def start(self) -> None:
+        for target, name in ((self._decide, "cron-health"), (self._deliver, "cron-alerts")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 0.1) -> None:
+        """Tell both threads to stop, then :meth:`join` them."""
+        self.stopping.set()
+        self._wake.set()
+        self.join(timeout)
+
+    def join(self, timeout: float) -> None:
+        """Wait ``timeout`` seconds at most for each thread: they are daemon
+        threads, and one may be in a blocking read (up to ``idle_wait``) or a
+        webhook call (up to its timeout); it ends with that, doing nothing
+        more."""
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _decide(self) -> None:
+        while not self.stopping.is_set():
+            token = self.token()
+            if token is None:
+                self.stopping.wait(self.interval)
+                continue
+            try:
+                turn = self.monitor.turn(token)
+            except Exception as exc:
+                self._fault(exc)
+                self.stopping.wait(self.interval)
+                continue
+            self._recovered()
+            if turn.alerts:
+                self._wake.set()
+            if turn.more:
+                continue
+            if self.stopping.wait(self.interval):
+                return
+            self._idle(turn)
+
+    def _idle(self, turn: Turn) -> None:
+        """Wait for a run event, until the next deadline at the latest."""
+        wait_ms = int(self.idle_wait * 1000)
+        if turn.next_deadline_ms is not None:
+            wait_ms = min(wait_ms, turn.next_deadline_ms - turn.now_ms - int(self.interval * 1000))
+        if wait_ms <= 0 or (not turn.written and turn.now_ms == 0):
+            return
+        try:
+            self.monitor.store.wait_for_event(turn.cursor, wait_ms)
+        except Exception as exc:
+            if not self.stopping.is_set():  # a stop may close what it waits on
+                self._fault(exc)
+
+    def _deliver(self) -> None:
+        pause: float | None = None
+        while not self.stopping.is_set():
+            self._wake.wait(self.idle_wait if pause is None else pause)
+            self._wake.clear()
+            if self.stopping.is_set() or self.token() is None:
+                continue
+            try:
+                pause = self.delivery.deliver(go_on=lambda: not self.stopping.is_set() and self.token() is not None)
+            except Exception as exc:
+                self._fault(exc)
+                pause = None
+
+    def _fault(self, exc: Exception) -> None:
+        # One episode for both threads: they fail together when Redis does.
+        if self._failing.failing("redis"):
+            self.logger.warning(
+                "Run monitoring cannot reach Redis (%s): health is decided and alerts are sent once it answers.",
+                redact(f"{type(exc).__name__}: {exc}"),
+            )
+
+    def _recovered(self) -> None:
+        if self._failing.recovered() is not None:
+            self.logger.info("Run monitoring works again.")  # the episode's WARNING was its start
+
+
+def monitor_threads(
+    *,
+    runs: RedisRuns,
+    config: MonitorConfig,
+    subject: Callable[[str], tuple[str, str, Policy]],
+    token: Callable[[], str | None],
+    timing: Timing,
+    logger: logging.Logger,
+) -> MonitorThreads:
+    """The threads of a leading process: ``subject(schedule id)`` gives a
+    schedule's ``(actor, name, policy)``, ``token()`` the lease token it
+    leads under (None while following)."""
+    webhook = Webhook(config.alert_webhook) if config.alert_webhook else None
+    return MonitorThreads(
+        monitor=HealthMonitor(store=runs, schedule=subject),
+        delivery=AlertDelivery(outbox=runs, logger=logger, on_alert=config.on_alert, webhook=webhook),
+        token=token,
+        interval=timing.retry_interval,
+        idle_wait=timing.renew_interval,
+        logger=logger,
+    )
