@@ -11,6 +11,7 @@ from dramatiq.middleware import TimeLimit
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.errors import CronConfigurationError, CronScheduleError
 from dramatiq_cron_middleware.monitoring.health import Policy
+from dramatiq_cron_middleware.schedules.schedule import of_actor
 
 
 @pytest.mark.parametrize(
@@ -22,11 +23,14 @@ from dramatiq_cron_middleware.monitoring.health import Policy
         ("failure_threshold", True, "failure_threshold must be a positive int of runs, got True"),
     ],
 )
-def test_a_bad_schedule_threshold_names_the_actor_and_the_value(option: str, value: object, wanted: str) -> None:
-    broker = StubBroker()
-    broker.add_middleware(CronMiddleware())
-    with pytest.raises(CronScheduleError, match="actor 'report'") as raised:
-        dramatiq.actor(lambda: None, actor_name="report", broker=broker, cron=Schedule("0 3 * * *", **{option: value}))
+def test_a_bad_schedule_threshold_is_refused_when_built_naming_the_value(
+    option: str, value: object, wanted: str
+) -> None:
+    with pytest.raises(CronScheduleError) as raised:
+        Schedule("0 3 * * *", **{option: value})
+    assert wanted in str(raised.value) and str(raised.value).startswith("Schedule"), str(raised.value)
+    with pytest.raises(CronScheduleError, match="actor 'report'") as raised, of_actor("report"):
+        Schedule("0 3 * * *", **{option: value})
     assert wanted in str(raised.value)
 
 

@@ -9,6 +9,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+import redis
+
 from ..leader.firing import LeaderObserver
 from ..leader.reports import Episode
 from ..store.connection import redact
@@ -155,9 +157,15 @@ class MonitorThreads:
 
     def _fault(self, exc: Exception) -> None:
         # One episode for both threads: they fail together when Redis does.
+        # An unreachable Redis is the leader thread's WARNING in this same
+        # process (one per outage); here it is only INFO, anything else is
+        # monitoring's own fault and a WARNING.
         if self._failing.failing("redis"):
-            self.logger.warning(
-                "Run monitoring cannot reach Redis (%s): health is decided and alerts are sent once it answers.",
+            unreachable = isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError))
+            self.logger.log(
+                logging.INFO if unreachable else logging.WARNING,
+                "Run monitoring cannot %s (%s): health is decided and alerts are sent once it answers.",
+                "reach Redis" if unreachable else "work",
                 redact(f"{type(exc).__name__}: {exc}"),
             )
 
