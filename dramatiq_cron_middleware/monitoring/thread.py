@@ -164,8 +164,8 @@ class MonitorThreads:
             unreachable = isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError))
             self.logger.log(
                 logging.INFO if unreachable else logging.WARNING,
-                "Run monitoring cannot %s (%s): health is decided and alerts are sent once it answers.",
-                "reach Redis" if unreachable else "work",
+                "Run monitoring %s (%s): health is decided and alerts are sent once it answers.",
+                "waits for Redis" if unreachable else "cannot work",
                 redact(f"{type(exc).__name__}: {exc}"),
             )
 
