@@ -24,8 +24,10 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from typing import Any
 
+import dramatiq
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 
@@ -45,6 +47,8 @@ _CONFIG = "cron-exposition.json"
 # Fire lag: on time is milliseconds, catch-up after an outage is minutes.
 _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 _RENEW_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# Run durations: a cleanup takes milliseconds, a nightly export hours.
+_RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200, 21600)
 
 
 def _own_dir() -> str:
@@ -62,7 +66,9 @@ class CronMetrics(Middleware):
     ``change``: gained, lost), ``ticks_total`` (by ``schedule`` and
     ``outcome``), ``fire_lag_seconds`` (enqueue time minus the tick),
     ``lease_renew_seconds`` and ``last_fire_timestamp_seconds`` (per
-    ``schedule``).
+    ``schedule``); from the workers' own hooks, per ``schedule``:
+    ``runs_total`` (by ``outcome``: succeeded, failed, retrying, dropped),
+    ``run_duration_seconds`` and ``last_success_timestamp_seconds``.
 
     Parameters:
       host(str): Address the exposition server binds when dramatiq's
@@ -86,6 +92,7 @@ class CronMetrics(Middleware):
         self.directory: str | None = None
         self.own_exposition = False
         self.observer: _Observer | None = None
+        self.runs: _Runs | None = None
 
     @property
     def forks(self) -> list[Any]:
@@ -109,8 +116,42 @@ class CronMetrics(Middleware):
             with open(os.path.join(self.directory, _CONFIG), "w") as f:
                 json.dump({"host": self.host, "port": self.port}, f)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.directory
-        self.observer = _Observer(logger=self.logger)
+        guard = _Guard(self.logger)
+        self.observer = _Observer(guard=guard)
+        self.runs = _Runs(guard=guard)
         cron.observe_leader(self.observer)
+
+    def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Note when a cron message starts."""
+        if self.runs is not None and "cron_schedule" in message.options:
+            self.runs.started(message.message_id)
+
+    def after_process_message(
+        self,
+        broker: Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        """Observe the duration of an attempt of a cron message."""
+        if self.runs is not None and "cron_schedule" in message.options:
+            self.runs.finished(message, raised=exception is not None)
+
+    def after_ack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Count an attempt that succeeded, or failed and is retried."""
+        if self.runs is not None and "cron_schedule" in message.options:
+            self.runs.settled(message, failed=False)
+
+    def after_nack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Count an attempt that failed for good."""
+        if self.runs is not None and "cron_schedule" in message.options:
+            self.runs.settled(message, failed=True)
+
+    def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Count a cron message that did not run (``max_age``, a duplicate)."""
+        if self.runs is not None and "cron_schedule" in message.options:
+            self.runs.dropped(message)
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Drop this process's live gauges from the exposition."""
@@ -121,14 +162,91 @@ class CronMetrics(Middleware):
         multiprocess.mark_process_dead(os.getpid(), self.directory)  # type: ignore[no-untyped-call]
 
 
+class _Guard:
+    """Metrics must never stop the leader nor fail a message: an update that
+    raises is logged once, not per tick or message."""
+
+    def __init__(self, logger: Any) -> None:
+        self.logger = logger
+        self._failed = False
+
+    def __call__(self, update: Any, *args: Any) -> None:
+        try:
+            update(*args)
+        except Exception as exc:
+            if not self._failed:
+                self._failed = True
+                self.logger.warning("Updating cron metrics failed (%s); further failures are not logged.", exc)
+
+
+class _Runs:
+    """Counts and times the attempts of cron messages run in this process."""
+
+    def __init__(self, *, guard: _Guard) -> None:
+        import prometheus_client as prom
+
+        self._guard = guard
+        self._started: dict[str, float] = {}  # message id -> monotonic start
+        self._raised: dict[str, bool] = {}  # message id -> whether the finished attempt raised
+        registry = prom.CollectorRegistry()  # values live in the multiprocess files
+        self.runs = prom.Counter(
+            "dramatiq_cron_runs",
+            "Finished attempts of cron messages, by outcome (succeeded, failed, retrying, dropped).",
+            ["schedule", "outcome"],
+            registry=registry,
+        )
+        self.duration = prom.Histogram(
+            "dramatiq_cron_run_duration_seconds",
+            "How long an attempt of a cron message ran.",
+            ["schedule"],
+            buckets=_RUN_BUCKETS,
+            registry=registry,
+        )
+        self.last_success = prom.Gauge(
+            "dramatiq_cron_last_success_timestamp_seconds",
+            "When a run of the schedule last succeeded (Unix time).",
+            ["schedule"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+
+    def started(self, message_id: str) -> None:
+        self._started[message_id] = time.monotonic()
+
+    def finished(self, message: dramatiq.broker.MessageProxy, *, raised: bool) -> None:
+        # Whether dramatiq retries is not known yet: after-hooks run in the
+        # reverse order of the middleware, so Retries (a default, added
+        # first) has not looked at the exception.  The ack or nack says.
+        started = self._started.pop(message.message_id, None)
+        self._raised[message.message_id] = raised
+        if started is not None:
+            duration = time.monotonic() - started
+            self._guard(lambda: self.duration.labels(str(message.options["cron_schedule"])).observe(duration))
+
+    def settled(self, message: dramatiq.broker.MessageProxy, *, failed: bool) -> None:
+        raised = self._raised.pop(message.message_id, None)
+        if raised is None:  # skipped, or not started in this process
+            return
+        outcome = "failed" if failed else "retrying" if raised else "succeeded"
+        self._guard(self._count, str(message.options["cron_schedule"]), outcome)
+
+    def _count(self, schedule_id: str, outcome: str) -> None:
+        self.runs.labels(schedule_id, outcome).inc()
+        if outcome == "succeeded":
+            self.last_success.labels(schedule_id).set(time.time())
+
+    def dropped(self, message: dramatiq.broker.MessageProxy) -> None:
+        self._started.pop(message.message_id, None)
+        self._guard(self._count, str(message.options["cron_schedule"]), "dropped")
+
+
 class _Observer(LeaderObserver):
     """Turns what the leader thread reports into metric updates."""
 
-    def __init__(self, *, logger: Any) -> None:
+    def __init__(self, *, guard: _Guard) -> None:
         import prometheus_client as prom
 
-        self.logger = logger
-        self._failed = False
+        self._guard = guard
         registry = prom.CollectorRegistry()  # values live in the multiprocess files
         self.leader = prom.Gauge(
             "dramatiq_cron_leader",
@@ -187,15 +305,6 @@ class _Observer(LeaderObserver):
     def _enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.lag.labels(schedule_id).observe(max(lag_ms, 0) / 1000)
         self.last_fire.labels(schedule_id).set((tick_ms + max(lag_ms, 0)) / 1000)
-
-    def _guard(self, update: Any, *args: Any) -> None:
-        # Metrics must never stop the leader; say so once, not per tick.
-        try:
-            update(*args)
-        except Exception as exc:
-            if not self._failed:
-                self._failed = True
-                self.logger.warning("Updating cron metrics failed (%s); further failures are not logged.", exc)
 
 
 def serve_metrics() -> int:

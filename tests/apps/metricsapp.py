@@ -2,13 +2,16 @@
 
 With ``CRON_APP_DRAMATIQ_PROMETHEUS=1`` dramatiq's own ``Prometheus``
 middleware is added too, so the cron metrics go through its exposition
-(configured by dramatiq's ``dramatiq_prom_*`` variables).
+(configured by dramatiq's ``dramatiq_prom_*`` variables).  With
+``CRON_APP_FAILING=1`` the cron actor ``fails`` raises at every tick (each
+second), without retries.
 """
 
 from __future__ import annotations
 
 import os
 
+import dramatiq
 from dramatiq.middleware.prometheus import Prometheus
 
 from dramatiq_cron_middleware.metrics import CronMetrics
@@ -19,3 +22,9 @@ __all__ = ["actors", "broker"]
 if os.environ.get("CRON_APP_DRAMATIQ_PROMETHEUS") == "1":
     broker.add_middleware(Prometheus())
 broker.add_middleware(CronMetrics())
+
+if os.environ.get("CRON_APP_FAILING") == "1":
+
+    @dramatiq.actor(cron="* * * * * *", max_retries=0)
+    def fails() -> None:
+        raise RuntimeError("fails at every tick")
