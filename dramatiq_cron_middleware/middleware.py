@@ -7,6 +7,7 @@ import hashlib
 import os
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import dramatiq
@@ -19,6 +20,19 @@ from redis import Redis
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
 from .leader.thread import LeaderObserver, LeaderThread
+from .monitoring.alerts import AlertDelivery, Webhook
+from .monitoring.config import (
+    DEFAULT_FAILURE_THRESHOLD,
+    DEFAULT_GRACE,
+    DEFAULT_RUN_HISTORY,
+    RUNTIME_SLACK,
+    MonitorConfig,
+)
+from .monitoring.health import Policy
+from .monitoring.monitor import HealthMonitor
+from .monitoring.recorder import RunRecorder, RunSink
+from .monitoring.records import Alert
+from .monitoring.thread import HealthObserver, MonitorThreads
 from .overlap import RunningMarks
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -43,6 +57,7 @@ from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
 from .store.redis_store import RedisStore
+from .store.runs import RedisRuns
 from .store.runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
@@ -97,6 +112,27 @@ class CronMiddleware(Middleware):
         and shown by ``dramatiq-cron status``, so that mixed versions during
         a rolling deploy are told from two apps sharing a prefix.  Defaults
         to None, meaning ``DRAMATIQ_CRON_APP_VERSION`` if set, else none.
+      grace(int): Run monitoring: how long in milliseconds a fired tick's
+        run may take to start before its schedule is ``late``, and a tick
+        may be overdue undecided before it is ``missed``.  Defaults to
+        60000 (Sentry Crons' check-in margin).  Schedules may override it.
+      max_runtime(int): Run monitoring: how long in milliseconds a run may
+        take before its schedule is ``running_long``.  Defaults to None,
+        meaning each actor's ``time_limit`` plus 5 s.  Schedules may
+        override it.
+      failure_threshold(int): Run monitoring: failed runs in a row after
+        which a schedule is ``failing``.  Defaults to 1.  Schedules may
+        override it.
+      run_history(int): Runs kept per schedule in Redis.  Defaults to 100.
+      on_alert(callable): Called with an :class:`~.monitoring.Alert` when a
+        schedule's health changes into ``late``, ``running_long``,
+        ``failing`` or ``missed``, or back to ``ok``; on a thread of its
+        own in the leading process, at least once per change.  Its
+        exceptions are logged.  Defaults to None.
+      alert_webhook(str): An ``http(s)://`` URL each alert is POSTed to as
+        JSON (``schedule``, ``actor``, ``name``, ``state``, ``previous``,
+        ``tick``, ``at``, ``error``), retried with back-off until it answers
+        2xx.  Defaults to None.
     """
 
     def __init__(
@@ -111,6 +147,12 @@ class CronMiddleware(Middleware):
         history_length: int = 10_000,
         fast_takeover: int | None = None,
         app_version: str | None = None,
+        grace: int = DEFAULT_GRACE,
+        max_runtime: int | None = None,
+        failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
+        run_history: int = DEFAULT_RUN_HISTORY,
+        on_alert: Callable[[Alert], object] | None = None,
+        alert_webhook: str | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         #: The checked arguments; read them through the properties below.
@@ -125,6 +167,15 @@ class CronMiddleware(Middleware):
             fast_takeover=fast_takeover,
             app_version=app_version,
         )
+        #: The run monitoring arguments, checked.
+        self.monitor_config = MonitorConfig(
+            grace=grace,
+            max_runtime=max_runtime,
+            failure_threshold=failure_threshold,
+            run_history=run_history,
+            on_alert=on_alert,
+            alert_webhook=alert_webhook,
+        )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
         self._observer: LeaderObserver | None = None
@@ -132,6 +183,8 @@ class CronMiddleware(Middleware):
         self._off_logged = False
         self._start_lock = threading.Lock()
         self._marks: RunningMarks | None = None
+        self._recorder: RunRecorder | None = None
+        self._monitoring: MonitorThreads | None = None
         self._built: tuple[Redis, Redis] | None = None
         self._hand_over_installed = False
         self._broker: Broker | None = None  # runtime schedules check actors against it
@@ -187,6 +240,24 @@ class CronMiddleware(Middleware):
         """Every duration, derived once from ``lock_ttl``."""
         return self.config.timing
 
+    def health_policy(self, schedule: BoundSchedule) -> Policy:
+        """A schedule's monitoring thresholds: its own, else this
+        middleware's, else (``max_runtime``) its actor's time limit plus 5 s."""
+        config = self.monitor_config
+        max_runtime = schedule.max_runtime if schedule.max_runtime is not None else config.max_runtime
+        if max_runtime is None:
+            actor = self._broker.actors.get(schedule.actor_name) if self._broker is not None else None
+            limit = _time_limit(self._broker, actor) if actor is not None and self._broker is not None else None
+            max_runtime = (limit or DEFAULT_TIME_LIMIT) + RUNTIME_SLACK
+        return Policy(
+            grace_ms=schedule.grace if schedule.grace is not None else config.grace,
+            max_runtime_ms=max_runtime,
+            failure_threshold=(
+                schedule.failure_threshold if schedule.failure_threshold is not None else config.failure_threshold
+            ),
+            jitter_ms=schedule.jitter,
+        )
+
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
         keep the runtime schedules (workers then start no leader thread and
@@ -225,6 +296,12 @@ class CronMiddleware(Middleware):
 
     # -- overlap="skip": the worker side --------------------------------------
 
+    def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Record that a cron message's run starts (run monitoring)."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.started(message)
+
     def after_process_message(
         self,
         broker: Broker,
@@ -233,15 +310,59 @@ class CronMiddleware(Middleware):
         result: Any = None,
         exception: BaseException | None = None,
     ) -> None:
-        """Clear the running mark of a skip-overlap schedule once its
-        message is done: succeeded, or failed for good (a retry keeps it)."""
+        """Record how a cron message's run ended, and clear the running
+        mark of a skip-overlap schedule once its message is done: succeeded,
+        or failed for good (a retry keeps it)."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.processed(message, exception)
         if exception is None or message.failed:
             self._clear_running_mark(broker, message)
 
     def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Clear the running mark of a message that will not run (for
-        example dropped by ``AgeLimit`` for its ``max_age``)."""
+        """Record a cron message that will not run (dropped by ``AgeLimit``
+        for its ``max_age``, or as a duplicate), and clear its running mark."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.dropped(message)
         self._clear_running_mark(broker, message)
+
+    def after_ack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Record the finish of a cron message's run: succeeded, or failed
+        and requeued by ``Retries`` (which runs after this middleware's
+        ``after_process_message``, so only now is a retry known)."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.settled(message, rejected=False)
+
+    def after_nack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Record the finish of a cron message's run that failed for good."""
+        runs = self._runs(broker, message)
+        if runs is not None:
+            runs.settled(message, rejected=True)
+
+    def _runs(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> RunSink | None:
+        """Where a cron message's run is recorded: the simulator when one is
+        attached, else Redis through a short-timeout client built on first
+        use; None for other messages, and on a StubBroker without Redis."""
+        if "cron_tick" not in message.options:
+            return None
+        if self._simulator is not None:
+            return cast(RunSink, self._simulator.runs)
+        if self._stub_without_redis(broker):
+            return None
+        if self._recorder is None:
+            with self._start_lock:
+                if self._recorder is None:
+                    self._recorder = RunRecorder(
+                        runs_factory=lambda: self._redis_runs(
+                            scheduler_clients(
+                                self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
+                            )[0]
+                        ),
+                        logger=self.logger,
+                    )
+        return self._recorder
 
     def _clear_running_mark(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         if self._simulator is not None or message.options.get("cron_overlap") != "skip":
@@ -260,6 +381,11 @@ class CronMiddleware(Middleware):
                         logger=self.logger,
                     )
         self._marks.clear(schedule_id, message.message_id)
+
+    def _redis_runs(self, client: Redis) -> RedisRuns:
+        return RedisRuns(
+            client, self.keys, run_history=self.monitor_config.run_history, events_length=self.history_length
+        )
 
     def all_schedules(self) -> list[BoundSchedule]:
         """Every declared schedule, in declaration order."""
@@ -349,6 +475,7 @@ class CronMiddleware(Middleware):
             mode = boundary_for(broker, lease_client=client, same_server=same_server(client, broker_client))
             boundary = BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms())
             shutdown_connection = dedicated_connection(shutdown_client, self.keys.lease)
+            monitoring = self._monitoring_for(client)
             self.leader = LeaderThread(
                 store=RedisStore(
                     lease=lease,
@@ -359,7 +486,7 @@ class CronMiddleware(Middleware):
                 schedules=schedules,
                 timing=timing,
                 logger=self.logger,
-                observer=self._observer,
+                observer=HealthObserver(monitoring.monitor, self._observer),
                 fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
                 boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
@@ -374,7 +501,42 @@ class CronMiddleware(Middleware):
                 mode.value.replace("_", " "),
             )
             self.leader.start()
+            monitoring.start()
+            self._monitoring = monitoring
             return self.leader
+
+    def _monitoring_for(self, client: Redis) -> MonitorThreads:
+        """Run monitoring's threads for the leader about to start: health
+        decided and alerts delivered while this process leads."""
+        runs = self._redis_runs(client)
+        config = self.monitor_config
+
+        def schedule(schedule_id: str) -> tuple[str, str, Policy]:
+            leader = self.leader
+            found = leader.queue.schedules.get(schedule_id) if leader is not None else None
+            if found is not None:
+                return found.actor_name, found.name, self.health_policy(found)
+            actor = schedule_id.split("/", 1)[0].split(":", 1)[0]
+            default = Policy(
+                grace_ms=config.grace,
+                max_runtime_ms=config.max_runtime or DEFAULT_TIME_LIMIT + RUNTIME_SLACK,
+                failure_threshold=config.failure_threshold,
+            )
+            return actor, schedule_id, default
+
+        def token() -> str | None:
+            leader = self.leader
+            leadership = leader.leadership if leader is not None else None
+            return None if leadership is None else leadership.token
+
+        webhook = Webhook(config.alert_webhook) if config.alert_webhook else None
+        return MonitorThreads(
+            monitor=HealthMonitor(store=runs, schedule=schedule),
+            delivery=AlertDelivery(outbox=runs, logger=self.logger, on_alert=config.on_alert, webhook=webhook),
+            token=token,
+            interval=self.timing.retry_interval,
+            logger=self.logger,
+        )
 
     def _mark_ms(self) -> int:
         """How long an idempotent enqueue's mark is kept: longer than any
@@ -397,6 +559,9 @@ class CronMiddleware(Middleware):
         """Stop the leader thread and release the lease if held."""
         with self._start_lock:
             leader, self.leader = self.leader, None
+            monitoring, self._monitoring = self._monitoring, None
+        if monitoring is not None:
+            monitoring.stop(timeout)
         if leader is not None:
             leader.stop(timeout)
             if leader.hand_over is not None:

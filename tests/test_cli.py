@@ -120,11 +120,23 @@ def test_list_shows_each_schedule_with_its_next_fire_times_last_outcome_and_paus
     assert entry["last_outcome"] in ("fired", "caught_up")
     assert dt.datetime.fromisoformat(entry["last_tick"]) <= dt.datetime.fromisoformat(data["now"])
     assert entry["paused"] is False
+    assert entry["health"] in ("pending", "ok")  # ok once a run finished
 
     table = cli(running.env, "list", APP)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
-    assert header.split() == ["ACTOR", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST", "TICK", "OUTCOME", "PAUSED"]
+    assert header.split() == [
+        "ACTOR",
+        "SOURCE",
+        "EXPRESSION",
+        "ZONE",
+        "NEXT",
+        "LAST",
+        "TICK",
+        "OUTCOME",
+        "HEALTH",
+        "PAUSED",
+    ]
     assert row.startswith("tick_0") and " code " in row and "* * * * * *" in row and " UTC " in row
     assert row.rstrip().endswith("no")
 

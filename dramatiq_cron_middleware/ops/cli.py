@@ -11,7 +11,10 @@ add``) are listed beside declared ones, each row saying its source.
 
 Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease;
 2 a usage or configuration error (bad module, no middleware, unknown
-actor); 3 Redis could not be reached.
+actor); 3 Redis could not be reached.  ``check`` follows the Nagios plugin
+convention: 0 every schedule ``ok``, ``pending`` or ``paused``, 1 one is
+``late`` or ``running_long``, 2 one is ``failing`` or ``missed``, 3 Redis
+could not be reached.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import redis
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
 from ..middleware import CronMiddleware, find_middleware
+from ..monitoring.read import check_report, read_health, read_runs
+from ..monitoring.records import PROBLEMS
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule
 from ..store.codes import Outcome
 from ..store.connection import describe, redact, scheduler_clients
@@ -231,6 +236,9 @@ def _list(app: _App, args: argparse.Namespace) -> int:
                 "paused": paused_by(s, paused) is not None,
             }
         )
+    health = _health_of(app, schedules, now)
+    for schedule, record in zip(schedules, records, strict=True):
+        record["health"] = health[schedule.id]
     named = any(s.name != s.expression for s in schedules)
     headers = [
         "ACTOR",
@@ -241,6 +249,7 @@ def _list(app: _App, args: argparse.Namespace) -> int:
         "NEXT",
         "LAST TICK",
         "OUTCOME",
+        "HEALTH",
         "PAUSED",
     ]
     rows = []
@@ -256,6 +265,7 @@ def _list(app: _App, args: argparse.Namespace) -> int:
                 ", ".join(when(t, s.zone) for t in upcoming_ms) or "none (ended)",
                 when(decision.tick_ms, s.zone) if decision else "-",
                 decision.outcome if decision else "-",
+                health[s.id],
                 "yes" if paused_by(s, paused) is not None else "no",
             ]
         )
@@ -341,10 +351,70 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     if undeclared:
         line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
     lines.append(line)
+    page = app.runtime.list(limit=10_000)
+    report = read_health(
+        app.control.client,
+        app.middleware.keys,
+        [*app.schedules, *(r.schedule for r in page.items)],
+        now_ms=now,
+        policy=app.middleware.health_policy,
+    )
+    counts = report.counts()
+    data["health"] = counts
+    lines.append("Health:     " + (", ".join(f"{n} {state}" for state, n in counts.items()) or "no schedules"))
     if not healthy:
         lines.append("Status:     NO LEADER - no process renewed the lease within its length")
     _emit(args, data, "\n".join(lines))
     return EXIT_OK if healthy else EXIT_NO_LEADER
+
+
+def _health_of(app: _App, schedules: Sequence[BoundSchedule], now: int) -> dict[str, str]:
+    report = read_health(
+        app.control.client, app.middleware.keys, schedules, now_ms=now, policy=app.middleware.health_policy
+    )
+    return {h.schedule_id: h.health for h in report.schedules}
+
+
+def _check(app: _App, args: argparse.Namespace) -> int:
+    report = check_report(app.middleware, app.broker)
+    rows = [
+        [
+            h.schedule_id,
+            h.health,
+            "-" if h.since_ms is None else when(h.since_ms),
+            "-" if h.last_run is None else f"{h.last_run.outcome} ({when(h.last_run.tick_ms)})",
+            (h.last_run.error or "") if h.last_run is not None else "",
+        ]
+        for h in sorted(report.schedules, key=lambda h: (-PROBLEMS.get(h.health, 0), h.schedule_id))
+    ]
+    counts = ", ".join(f"{n} {state}" for state, n in report.counts().items())
+    text = _table(["SCHEDULE", "HEALTH", "SINCE", "LAST RUN", "ERROR"], rows) if rows else "No cron schedules."
+    _emit(args, report.to_json(), text + (f"\n{counts}" if counts else ""))
+    return report.exit_code
+
+
+def _runs(app: _App, args: argparse.Namespace) -> int:
+    target = app.target(args)
+    assert target.schedule_id is not None
+    zone = app.zone_of(target.schedule_id)
+    runs = read_runs(app.control.client, app.middleware.keys, target.schedule_id, limit=args.limit)
+    rows = [
+        [
+            when(r.tick_ms, zone),
+            r.outcome,
+            "-" if r.started_ms is None else when(r.started_ms, zone),
+            "-" if r.duration_ms is None else span(r.duration_ms),
+            r.attempt,
+            r.host or "-",
+            r.pid or "-",
+            r.error or "",
+        ]
+        for r in runs
+    ]
+    headers = ["TICK", "OUTCOME", "STARTED", "DURATION", "ATTEMPT", "HOST", "PID", "ERROR"]
+    text = _table(headers, rows) if rows else f"No runs of {target.schedule_id} recorded."
+    _emit(args, {"runs": [r.to_json() for r in runs]}, text)
+    return EXIT_OK
 
 
 def _history(app: _App, args: argparse.Namespace) -> int:
@@ -615,7 +685,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dramatiq-cron",
         description="See and steer the cron schedules of a dramatiq app.",
-        epilog="Exit status: 0 ok, 1 no live leader (status), 2 error, 3 Redis unreachable.",
+        epilog="Exit status: 0 ok, 1 no live leader (status), 2 error, 3 Redis unreachable; "
+        "check: 0 ok, 1 warning, 2 critical, 3 Redis unreachable.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -637,7 +708,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("history", "recent tick outcomes, oldest first")
     sub.add_argument("actor", nargs="?", metavar="ACTOR", help="only this actor (or schedule id)")
     sub.add_argument("--limit", "-n", type=int, default=20, metavar="N", help="how many entries (default 20)")
+    command("check", "each schedule's health; exit 0 all ok, 1 late or running long, 2 failing or missed")
     for name, help in (
+        ("runs", "a schedule's recent runs, newest first: outcome, start, duration, host, error"),
         ("trigger", "enqueue a schedule's message now, marked manual; the schedule is left as it is"),
         ("pause", "stop firing a schedule's (or, with --actor, every schedule of an actor's) ticks until resumed"),
         ("resume", "undo pause"),
@@ -653,7 +726,9 @@ def _parser() -> argparse.ArgumentParser:
         which.add_argument(
             "--schedule", metavar="ID", help="exactly this schedule id (an unnamed schedule's is its actor)"
         )
-        if name != "trigger":
+        if name == "runs":
+            sub.add_argument("--limit", "-n", type=int, default=20, metavar="N", help="how many runs (default 20)")
+        if name not in ("trigger", "runs"):
             which.add_argument("--actor", dest="whole_actor", metavar="ACTOR", help="every schedule of this actor")
     sub = command("add", "create or replace a runtime schedule of a declared actor (no deploy needed)")
     sub.add_argument("actor", metavar="ACTOR", help="the actor's name")
@@ -694,6 +769,8 @@ _COMMANDS = {
     "list": _list,
     "status": _status,
     "history": _history,
+    "check": _check,
+    "runs": _runs,
     "trigger": _trigger,
     "pause": _pause,
     "resume": _pause,

@@ -182,6 +182,17 @@ class Schedule:
       end(int|datetime): The instant from which the schedule no longer
         ticks (exclusive: a tick exactly at ``end`` does not fire).  Must
         be after ``start``.  Defaults to None, meaning no upper bound.
+      grace(int): Run monitoring: how long in milliseconds after its tick a
+        run may take to start before the schedule is ``late``, and a tick
+        nobody decided may be overdue before it is ``missed``.  Defaults
+        to None, meaning the middleware's ``grace`` (60 s).
+      max_runtime(int): Run monitoring: how long in milliseconds a run may
+        take before the schedule is ``running_long``.  Defaults to None,
+        meaning the middleware's ``max_runtime``, else the actor's
+        ``time_limit`` plus 5 s.
+      failure_threshold(int): Run monitoring: after this many failed runs
+        in a row the schedule is ``failing`` (a success makes it ``ok``).
+        Defaults to None, meaning the middleware's (1).
     """
 
     expression: str | None = None
@@ -200,6 +211,9 @@ class Schedule:
     offset: int = 0
     start: int | dt.datetime | None = None
     end: int | dt.datetime | None = None
+    grace: int | None = None
+    max_runtime: int | None = None
+    failure_threshold: int | None = None
 
 
 #: What the ``cron`` actor option accepts.
@@ -256,6 +270,10 @@ class BoundSchedule:
     #: Whether the schedule was given a ``name=`` (otherwise ``name`` holds
     #: the expression, for display).
     named: bool = dataclasses.field(default=True, compare=False, repr=False)
+    #: Run monitoring's thresholds (ms, ms, runs); None: the middleware's.
+    grace: int | None = None
+    max_runtime: int | None = None
+    failure_threshold: int | None = None
     # Caches, filled on first use (slots, not a __dict__: a leader may hold a
     # large runtime set, and a dict per schedule doubles its memory).
     _id: str | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
@@ -766,6 +784,11 @@ def bind_schedule(
     if item.overlap not in _OVERLAP_POLICIES:
         raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
     _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
+    _check_ms(where, "grace", item.grace, allow_none=True)
+    _check_ms(where, "max_runtime", item.max_runtime, allow_none=True, positive=True)
+    threshold = item.failure_threshold
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
+        raise CronScheduleError(f"{where}: failure_threshold must be a positive int of runs, got {threshold!r}")
     if not isinstance(item.args, (tuple, list)):
         raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
     if not isinstance(item.kwargs, Mapping):
@@ -819,6 +842,9 @@ def bind_schedule(
         end=end,
         source=source,
         revision=revision,
+        grace=item.grace,
+        max_runtime=item.max_runtime,
+        failure_threshold=item.failure_threshold,
     )
     if signature is not None:
         _check_arguments(bound, signature)

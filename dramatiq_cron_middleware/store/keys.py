@@ -138,3 +138,51 @@ class Keys:
         ``"<attempt>|<claim token>"`` (``CronDeduplication``), with a TTL of
         at least the catch-up window plus the time a message may wait."""
         return f"{self.tag}:dedup:{message_id}"
+
+    # -- run monitoring (monitoring/) ------------------------------------------
+
+    def runs(self, schedule_id: str) -> str:
+        """Hash: tick ms -> the JSON record of that tick's run (its latest
+        attempt); the newest ``run_history`` are kept."""
+        return f"{self.tag}:runs:{schedule_id}"
+
+    def runs_order(self, schedule_id: str) -> str:
+        """Sorted set: the ticks of :meth:`runs`, scored by tick (the trim
+        drops the oldest)."""
+        return f"{self.tag}:runs-order:{schedule_id}"
+
+    @property
+    def runs_last(self) -> str:
+        """Hash: schedule id -> the JSON record of its newest run."""
+        return f"{self.tag}:runs:last"
+
+    @property
+    def run_events(self) -> str:
+        """Stream of run starts and finishes (capped), which the leader reads
+        from :attr:`health_cursor` on to decide health."""
+        return f"{self.tag}:runs:events"
+
+    @property
+    def runs_open(self) -> str:
+        """Sorted set: ``p|<tick>|<schedule id>`` (enqueued, not started) and
+        ``r|<tick>|<schedule id>`` (running), scored by the deadline after
+        which the run is late or running long."""
+        return f"{self.tag}:runs:open"
+
+    @property
+    def health(self) -> str:
+        """Hash: schedule id -> JSON of its health as the leader decided it
+        (fenced writes only)."""
+        return f"{self.tag}:health"
+
+    @property
+    def health_cursor(self) -> str:
+        """The id of the last entry of :attr:`run_events` the leader decided
+        on (fenced writes only): a new leader carries on from there."""
+        return f"{self.tag}:health:cursor"
+
+    @property
+    def alerts(self) -> str:
+        """List: the alert outbox, appended with every health change that
+        alerts (fenced) and popped once delivered."""
+        return f"{self.tag}:alerts"

@@ -670,6 +670,9 @@ def _definition(bound: BoundSchedule) -> dict[str, Any]:
         "options": bound.options,
         "start": bound.start,
         "end": bound.end,
+        "grace": bound.grace,
+        "max_runtime": bound.max_runtime,
+        "failure_threshold": bound.failure_threshold,
     }
 
 
@@ -681,6 +684,8 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     if not isinstance(args, list):
         raise CronScheduleError(f"args must be a list, got {args!r}")
     revision = int(data.get("rev", 0))
+    for field in _MONITORING_FIELDS:  # absent from definitions stored before run monitoring
+        data.setdefault(field, None)
     shared = _shared_fields(data)
     offset, start, end = data["offset"], data["start"], data["end"]
     if not (
@@ -754,6 +759,9 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
         offset=data["offset"],
         start=data["start"],
         end=data["end"],
+        grace=data.get("grace"),
+        max_runtime=data.get("max_runtime"),
+        failure_threshold=data.get("failure_threshold"),
     )
     return bind_schedule(
         actor_name,
@@ -780,7 +788,11 @@ _TEMPLATE_FIELDS = (
     "max_age",
     "overlap",
     "overlap_ttl",
+    "grace",
+    "max_runtime",
+    "failure_threshold",
 )
+_MONITORING_FIELDS = ("grace", "max_runtime", "failure_threshold")
 _shared_fields = operator.itemgetter(*_TEMPLATE_FIELDS)
 # Only values of these exact types take the template path: ``True == 1`` and
 # ``1.0 == 1`` would otherwise share a template validated for the int.

@@ -73,3 +73,19 @@ local function notify_runtime(list)
   redis.call('RPUSH', list, redis.call('GET', KEYS[3]) or '0')
   redis.call('PEXPIRE', list, 600000)
 end
+
+-- Store a run record (run monitoring): JSON under TICK in the runs hash
+-- RUNS, the tick in the order sorted set ORDER (keeping the newest KEEP),
+-- and the record as the schedule SID's newest run in the hash LAST when
+-- its tick is the newest.
+local function put_run(runs, order, last, sid, tick, json, keep)
+  redis.call('HSET', runs, tick, json)
+  redis.call('ZADD', order, tick, tick)
+  local excess = redis.call('ZCARD', order) - keep
+  if excess > 0 then
+    local dropped = redis.call('ZPOPMIN', order, excess)
+    for i = 1, #dropped, 2 do redis.call('HDEL', runs, dropped[i]) end
+  end
+  local newest = redis.call('ZREVRANGE', order, 0, 0)
+  if newest[1] == tostring(tick) then redis.call('HSET', last, sid, json) end
+end

@@ -1,0 +1,164 @@
+"""How a schedule's health is decided: pure functions of the stored facts
+and the events the leader reads, with no clock and no Redis, so the leader,
+``dramatiq-cron check`` and ``testing.CronSimulator`` decide alike.
+
+The facts kept per schedule (:class:`Facts`) are few: how many finished
+runs failed in a row, which ticks are overdue to start (late) or to finish
+(running long), whether the last decided tick was missed, and whether any
+run happened.  The health is a function of them (:func:`health_of`); an
+alert goes out when it changes into a problem or back to ``ok``
+(:func:`alert_for`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from .records import PROBLEMS
+
+__all__ = ["Facts", "Policy", "alert_for", "health_of"]
+
+# Overdue ticks remembered per schedule: enough to tell one stuck run from
+# the next; older ones are superseded anyway.
+_REMEMBERED = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A schedule's thresholds, resolved (see ``Schedule(grace=...)``)."""
+
+    grace_ms: int
+    max_runtime_ms: int
+    failure_threshold: int
+    #: The schedule's jitter: a message may be held back that long before
+    #: its ``grace`` starts counting.
+    jitter_ms: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the leader remembers of a schedule (stored as JSON in
+    ``{prefix}:health``), and the health it last decided from them."""
+
+    health: str = "pending"
+    since_ms: int | None = None
+    #: Finished runs that failed in a row (a success resets it).
+    fails: int = 0
+    #: Ticks fired and not started within ``grace``.
+    late: tuple[int, ...] = ()
+    #: Ticks started and not finished within ``max_runtime``.
+    long: tuple[int, ...] = ()
+    #: The last decided tick was recorded as missed (no run will come).
+    missed: bool = False
+    #: Some run started or finished.
+    ran: bool = False
+    #: The tick and error of the event that last changed the health.
+    tick_ms: int | None = None
+    error: str | None = None
+
+    # -- events ------------------------------------------------------------
+
+    def fired(self, tick_ms: int) -> Facts:
+        """A tick was enqueued: nothing is missed any more."""
+        return dataclasses.replace(self, missed=False) if self.missed else self
+
+    def was_missed(self, tick_ms: int | None) -> Facts:
+        """The ledger recorded a tick as missed."""
+        return dataclasses.replace(self, missed=True, tick_ms=tick_ms)
+
+    def started(self, tick_ms: int) -> Facts:
+        """A run of ``tick_ms`` started: it and every older tick are no
+        longer late, and older runs still open are superseded."""
+        return dataclasses.replace(
+            self,
+            late=tuple(t for t in self.late if t > tick_ms),
+            long=tuple(t for t in self.long if t > tick_ms),
+            missed=False,
+            ran=True,
+            tick_ms=tick_ms,
+        )
+
+    def finished(self, tick_ms: int, outcome: str, error: str | None) -> Facts:
+        """A run of ``tick_ms`` finished with ``outcome``."""
+        facts = dataclasses.replace(self.started(tick_ms), long=tuple(t for t in self.long if t > tick_ms))
+        if outcome == "succeeded":
+            return dataclasses.replace(facts, fails=0, error=None)
+        if outcome == "failed":
+            return dataclasses.replace(facts, fails=facts.fails + 1, error=error)
+        return facts  # retrying (the final attempt decides), dropped
+
+    def overdue(self, tick_ms: int, *, running: bool) -> Facts:
+        """A deadline passed: the run of ``tick_ms`` did not start within
+        ``grace`` (``running`` False) or finish within ``max_runtime``."""
+        if running:
+            return dataclasses.replace(self, long=_remember(self.long, tick_ms), tick_ms=tick_ms)
+        return dataclasses.replace(self, late=_remember(self.late, tick_ms), tick_ms=tick_ms)
+
+    # -- the stored form ---------------------------------------------------
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "health": self.health,
+                "since": self.since_ms,
+                "fails": self.fails,
+                "late": list(self.late),
+                "long": list(self.long),
+                "missed": self.missed,
+                "ran": self.ran,
+                "tick": self.tick_ms,
+                "error": self.error,
+            }
+        )
+
+    @classmethod
+    def loads(cls, text: str | bytes | None) -> Facts:
+        """The stored form; a missing or unusable value is a fresh start."""
+        if text is None:
+            return cls()
+        try:
+            data: Any = json.loads(text)
+            return cls(
+                health=str(data["health"]),
+                since_ms=None if data.get("since") is None else int(data["since"]),
+                fails=int(data.get("fails", 0)),
+                late=tuple(int(t) for t in data.get("late", ())),
+                long=tuple(int(t) for t in data.get("long", ())),
+                missed=bool(data.get("missed", False)),
+                ran=bool(data.get("ran", False)),
+                tick_ms=None if data.get("tick") is None else int(data["tick"]),
+                error=data.get("error") if isinstance(data.get("error"), str) else None,
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return cls()
+
+
+def health_of(facts: Facts, policy: Policy) -> str:
+    """The health the facts say, the worst first: ``failing``, ``missed``,
+    ``running_long``, ``late``, then ``ok`` once anything ran, else
+    ``pending``.  (``paused`` is not decided here: it is the paused set's.)"""
+    if facts.fails >= policy.failure_threshold:
+        return "failing"
+    if facts.missed:
+        return "missed"
+    if facts.long:
+        return "running_long"
+    if facts.late:
+        return "late"
+    return "ok" if facts.ran else "pending"
+
+
+def alert_for(previous: str, health: str) -> bool:
+    """Whether a change from ``previous`` to ``health`` alerts: into a
+    problem, or from one back to ``ok``; never ``pending`` → ``ok``."""
+    if previous == health:
+        return False
+    return health in PROBLEMS or (health == "ok" and previous in PROBLEMS)
+
+
+def _remember(ticks: tuple[int, ...], tick_ms: int) -> tuple[int, ...]:
+    if tick_ms in ticks:
+        return ticks
+    return tuple(sorted((*ticks, tick_ms)))[-_REMEMBERED:]

@@ -1,0 +1,194 @@
+"""The leader side of run monitoring: health decided under the fenced lease.
+
+A turn costs two round trips, whatever the number of schedules (no scan):
+one read of what happened since the last turn (the run events after the
+stored cursor, the open runs whose deadline passed, the stored facts of
+the schedules these name), and, when something changed, one fenced write
+of the new facts, the cursor, the open runs and the alerts.  The write
+checks the lease token, so a deposed leader changes nothing, and the alert
+is stored in the same atomic step as the change it announces: a new
+leader carries on from the stored facts and cursor and re-sends nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from ..store.runs import HealthRead, HealthWrite
+from .health import Facts, Policy, alert_for, health_of
+from .records import Alert
+
+__all__ = ["HealthMonitor", "HealthStore", "Turn"]
+
+#: At most this many events and due deadlines are decided per turn; a
+#: backlog is worked off over the next turns.
+BATCH = 1000
+
+
+class HealthStore(Protocol):
+    """The health half of the run store (``store.runs.RedisRuns`` or the
+    in-memory store's)."""
+
+    def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead: ...
+
+    def write_health(self, token: str, write: HealthWrite) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """What a turn decided: the alerts it stored, and whether more work
+    was left for the next turn (a full batch)."""
+
+    alerts: list[Alert]
+    more: bool
+    written: bool
+
+
+class HealthMonitor:
+    """Decides every schedule's health from run events and deadlines.
+
+    Parameters:
+      store: Where the events, open runs and facts are.
+      schedule: A schedule id's ``(actor, name, policy)`` (a schedule
+        removed since falls back on defaults).
+    """
+
+    def __init__(self, *, store: HealthStore, schedule: Callable[[str], tuple[str, str, Policy]]) -> None:
+        self.store = store
+        self.schedule = schedule
+        self._lock = threading.Lock()
+        self._fired: list[tuple[str, int]] = []
+        self._missed: list[tuple[str, int | None]] = []
+
+    # -- told by the leader thread (quick, never raises) ---------------------
+
+    def fired(self, schedule_id: str, tick_ms: int) -> None:
+        """A tick's message reached the broker."""
+        with self._lock:
+            self._fired.append((schedule_id, tick_ms))
+
+    def missed(self, schedule_id: str, tick_ms: int | None = None) -> None:
+        """The ledger recorded a tick as missed."""
+        with self._lock:
+            self._missed.append((schedule_id, tick_ms))
+
+    def forget(self) -> None:
+        """Leadership was lost: what was buffered is the next leader's to
+        learn (a fired tick it did not see is not watched for lateness)."""
+        with self._lock:
+            self._fired, self._missed = [], []
+
+    # -- one turn ------------------------------------------------------------
+
+    def turn(self, token: str) -> Turn:
+        """Read, decide and (fenced by ``token``) write; on a store error the
+        buffered ticks are kept for the next turn and the error raised."""
+        with self._lock:
+            fired, self._fired = self._fired, []
+            missed, self._missed = self._missed, []
+        try:
+            return self._turn(token, fired, missed)
+        except BaseException:
+            with self._lock:
+                self._fired[:0] = fired
+                self._missed[:0] = missed
+            raise
+
+    def _turn(self, token: str, fired: list[tuple[str, int]], missed: list[tuple[str, int | None]]) -> Turn:
+        named = list(dict.fromkeys([sid for sid, _ in fired] + [sid for sid, _ in missed]))
+        read = self.store.read_health(max_events=BATCH, max_due=BATCH, schedule_ids=named)
+        before = {sid: Facts.loads(text) for sid, text in read.facts.items()}
+        facts = dict(before)
+        # member -> new deadline, or None: removed (the last change wins).
+        open_runs: dict[str, int | None] = {}
+        marks: list[tuple[str, int, str]] = []
+
+        def get(sid: str) -> Facts:
+            return facts.get(sid) or Facts()
+
+        for sid, tick in fired:
+            _, _, policy = self.schedule(sid)
+            facts[sid] = get(sid).fired(tick)
+            open_runs[_member("p", tick, sid)] = tick + policy.jitter_ms + policy.grace_ms
+            marks.append((sid, tick, "pending"))
+        for sid, missed_tick in missed:
+            facts[sid] = get(sid).was_missed(missed_tick)
+        for event in read.events:
+            sid, tick = event.schedule_id, event.tick_ms
+            open_runs[_member("p", tick, sid)] = None
+            if event.kind == "start":
+                _, _, policy = self.schedule(sid)
+                facts[sid] = get(sid).started(tick)
+                open_runs[_member("r", tick, sid)] = event.at_ms + policy.max_runtime_ms
+            else:
+                facts[sid] = get(sid).finished(tick, event.outcome, event.error)
+                open_runs[_member("r", tick, sid)] = None
+        for member, _deadline in read.due:
+            if member in open_runs:
+                continue  # started or finished meanwhile: that event decided it
+            parsed = _parse_member(member)
+            open_runs[member] = None
+            if parsed is None:
+                continue
+            kind, tick, sid = parsed
+            facts[sid] = get(sid).overdue(tick, running=kind == "r")
+            if kind == "r":
+                marks.append((sid, tick, "lost"))
+        alerts: list[Alert] = []
+        changed: dict[str, str] = {}
+        for sid, new in facts.items():
+            actor, name, policy = self.schedule(sid)
+            old = before.get(sid) or Facts()
+            health = health_of(new, policy)
+            if health != old.health:
+                new = dataclasses.replace(new, health=health, since_ms=read.now_ms)
+                if alert_for(old.health, health):
+                    alerts.append(
+                        Alert(
+                            schedule_id=sid,
+                            actor=actor,
+                            name=name,
+                            state=health,
+                            previous=old.health,
+                            tick_ms=new.tick_ms,
+                            at_ms=read.now_ms,
+                            error=new.error if health == "failing" else None,
+                        )
+                    )
+            else:
+                new = dataclasses.replace(new, health=old.health, since_ms=old.since_ms)
+            if new != old:
+                changed[sid] = new.dumps()
+        cursor = read.events[-1].entry_id if read.events else None
+        write = HealthWrite(
+            cursor=cursor,
+            facts=changed,
+            add={m: d for m, d in open_runs.items() if d is not None},
+            remove=[m for m, d in open_runs.items() if d is None],
+            runs=marks,
+            alerts=[a.dumps() for a in alerts],
+        )
+        more = len(read.events) >= BATCH or len(read.due) >= BATCH
+        if write.empty:
+            return Turn(alerts=[], more=more, written=False)
+        if not self.store.write_health(token, write):
+            return Turn(alerts=[], more=False, written=False)  # not leading: nothing was written
+        return Turn(alerts=alerts, more=more, written=True)
+
+
+def _member(kind: str, tick_ms: int, schedule_id: str) -> str:
+    """An open run's member: ``p`` (pending) or ``r`` (running), its tick,
+    its schedule."""
+    return f"{kind}|{tick_ms}|{schedule_id}"
+
+
+def _parse_member(member: str) -> tuple[str, int, str] | None:
+    kind, _, rest = member.partition("|")
+    tick, _, sid = rest.partition("|")
+    try:
+        return (kind, int(tick), sid) if kind in ("p", "r") and sid else None
+    except ValueError:
+        return None

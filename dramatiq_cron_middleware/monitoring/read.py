@@ -1,0 +1,166 @@
+"""Reading run monitoring from Redis, for operators: a schedule's runs, and
+every schedule's health as ``dramatiq-cron check`` (and the dashboard's
+``/health``) reports it.
+
+The health is the leader's decision (stored under its fenced lease), with
+one fact checked here from the ledger so that it holds without any leader:
+a tick more than ``grace`` overdue that nobody decided, or that was
+recorded as missed, makes the schedule ``missed``.  A check run from
+outside (a Kubernetes probe, Nagios, a system cron) is thereby a dead-man's
+switch for the whole scheduler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+from dramatiq import Broker
+
+from ..errors import CronConfigurationError
+from ..schedules.schedule import NEVER, BoundSchedule
+from ..store.codes import ClaimResult, parse_ledger_value, whole_actor
+from ..store.connection import scheduler_clients
+from ..store.keys import Keys
+from ..store.timing import Timing
+from .health import Facts, Policy
+from .records import PROBLEMS, RunRecord, ScheduleHealth, parse_run
+
+if TYPE_CHECKING:
+    from ..middleware import CronMiddleware
+
+__all__ = ["CheckReport", "check_report", "decide_check", "read_health", "read_runs"]
+
+# Schedules read per pipeline by check_report.
+_CHUNK = 1000
+
+
+def read_runs(client: redis.Redis, keys: Keys, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
+    """The newest ``limit`` runs of a schedule, newest first (at most the
+    ``run_history`` kept).  ``client`` decodes responses (see
+    ``store.connection.scheduler_clients``).
+
+    Raises:
+      redis.ConnectionError: Redis did not answer.
+    """
+    ticks: Any = client.zrevrange(keys.runs_order(schedule_id), 0, max(limit, 1) - 1)
+    if not ticks:
+        return []
+    values: Any = client.hmget(keys.runs(schedule_id), list(ticks))
+    runs = (parse_run(schedule_id, v) for v in values)
+    return [run for run in runs if run is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckReport:
+    """Every schedule's health, and the verdict for a probe."""
+
+    schedules: list[ScheduleHealth]
+    now_ms: int
+
+    @property
+    def exit_code(self) -> int:
+        """The Nagios status: 0 when every schedule is ``ok``, ``pending``
+        or ``paused``; 1 when one is ``late`` or ``running_long``; 2 when
+        one is ``failing`` or ``missed``."""
+        return max((PROBLEMS.get(s.health, 0) for s in self.schedules), default=0)
+
+    def counts(self) -> dict[str, int]:
+        """How many schedules are in each health, problems first."""
+        out: dict[str, int] = {}
+        for s in sorted(self.schedules, key=lambda s: -PROBLEMS.get(s.health, 0)):
+            out[s.health] = out.get(s.health, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"schedules": [{"id", "actor", "name", "health", "since",
+        "last_run"}, ...]}``, the document of ``check --json``."""
+        return {"schedules": [s.to_json() for s in self.schedules]}
+
+
+def check_report(cron: CronMiddleware, broker: Broker) -> CheckReport:
+    """Every schedule's health (declared and runtime), read from the Redis
+    ``cron`` uses.
+
+    Raises:
+      redis.ConnectionError, redis.TimeoutError: Redis did not answer.
+    """
+    client, _ = scheduler_clients(
+        cron.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
+    )
+    try:
+        seconds, micros = client.time()  # first: an unreachable Redis fails here
+        now = int(seconds) * 1000 + int(micros) // 1000
+        schedules = [*cron.all_schedules(), *_runtime_schedules(cron)]
+        return read_health(client, cron.keys, schedules, now_ms=now, policy=cron.health_policy)
+    finally:
+        client.close()
+
+
+def read_health(
+    client: redis.Redis, keys: Keys, schedules: Sequence[BoundSchedule], *, now_ms: int, policy: Any
+) -> CheckReport:
+    """The health of ``schedules`` at ``now_ms``; ``policy(schedule)`` gives
+    each one's :class:`Policy`."""
+    out: list[ScheduleHealth] = []
+    paused: Any = client.smembers(keys.paused)
+    for start in range(0, len(schedules), _CHUNK):
+        chunk = schedules[start : start + _CHUNK]
+        ids = [s.id for s in chunk]
+        pipe = client.pipeline(transaction=False)
+        pipe.hmget(keys.health, ids)
+        pipe.hmget(keys.ticks, ids)
+        pipe.hmget(keys.runs_last, ids)
+        stored, ledger, last = pipe.execute()
+        for s, facts, entry, run in zip(chunk, stored, ledger, last, strict=True):
+            is_paused = s.id in paused or whole_actor(s.actor_name) in paused
+            health, since = decide_check(
+                s, Facts.loads(facts), entry, now_ms=now_ms, policy=policy(s), paused=is_paused
+            )
+            out.append(
+                ScheduleHealth(
+                    schedule_id=s.id,
+                    actor=s.actor_name,
+                    name=s.name,
+                    health=health,
+                    since_ms=since,
+                    last_run=parse_run(s.id, run),
+                )
+            )
+    return CheckReport(schedules=out, now_ms=now_ms)
+
+
+def decide_check(
+    schedule: BoundSchedule, facts: Facts, ledger_value: object, *, now_ms: int, policy: Policy, paused: bool
+) -> tuple[str, int | None]:
+    """A schedule's health and since when, as ``check`` reports it: paused
+    first; then ``missed`` when the ledger shows a tick more than ``grace``
+    overdue (never decided, or recorded as missed) unless the leader's
+    stored health is already ``failing``; else the stored health."""
+    if paused:
+        return "paused", None
+    entry = parse_ledger_value(ledger_value) if ledger_value is not None else None
+    if entry is not None and facts.health != "failing":
+        if entry.result == ClaimResult.RECORDED and not entry.baseline:
+            return "missed", facts.since_ms if facts.health == "missed" else entry.tick_ms
+        due = schedule.next_after(entry.tick_ms)
+        if due < NEVER and now_ms > due + policy.grace_ms:
+            return "missed", due + policy.grace_ms
+    return facts.health, facts.since_ms
+
+
+def _runtime_schedules(cron: CronMiddleware) -> list[BoundSchedule]:
+    try:
+        runtime = cron.runtime
+    except CronConfigurationError:  # a StubBroker without Redis: none there
+        return []
+    out: list[BoundSchedule] = []
+    cursor: str | None = None
+    while True:
+        page = runtime.list(cursor=cursor, limit=10_000)
+        out.extend(r.schedule for r in page.items)
+        cursor = page.cursor
+        if cursor is None:
+            return out

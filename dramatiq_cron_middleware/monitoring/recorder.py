@@ -1,0 +1,209 @@
+"""The worker side of run monitoring: a record of every cron message's run.
+
+The middleware's hooks call :class:`RunRecorder` for messages that carry a
+``cron_tick`` option only (other messages cost nothing): one script at
+start (host, pid, Redis time, attempt) and one at finish (outcome, error),
+each one round trip, each also appending the event the leader decides
+health from.  The finish is written when the message is acknowledged or
+rejected: dramatiq calls ``after_process_message`` hooks in reverse order,
+so ``Retries`` decides whether a failure is retried only after this
+middleware's hook ran.
+
+It fails open: a Redis that does not answer within the scheduler's
+operation timeout loses the record, with one WARNING per episode, and
+never touches the job or its result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+from dramatiq.broker import MessageProxy
+
+from ..leader.reports import Episode
+from ..store.connection import redact
+
+__all__ = ["ERROR_LENGTH", "RunRecorder", "RunRecords", "RunSink", "describe_error", "tick_of"]
+
+#: A failed run's error is cut to about this many characters.
+ERROR_LENGTH = 500
+
+
+class RunRecords(Protocol):
+    """The storage a :class:`RunRecorder` writes to (``store.runs.RedisRuns``,
+    or the in-memory store's)."""
+
+    def record_run(
+        self,
+        mode: str,
+        schedule_id: str,
+        tick_ms: int,
+        *,
+        attempt: int,
+        token: str,
+        host: str,
+        pid: int,
+        outcome: str = "",
+        error: str = "",
+    ) -> bool:
+        """Record a ``"start"`` or ``"finish"``."""
+
+
+class RunSink(Protocol):
+    """Where the middleware's hooks report runs: see :class:`RunRecorder`."""
+
+    def started(self, message: MessageProxy) -> None: ...
+
+    def processed(self, message: MessageProxy, error: BaseException | None) -> None: ...
+
+    def settled(self, message: MessageProxy, *, rejected: bool) -> None: ...
+
+    def dropped(self, message: MessageProxy) -> None: ...
+
+
+@dataclasses.dataclass
+class _Delivery:
+    """One delivery of a message, from its start to its settling."""
+
+    token: str
+    attempt: int
+    error: BaseException | None = None
+    processed: bool = False
+
+
+class RunRecorder:
+    """Writes run records from the worker threads.
+
+    Parameters:
+      runs_factory: Builds the storage (a short-timeout client) on first
+        use: a worker that never runs a cron message never connects.
+      logger: Where a failing Redis is reported, once per episode.
+    """
+
+    def __init__(self, *, runs_factory: Callable[[], RunRecords], logger: logging.Logger) -> None:
+        self.logger = logger
+        self._factory = runs_factory
+        self._lock = threading.Lock()
+        self._runs: RunRecords | None = None
+        self._failing: Episode[str] = Episode()
+        self._host = socket.gethostname()
+        # A worker thread runs one message at a time, start to settling:
+        # the delivery waits here between the hooks.
+        self._local = threading.local()
+
+    def started(self, message: MessageProxy) -> None:
+        """A cron message starts running (its attempt is ``retries + 1``)."""
+        found = _identify(message)
+        if found is None:
+            return
+        delivery = _new_delivery(message)
+        self._deliveries()[message.message_id] = delivery
+        self._record("start", found, delivery, "")
+
+    def processed(self, message: MessageProxy, error: BaseException | None) -> None:
+        """The actor returned or raised."""
+        delivery = self._deliveries().get(message.message_id)
+        if delivery is not None:
+            delivery.error = error
+            delivery.processed = True
+
+    def settled(self, message: MessageProxy, *, rejected: bool) -> None:
+        """The message was acknowledged (succeeded, or failed and requeued
+        for a retry) or rejected (failed for good): record the finish."""
+        delivery = self._deliveries().pop(message.message_id, None)
+        if delivery is None or not delivery.processed:
+            return
+        if rejected:
+            outcome = "failed"
+        else:
+            outcome = "succeeded" if delivery.error is None else "retrying"
+        self._finish(message, outcome, delivery)
+
+    def dropped(self, message: MessageProxy) -> None:
+        """The message was skipped (``AgeLimit``, a duplicate): it will not run."""
+        delivery = self._deliveries().pop(message.message_id, None)
+        self._finish(message, "dropped", delivery or _new_delivery(message))
+
+    def _finish(self, message: MessageProxy, outcome: str, delivery: _Delivery) -> None:
+        found = _identify(message)
+        if found is not None:
+            error = delivery.error
+            self._record("finish", found, delivery, outcome, describe_error(error) if error is not None else "")
+
+    def _deliveries(self) -> dict[str, _Delivery]:
+        found: dict[str, _Delivery] | None = getattr(self._local, "deliveries", None)
+        if found is None:
+            found = self._local.deliveries = {}
+        return found
+
+    def _record(self, mode: str, run: tuple[str, int], delivery: _Delivery, outcome: str, error: str = "") -> None:
+        schedule_id, tick = run
+        try:
+            self._get_runs().record_run(
+                mode,
+                schedule_id,
+                tick,
+                attempt=delivery.attempt,
+                token=delivery.token,
+                host=self._host,
+                pid=os.getpid(),
+                outcome=outcome,
+                error=error,
+            )
+        except Exception as exc:  # Redis down, a bad URL...: never fail the message
+            if self._failing.failing("unreachable"):
+                self.logger.warning(
+                    "Could not record the %s of a run of %s (%s); run records are lost until Redis answers "
+                    "again, the jobs run as usual.",
+                    mode,
+                    schedule_id,
+                    redact(f"{type(exc).__name__}: {exc}"),
+                )
+            return
+        if self._failing.recovered() is not None:
+            self.logger.warning("Recording runs works again.")
+
+    def _get_runs(self) -> RunRecords:
+        with self._lock:
+            if self._runs is None:
+                self._runs = self._factory()
+            return self._runs
+
+
+def tick_of(message: MessageProxy) -> int | None:
+    """The tick (epoch ms) of a cron message, from its ``cron_tick``; None
+    for any other message."""
+    tick = message.options.get("cron_tick")
+    if not isinstance(tick, str):
+        return None
+    try:
+        return round(dt.datetime.fromisoformat(tick).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def describe_error(error: BaseException) -> str:
+    """``Type: message``, credentials in URLs redacted, cut to about
+    :data:`ERROR_LENGTH` characters."""
+    text = redact(f"{type(error).__name__}: {error}")
+    return text if len(text) <= ERROR_LENGTH else text[: ERROR_LENGTH - 3] + "..."
+
+
+def _new_delivery(message: MessageProxy) -> _Delivery:
+    return _Delivery(uuid.uuid4().hex, int(message.options.get("retries", 0) or 0) + 1)
+
+
+def _identify(message: MessageProxy) -> tuple[str, int] | None:
+    schedule_id = message.options.get("cron_schedule")
+    tick = tick_of(message)
+    if not isinstance(schedule_id, str) or tick is None:
+        return None
+    return schedule_id, tick
