@@ -288,17 +288,10 @@ def _sentry_active() -> bool:
 
 
 def _config_of(schedule: BoundSchedule, cron: CronMiddleware) -> dict[str, Any]:
+    policy = cron.health_policy(schedule)  # the thresholds run monitoring uses, resolved
     return monitor_config(
         schedule,
-        grace=_option(schedule, cron, "grace"),
-        max_runtime=_option(schedule, cron, "max_runtime"),
-        failure_threshold=_option(schedule, cron, "failure_threshold"),
+        grace=policy.grace_ms,
+        max_runtime=policy.max_runtime_ms,
+        failure_threshold=policy.failure_threshold,
     )
-
-
-def _option(schedule: BoundSchedule, cron: CronMiddleware, name: str) -> int | None:
-    """A monitoring option of the schedule, else the middleware's default."""
-    value = getattr(schedule, name, None)
-    if value is None:
-        value = getattr(cron, name, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -91,7 +91,7 @@ def run(broker: StubBroker, simulator: CronSimulator, *, by: dt.timedelta) -> No
 def test_a_run_checks_in_in_progress_then_ok_with_its_duration_and_the_schedules_monitor(
     broker: StubBroker, sent: Envelopes
 ) -> None:
-    @dramatiq.actor(cron=Schedule("30 2 * * *", timezone="Europe/Berlin"))
+    @dramatiq.actor(cron=Schedule("30 2 * * *", timezone="Europe/Berlin"), time_limit=1_800_000)
     def nightly() -> None: ...
 
     run(broker, CronSimulator(broker, now=T0), by=dt.timedelta(days=1))
@@ -100,11 +100,28 @@ def test_a_run_checks_in_in_progress_then_ok_with_its_duration_and_the_schedules
     assert (start["monitor_slug"], start["status"], finish["status"]) == ("nightly", "in_progress", "ok")
     assert start["check_in_id"] == finish["check_in_id"]
     assert finish["duration"] is not None and finish["duration"] >= 0
+    # The thresholds of run monitoring: grace 60 s, max_runtime the actor's
+    # time limit plus 5 s (in whole minutes, rounded up), one failure.
     assert start["monitor_config"] == {
         "schedule": {"type": "crontab", "value": "30 2 * * *"},
         "timezone": "Europe/Berlin",
+        "checkin_margin": 1,
+        "max_runtime": 31,
+        "failure_issue_threshold": 1,
         "recovery_threshold": 1,
     }
+
+
+def test_the_monitor_takes_the_schedules_own_grace_max_runtime_and_failure_threshold(
+    broker: StubBroker, sent: Envelopes
+) -> None:
+    @dramatiq.actor(cron=Schedule("0 * * * *", grace=300_000, max_runtime=7_200_000, failure_threshold=3))
+    def hourly() -> None: ...
+
+    run(broker, CronSimulator(broker, now=T0), by=dt.timedelta(hours=1))
+
+    config = sent.check_ins[0]["monitor_config"]
+    assert (config["checkin_margin"], config["max_runtime"], config["failure_issue_threshold"]) == (5, 120, 3)
 
 
 def test_every_failed_attempt_is_an_error_and_a_retry_is_a_check_in_of_its_own(
