@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
@@ -32,8 +33,12 @@ from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 
 from .errors import CronConfigurationError
+from .leader.reports import Episode
 from .leader.thread import LeaderObserver
 from .middleware import find_middleware
+from .monitoring.read import check_report
+from .monitoring.records import HEALTH_STATES, ScheduleHealth
+from .store.connection import redact
 
 __all__ = ["CronMetrics", "ENV_DIR", "ENV_HOST", "ENV_PORT", "serve_metrics"]
 
@@ -68,7 +73,10 @@ class CronMetrics(Middleware):
     ``lease_renew_seconds`` and ``last_fire_timestamp_seconds`` (per
     ``schedule``); from the workers' own hooks, per ``schedule``:
     ``runs_total`` (by ``outcome``: succeeded, failed, retrying, dropped),
-    ``run_duration_seconds`` and ``last_success_timestamp_seconds``.
+    ``run_duration_seconds`` and ``last_success_timestamp_seconds``; and
+    from the leading process, what ``dramatiq-cron check`` reports: per
+    ``schedule`` and ``state``, ``health`` (1 for the schedule's health, 0
+    for the other states).
 
     Parameters:
       host(str): Address the exposition server binds when dramatiq's
@@ -76,12 +84,19 @@ class CronMetrics(Middleware):
         ``DRAMATIQ_CRON_METRICS_HOST``, else ``"0.0.0.0"``.
       port(int): Its port.  Defaults to None, meaning
         ``DRAMATIQ_CRON_METRICS_PORT``, else 9192.
+      health_interval(int): How often, in milliseconds, the leading
+        process reads every schedule's health into the ``health`` gauges
+        (one read of them all, as ``check`` does).  Defaults to 15000
+        (Prometheus' default scrape interval); None exports no health
+        (seven series per schedule: consider it with many thousands).
 
     Raises:
       CronConfigurationError: when prometheus-client is not installed.
     """
 
-    def __init__(self, *, host: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, *, host: str | None = None, port: int | None = None, health_interval: int | None = 15_000
+    ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         if importlib.util.find_spec("prometheus_client") is None:
             raise CronConfigurationError(
@@ -89,6 +104,14 @@ class CronMetrics(Middleware):
             )
         self.host = host or os.environ.get(ENV_HOST) or "0.0.0.0"
         self.port = port if port is not None else int(os.environ.get(ENV_PORT) or _DEFAULT_PORT)
+        if health_interval is not None and (
+            isinstance(health_interval, bool) or not isinstance(health_interval, int) or health_interval <= 0
+        ):
+            raise CronConfigurationError(
+                f"CronMetrics: health_interval must be a positive number of milliseconds or None, "
+                f"got {health_interval!r}"
+            )
+        self.health_interval = health_interval
         self.directory: str | None = None
         self.own_exposition = False
         self.observer: _Observer | None = None
@@ -117,8 +140,16 @@ class CronMetrics(Middleware):
                 json.dump({"host": self.host, "port": self.port}, f)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.directory
         guard = _Guard(self.logger)
-        self.observer = _Observer(guard=guard)
         self.runs = _Runs(guard=guard)
+        health = None
+        if self.health_interval is not None:
+            health = _Health(
+                read=lambda: check_report(cron, broker).schedules,
+                interval_s=self.health_interval / 1000,
+                runs=self.runs,
+                logger=self.logger,
+            )
+        self.observer = _Observer(guard=guard, health=health)
         cron.observe_leader(self.observer)
 
     def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
@@ -235,18 +266,99 @@ class _Runs:
         if outcome == "succeeded":
             self.last_success.labels(schedule_id).set(time.time())
 
+    def succeeded_at(self, schedule_id: str, at_s: float) -> None:
+        """A success recorded in Redis (so a restarted instance shows it)."""
+        self.last_success.labels(schedule_id).set(at_s)
+
     def dropped(self, message: dramatiq.broker.MessageProxy) -> None:
         self._started.pop(message.message_id, None)
         self._guard(self._count, str(message.options["cron_schedule"]), "dropped")
 
 
+class _Health:
+    """While this process leads, reads every schedule's health (what
+    ``check`` reports) into gauges on a thread of its own, every
+    ``interval_s``; when it stops leading, sets them all to 0.  So the
+    current leader's process is the only one with a state at 1, in its
+    instance's exposition (the gauges keep the most recent value of any
+    live process) and across instances (``max by (schedule, state)``)."""
+
+    def __init__(
+        self, *, read: Callable[[], list[ScheduleHealth]], interval_s: float, runs: _Runs, logger: Any
+    ) -> None:
+        import prometheus_client as prom
+
+        self.read = read
+        self.interval_s = interval_s
+        self.runs = runs
+        self.logger = logger
+        self.gauge = prom.Gauge(
+            "dramatiq_cron_health",
+            "1 for the schedule's health (as dramatiq-cron check reports it), 0 for the other states.",
+            ["schedule", "state"],
+            registry=prom.CollectorRegistry(),  # values live in the multiprocess files
+            multiprocess_mode="livemostrecent",
+        )
+        self._lock = threading.Lock()  # one writer of the gauges at a time
+        self._shown: dict[str, str] = {}  # schedule id -> the state at 1
+        self._stop: threading.Event | None = None
+        self._failing: Episode[str] = Episode()
+
+    def lead(self, leading: bool) -> None:
+        """Start reading when this process leads, stop when it no longer does."""
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
+        if leading:
+            self._stop = threading.Event()
+            threading.Thread(target=self._run, args=(self._stop,), name="cron-health-metrics", daemon=True).start()
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.refresh(stop)
+            stop.wait(self.interval_s)
+        with self._lock:
+            if self._stop is None:  # not leading again meanwhile: the new term's thread shows its own
+                self._show({})
+
+    def refresh(self, stop: threading.Event | None = None) -> None:
+        """Read the health once and set the gauges (unless ``stop`` was set
+        meanwhile); a schedule gone since the last read has every state at 0."""
+        try:
+            healths = self.read()
+        except Exception as exc:  # Redis down: the gauges keep their last values
+            if self._failing.failing(type(exc).__name__):
+                self.logger.warning("Cron health metrics cannot be read (%s).", redact(f"{type(exc).__name__}: {exc}"))
+            return
+        if self._failing.recovered() is not None:
+            self.logger.warning("Cron health metrics are read again.")
+        with self._lock:
+            if stop is not None and stop.is_set():
+                return
+            self._show({s.schedule_id: s.health for s in healths})
+        for schedule in healths:
+            last = schedule.last_run
+            if last is not None and last.outcome == "succeeded" and last.finished_ms is not None:
+                self.runs.succeeded_at(schedule.schedule_id, last.finished_ms / 1000)
+
+    def _show(self, states: dict[str, str]) -> None:
+        for schedule_id in self._shown.keys() | states.keys():
+            current = states.get(schedule_id)
+            if self._shown.get(schedule_id) == current and current is not None:
+                continue  # unchanged: seven writes saved
+            for state in HEALTH_STATES:
+                self.gauge.labels(schedule_id, state).set(1 if state == current else 0)
+        self._shown = states
+
+
 class _Observer(LeaderObserver):
     """Turns what the leader thread reports into metric updates."""
 
-    def __init__(self, *, guard: _Guard) -> None:
+    def __init__(self, *, guard: _Guard, health: _Health | None) -> None:
         import prometheus_client as prom
 
         self._guard = guard
+        self._health = health
         registry = prom.CollectorRegistry()  # values live in the multiprocess files
         self.leader = prom.Gauge(
             "dramatiq_cron_leader",
@@ -289,6 +401,8 @@ class _Observer(LeaderObserver):
     def _leadership_changed(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
         self.changes.labels("gained" if leading else "lost").inc()
+        if self._health is not None:
+            self._health.lead(leading)
 
     def renewed(self, *, latency_ms: float) -> None:
         """Observe a renewal's latency."""
