@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -27,8 +28,8 @@ from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
 from ..store.timing import Timing
-from . import forms, pages
-from .chart import OUTCOME_COLOURS
+from . import forms, health_pages, pages
+from .chart import OUTCOME_COLOURS, RUN_COLOURS, duration_chart
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -107,8 +108,11 @@ class CronDashboard:
     """A web dashboard of a dramatiq app's cron scheduler, as a WSGI app.
 
     It shows the leader, the candidates and Redis; every schedule with its
-    next runs and last outcome; each schedule's history with a chart; and
-    lets an operator pause, resume and trigger schedules, and add, edit and
+    next runs, last outcome and health, the schedules that need attention
+    first; each schedule's history and runs with charts; ``/health``, the
+    JSON of ``dramatiq-cron check --json`` for probes (200, or 503 when a
+    schedule is failing or missed or Redis is unreachable); and lets an
+    operator pause, resume and trigger schedules, and add, edit and
     remove runtime schedules.  Mount it in any WSGI server, in Flask with
     ``DispatcherMiddleware``, in Django (``dramatiq_cron_middleware.web.django``)
     or run it alone with ``dramatiq-cron web APP``.
@@ -201,6 +205,11 @@ class CronDashboard:
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)
         self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)
+        self.health_cache = health_pages.ReportCache(
+            lambda: health_pages.read_all(
+                self.control, middleware.all_schedules(), self.runtime, policy=middleware.health_policy
+            )
+        )
         # Built now, so a missing Jinja2 fails here with the install hint.
         self._templates = _templates()
         self._routes: dict[tuple[str, str], Callable[[_Request], _Response]] = {
@@ -215,6 +224,7 @@ class CronDashboard:
             ("GET", "/runtime/edit"): self._runtime_form,
             ("POST", "/runtime/edit"): self._runtime_save,
             ("POST", "/runtime/remove"): self._runtime_remove,
+            ("GET", "/health"): self._health,
         }
 
     # -- WSGI -----------------------------------------------------------------
@@ -320,12 +330,27 @@ class CronDashboard:
             runtime=self.runtime,
             lock_ttl=self.middleware.lock_ttl,
         )
-        return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms})
+        return self._page(
+            request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": self._health_or_none()}
+        )
 
     def _schedules(self, request: _Request) -> _Response:
         filters = pages.Filters.parse(request.query)
-        view = pages.schedules_view(self.control, self.middleware.all_schedules(), self.runtime, filters)
-        return self._page(request, "schedules.html", {"view": view, "page_sizes": pages.PAGE_SIZES})
+        report = self.health_cache.get()
+        if filters.health != "all":
+            view = health_pages.filtered_view(self.control, report, filters)
+        else:
+            view = pages.schedules_view(self.control, self.middleware.all_schedules(), self.runtime, filters)
+        context = {
+            "view": view,
+            "page_sizes": pages.PAGE_SIZES,
+            "health_filters": pages.HEALTH_FILTERS,
+            "problems": report.problems(),
+            "healths": health_pages.health_of(
+                self.control, [row.schedule for row in view.rows], policy=self.middleware.health_policy
+            ),
+        }
+        return self._page(request, "schedules.html", context)
 
     def _history(self, request: _Request) -> _Response:
         schedule_id = request.query.get("id", "")
@@ -336,7 +361,33 @@ class CronDashboard:
         if before is not None and not _stream_id(before):
             raise _HTTPError("400 Bad Request", "Bad history cursor.")
         view = pages.history_view(self.control, schedule_id, schedule, source, before=before)
-        return self._page(request, "history.html", {"view": view})
+        runs = health_pages.schedule_runs(self.control, schedule_id, schedule, policy=self.middleware.health_policy)
+        return self._page(
+            request, "history.html", {"view": view, "runs": runs, "runs_chart": duration_chart(runs.runs)}
+        )
+
+    def _health(self, request: _Request) -> _Response:
+        """``/health``, for probes: the JSON of ``dramatiq-cron check
+        --json``, answered 200, or 503 when a schedule is ``failing`` or
+        ``missed`` (Nagios critical) or Redis cannot be reached (then the
+        body is ``{"error": ...}``).  ``late`` and ``running_long`` (Nagios
+        warning) answer 200: a probe that restarts or pages on them would
+        act on a backed-up queue; ``dramatiq-cron check`` exits 1 for them.
+        The report is the dashboard's kept one (see ``ReportCache``)."""
+        try:
+            self.control.server_ms()  # reachable now, whatever the report kept says
+            report = self.health_cache.get().report
+        except redis.RedisError as exc:
+            error = f"Redis at {self.where} cannot be reached or refused the request ({type(exc).__name__})."
+            return self._json("503 Service Unavailable", {"error": error})
+        return self._json("503 Service Unavailable" if report.exit_code >= 2 else "200 OK", report.to_json())
+
+    def _health_or_none(self) -> health_pages.HealthReport | None:
+        """For the overview, which shows an unreachable Redis instead of failing."""
+        try:
+            return self.health_cache.get()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return None
 
     # -- actions --------------------------------------------------------------
 
@@ -484,6 +535,11 @@ class CronDashboard:
         response.headers.append(("Location", request.url(path, params)))
         return response
 
+    def _json(self, status: str, document: Any) -> _Response:
+        response = _Response(status, json.dumps(document).encode())
+        response.headers.append(("Content-Type", "application/json"))
+        return response
+
     def _plain(self, status: str, text: str) -> _Response:
         response = _Response(status, text.encode())
         response.headers.append(("Content-Type", "text/plain; charset=utf-8"))
@@ -518,7 +574,7 @@ def _templates() -> Any:
         lstrip_blocks=True,
     )
     environment.filters.update(when=when, iso=iso, span=span, redact=redact, quote=quote)
-    environment.globals.update(colours=OUTCOME_COLOURS)
+    environment.globals.update(colours=OUTCOME_COLOURS, run_colours=RUN_COLOURS)
     return environment
 
 

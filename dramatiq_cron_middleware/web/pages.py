@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from ..monitoring.records import HEALTH_STATES
 from ..ops.control import (
     Candidate,
     Control,
@@ -34,6 +35,7 @@ from .chart import lag_chart, lag_ms
 from .describe import describe
 
 __all__ = [
+    "HEALTH_FILTERS",
     "Filters",
     "HistoryView",
     "Overview",
@@ -52,6 +54,8 @@ NEXT_RUNS = 3
 PAGE_SIZES = (50, 20, 100, 200)
 #: Entries per page of a schedule's history.
 HISTORY_PAGE = 50
+#: The schedules page's health filter: any, any problem, or one state.
+HEALTH_FILTERS = ("all", "problems", *HEALTH_STATES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +76,9 @@ class Filters:
     cursor: str = ""
     at: int = 0
     per_page: int = PAGE_SIZES[0]
+    #: The health filter (``HEALTH_FILTERS``): ``all``, ``problems`` or one
+    #: health state.
+    health: str = "all"
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> Filters:
@@ -93,6 +100,7 @@ class Filters:
             cursor=cursor,
             at=int(at) if at.isdigit() and cursor else 0,
             per_page=per_page if per_page in PAGE_SIZES else PAGE_SIZES[0],
+            health=health if (health := params.get("health", "all")) in HEALTH_FILTERS else "all",
         )
 
     def params(self, **changes: Any) -> dict[str, str]:
@@ -100,6 +108,7 @@ class Filters:
         left out so links stay short."""
         merged = dataclasses.replace(self, **changes)
         out = {"q": merged.query, "source": merged.source, "state": merged.state, "cursor": merged.cursor}
+        out["health"] = merged.health
         out = {k: v for k, v in out.items() if v and v != "all"}
         if merged.cursor and merged.at:
             out["at"] = str(merged.at)
@@ -144,7 +153,8 @@ class SchedulesView:
     runtime_known: bool
 
 
-def _matches(schedule: BoundSchedule, needle: str) -> bool:
+def matches(schedule: BoundSchedule, needle: str) -> bool:
+    """Whether the search ``needle`` (lower-cased) finds the schedule."""
     return (
         needle in schedule.actor_name.lower()
         or needle in schedule.name.lower()
@@ -193,7 +203,7 @@ def schedules_view(
     total: int | None = 0
     code_matches: list[BoundSchedule] = []
     if filters.source in ("all", "code"):
-        code_matches = [s for s in code if (not needle or _matches(s, needle)) and state_ok(s)]
+        code_matches = [s for s in code if (not needle or matches(s, needle)) and state_ok(s)]
         total = len(code_matches)
     with_runtime = runtime is not None and filters.source in ("all", "runtime")
     after: str | None = None
@@ -210,7 +220,7 @@ def schedules_view(
             # those up instead of reading the whole catalogue.
             ids = sorted(p for p in paused if ":" in p and "/" not in p)
             found = [s for s in (find_runtime(runtime, i) for i in ids) if s is not None]
-            found = [s for s in found if not needle or _matches(s, needle)]
+            found = [s for s in found if not needle or matches(s, needle)]
             total = None if total is None else total + len(found)
             rest = [s for s in found if after is None or s.id > after]
             room = size - len(picked)
@@ -229,25 +239,29 @@ def schedules_view(
                     next_cursor = "r:" + page.cursor
             elif next_cursor is None and page.items:
                 next_cursor = "r:"
-    decisions = control.decisions([s.id for s in picked])
-    rows = [
-        Row(
-            schedule=s,
-            words=words(s),
-            next_ms=upcoming(s, now),
-            last=decisions.get(s.id),
-            paused_by=paused_by(s, paused),
-        )
-        for s in picked
-    ]
     return SchedulesView(
-        rows=rows,
+        rows=rows_of(control, picked, now_ms=now, paused=paused),
         total=total,
         filters=filters,
         next_cursor=next_cursor,
         now_ms=now,
         runtime_known=runtime is not None,
     )
+
+
+def rows_of(control: Control, schedules: Sequence[BoundSchedule], *, now_ms: int, paused: set[str]) -> list[Row]:
+    """The rows of a page's schedules (their last decisions in one read)."""
+    decisions = control.decisions([s.id for s in schedules])
+    return [
+        Row(
+            schedule=s,
+            words=words(s),
+            next_ms=upcoming(s, now_ms),
+            last=decisions.get(s.id),
+            paused_by=paused_by(s, paused),
+        )
+        for s in schedules
+    ]
 
 
 @dataclasses.dataclass(frozen=True)

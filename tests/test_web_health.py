@@ -1,0 +1,201 @@
+"""Run monitoring on the dashboard, as a WSGI application against a real
+redis-server, a real leader thread and a real dramatiq ``Worker`` in this
+process: ``/health`` for probes, the overview's counts, the health column,
+the schedules that need attention and the health filter, and a schedule's
+runs with their duration chart (errors escaped)."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq import Worker
+from dramatiq.brokers.redis import RedisBroker
+
+from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware.monitoring.read import check_report
+from dramatiq_cron_middleware.web import CronDashboard
+from dramatiq_cron_middleware.web.health_pages import ReportCache
+from tests.support.instances import wait_for
+from tests.support.redis_server import RedisServer
+from tests.support.wsgi import Browser
+
+pytest.importorskip("jinja2")
+
+EVIL = "<script>alert(1)</script>"
+SECRET = "redis://user:hunter2@db.example:6379/0"
+
+
+@dataclass
+class Monitored:
+    server: RedisServer
+    broker: RedisBroker
+    middleware: CronMiddleware
+    web: Browser
+
+    def health(self) -> tuple[int, Any]:
+        reply = self.web.get("/cron/health")
+        assert reply.header("Content-Type") == "application/json"
+        return reply.status, json.loads(reply.text)
+
+
+@contextmanager
+def monitoring(server: RedisServer) -> Iterator[Monitored]:
+    """Given ``healthy`` and ``broken`` (it raises, without retries), each
+    every second, with a leader and two worker threads running them, Then
+    ``broken`` fails and ``healthy`` is ok."""
+    broker = RedisBroker(url=f"redis://127.0.0.1:{server.port}/1")
+    middleware = CronMiddleware(redis=server.url, lock_ttl=1000, grace=2000)
+    broker.add_middleware(middleware)
+    dramatiq.actor(lambda: None, actor_name="healthy", broker=broker, cron="* * * * * *")
+
+    def broken() -> None:
+        raise RuntimeError(f"{EVIL} could not reach {SECRET}")
+
+    dramatiq.actor(broken, actor_name="broken", broker=broker, cron="* * * * * *", max_retries=0)
+    worker = Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    try:
+        wait_for(
+            lambda: (
+                {s.schedule_id: s.health for s in check_report(middleware, broker).schedules}
+                == {"healthy": "ok", "broken": "failing"}
+            ),
+            timeout=20,
+            interval=0.1,
+            what="broken failing and healthy ok",
+        )
+        yield Monitored(server, broker, middleware, Browser(CronDashboard(broker, unauthenticated=True)))
+    finally:
+        worker.stop()
+        middleware.stop()
+        broker.close()
+
+
+@pytest.fixture(scope="module")
+def monitored() -> Iterator[Monitored]:
+    """One app for the tests that only read (its own redis-server)."""
+    with RedisServer() as server, monitoring(server) as app:
+        yield app
+
+
+def test_health_answers_the_check_document_with_503_while_a_schedule_fails_and_200_once_none_does(
+    redis_server: RedisServer,
+) -> None:
+    with monitoring(redis_server) as monitored:
+        health_answers(monitored)
+
+
+def health_answers(monitored: Monitored) -> None:
+    status, document = monitored.health()
+    assert status == 503
+    expected = check_report(monitored.middleware, monitored.broker).to_json()
+    assert [(s["id"], s["health"]) for s in document["schedules"]] == [
+        (s["id"], s["health"]) for s in expected["schedules"]
+    ]
+    assert set(document) == {"schedules"}
+    broken = next(s for s in document["schedules"] if s["id"] == "broken")
+    assert set(broken) == {"id", "actor", "name", "health", "since", "last_run"}
+    assert broken["last_run"]["outcome"] == "failed"
+    assert "hunter2" not in json.dumps(document)
+    # Paused, the schedule is no problem any more: 200 (once the dashboard
+    # reads the health again, within a couple of seconds).
+    monitored.server.client().sadd("{dramatiq-cron}:paused", "broken")
+    status, document = wait_for(
+        lambda: (answer := monitored.health())[0] == 200 and answer, timeout=10, what="200 on /health"
+    )
+    assert {s["id"]: s["health"] for s in document["schedules"]} == {"healthy": "ok", "broken": "paused"}
+    # Redis unreachable: 503 with one line saying so.
+    monitored.server.stop()
+    status, document = wait_for(
+        lambda: (answer := monitored.health())[0] == 503 and answer, timeout=10, what="503 on /health"
+    )
+    assert list(document) == ["error"] and "cannot be reached" in document["error"]
+
+
+def test_the_overview_counts_the_problems_and_links_them(monitored: Monitored) -> None:
+    page = monitored.web.get("/cron/").text
+    assert '<p class="big" id="health-summary"><a href="/cron/schedules?health=problems">1 failing</a></p>' in page
+    assert '<dt>failing</dt><dd><a href="/cron/schedules?health=failing">1</a></dd>' in page
+    assert '<dt>ok</dt><dd><a href="/cron/schedules?health=ok">1</a></dd>' in page
+
+
+def test_schedules_show_their_health_problems_first_and_filter_by_it(monitored: Monitored) -> None:
+    page = monitored.web.get("/cron/schedules").text
+    attention, everything = page.split('<table id="schedules">')
+    assert "Needs attention" in attention
+    assert 'data-problem="broken"' in attention and 'data-problem="healthy"' not in attention
+    assert EVIL not in page and html.escape(EVIL) in attention  # the error, escaped
+    assert "hunter2" not in page
+    rows = {
+        schedule: row for schedule, row in (part.split('"', 1) for part in everything.split('<tr data-schedule="')[1:])
+    }
+    assert '<span class="health health-failing">failing</span>' in rows["broken"]
+    assert '<span class="health health-ok">ok</span>' in rows["healthy"]
+
+    failing = monitored.web.get("/cron/schedules?health=failing").text
+    assert 'data-schedule="broken"' in failing and 'data-schedule="healthy"' not in failing
+    assert "Needs attention" not in failing
+    assert '<option value="failing" selected>' in failing
+    ok = monitored.web.get("/cron/schedules?health=ok").text
+    assert 'data-schedule="healthy"' in ok and 'data-schedule="broken"' not in ok
+    none = monitored.web.get("/cron/schedules?health=missed").text
+    assert "No schedule matches." in none
+    assert monitored.web.get("/cron/schedules?health=nonsense").status == 200  # read leniently: any
+
+
+def test_a_schedules_page_shows_its_runs_with_escaped_errors_and_a_duration_chart(monitored: Monitored) -> None:
+    page = monitored.web.get("/cron/schedule?id=broken").text
+    runs = page.split('<section id="runs">', 1)[1].split("</section>", 1)[0]
+    assert '<span class="health health-failing">failing</span>' in runs
+    assert runs.count('<tr class="run-row" data-outcome="failed">') >= 1
+    assert EVIL not in page and html.escape(EVIL) in runs
+    assert "hunter2" not in page and "redis://***@db.example" in runs
+    chart = runs.split("<svg", 1)[1].split("</svg>", 1)[0]
+    assert chart.count('data-outcome="failed"') == runs.count('<tr class="run-row"')
+    assert "Duration and outcome of the last" in chart
+    healthy = monitored.web.get("/cron/schedule?id=healthy").text
+    assert '<tr class="run-row" data-outcome="succeeded">' in healthy
+
+
+def test_every_schedules_health_is_read_again_in_the_background_after_ten_times_the_read() -> None:
+    """The report cache on a fake clock: the first read is waited for; a
+    read taking 1 s is used for 10 s, a quick one for 2 s; then one
+    background read replaces it while the old one is still served; a failed
+    background read keeps the last report."""
+    clock = [0.0]
+    reads: list[Any] = []
+    jobs: list[Any] = []
+
+    def read() -> Any:
+        reads.append(clock[0])
+        if len(reads) in (1, 4):
+            raise ConnectionError("down")
+        clock[0] += 1.0 if len(reads) == 2 else 0.001
+        return f"report {len(reads)}"
+
+    cache = ReportCache(read, monotonic=lambda: clock[0], background=jobs.append)
+    with pytest.raises(ConnectionError):
+        cache.get()  # the first read is waited for, and its error raised
+    assert cache.get() == "report 2"  # took 1 s: fresh until 11 s
+    clock[0] = 10.9
+    assert (cache.get(), jobs) == ("report 2", [])
+    clock[0] = 11.0
+    assert cache.get() == "report 2" and cache.get() == "report 2"
+    assert len(jobs) == 1  # one background read at a time
+    jobs.pop()()
+    assert cache.get() == "report 3"  # quick: fresh for 2 s
+    clock[0] = 13.1
+    assert cache.get() == "report 3"
+    jobs.pop()()  # fails
+    assert (cache.get(), jobs) == ("report 3", [])
+    clock[0] = 15.2
+    cache.get()
+    jobs.pop()()
+    assert cache.get() == "report 5"
