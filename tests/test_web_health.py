@@ -24,7 +24,7 @@ from dramatiq_cron_middleware.web import CronDashboard
 from dramatiq_cron_middleware.web.health_pages import ReportCache
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
-from tests.support.wsgi import Browser
+from tests.support.wsgi import Browser, csrf_of
 
 pytest.importorskip("jinja2")
 
@@ -199,3 +199,36 @@ def test_every_schedules_health_is_read_again_in_the_background_after_ten_times_
     cache.get()
     jobs.pop()()
     assert cache.get() == "report 5"
+
+
+def test_the_runtime_form_takes_grace_max_runtime_and_failure_threshold(redis_server: RedisServer) -> None:
+    """Given the add form, Then the three thresholds are stored with the
+    runtime schedule (empty: the middleware's), a value that is no number
+    or that the schedule refuses is shown as the error, and editing keeps
+    them."""
+    broker = RedisBroker(url=f"redis://127.0.0.1:{redis_server.port}/1")
+    middleware = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(middleware)
+    dramatiq.actor(lambda: None, actor_name="report", broker=broker)
+    web = Browser(CronDashboard(broker, unauthenticated=True))
+    try:
+        token = csrf_of(web.get("/cron/runtime/new").text)
+        form = {"csrf": token, "actor": "report", "name": "nightly", "expression": "0 3 * * *"}
+        typo = web.post("/cron/runtime/new", {**form, "grace": "1 min"})
+        assert typo.status == 400 and "grace must be a whole number" in html.unescape(typo.text)
+        refused = web.post("/cron/runtime/new", {**form, "failure_threshold": "0"})
+        assert refused.status == 400 and "failure_threshold" in html.unescape(refused.text)
+        assert middleware.runtime.get("report", "nightly") is None
+
+        thresholds = {"grace": "120000", "max_runtime": "3600000", "failure_threshold": "3"}
+        assert web.post("/cron/runtime/new", {**form, **thresholds}).status == 303
+        stored = middleware.runtime.get("report", "nightly").schedule
+        assert (stored.grace, stored.max_runtime, stored.failure_threshold) == (120_000, 3_600_000, 3)
+        edit = web.get("/cron/runtime/edit?id=report:nightly").text
+        assert all(f'name="{k}" value="{v}"' in edit for k, v in thresholds.items())
+        edited = {**form, **thresholds, "expression": "30 3 * * *", "original": "report:nightly", "grace": ""}
+        assert web.post("/cron/runtime/edit", edited).status == 303
+        stored = middleware.runtime.get("report", "nightly").schedule
+        assert (stored.expression, stored.grace, stored.failure_threshold) == ("30 3 * * *", None, 3)
+    finally:
+        broker.close()

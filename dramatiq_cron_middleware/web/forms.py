@@ -32,6 +32,10 @@ class RuntimeForm:
     timezone: str = ""
     args: str = "[]"
     kwargs: str = "{}"
+    #: Run monitoring's thresholds (ms, ms, runs); empty: the middleware's.
+    grace: str = ""
+    max_runtime: str = ""
+    failure_threshold: str = ""
     error: str | None = None
 
     @classmethod
@@ -44,6 +48,9 @@ class RuntimeForm:
             timezone=form.get("timezone", "").strip(),
             args=form.get("args", "").strip() or "[]",
             kwargs=form.get("kwargs", "").strip() or "{}",
+            grace=form.get("grace", "").strip(),
+            max_runtime=form.get("max_runtime", "").strip(),
+            failure_threshold=form.get("failure_threshold", "").strip(),
         )
 
     @classmethod
@@ -56,7 +63,29 @@ class RuntimeForm:
             timezone=schedule.timezone,
             args=json.dumps(list(schedule.args)),
             kwargs=json.dumps(schedule.kwargs, sort_keys=True),
+            grace=_text(schedule.grace),
+            max_runtime=_text(schedule.max_runtime),
+            failure_threshold=_text(schedule.failure_threshold),
         )
+
+    def monitoring(self) -> dict[str, Any]:
+        """``grace``, ``max_runtime`` and ``failure_threshold`` as the
+        schedule takes them (None when empty).
+
+        Raises:
+          ValueError: one is not a whole number; the message names it.
+        """
+        out: dict[str, Any] = {}
+        for field in ("grace", "max_runtime", "failure_threshold"):
+            text = getattr(self, field)
+            if text and not text.lstrip("-").isdigit():
+                raise ValueError(f"{field} must be a whole number (or empty for the middleware's), got {text!r}")
+            out[field] = int(text) if text else None
+        return out
+
+
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)
 
 
 def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
@@ -77,10 +106,14 @@ def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
         return f"args must be a JSON array, got {form.args!r}"
     if not isinstance(kwargs, dict):
         return f"kwargs must be a JSON object, got {form.kwargs!r}"
+    try:
+        monitoring = form.monitoring()
+    except ValueError as exc:
+        return str(exc)
     old_actor, sep, old_name = (original or "").partition(":")
     try:
         previous = store.get(old_actor, old_name) if sep else None
-        schedule = _schedule(form, args, kwargs, None if previous is None else previous.schedule)
+        schedule = _schedule(form, args, kwargs, None if previous is None else previous.schedule, monitoring)
         store.add(form.actor, schedule, name=form.name)
     except CronScheduleError as exc:
         return str(exc)
@@ -90,13 +123,19 @@ def save(store: Any, form: RuntimeForm, *, original: str | None) -> str | None:
     return None
 
 
-def _schedule(form: RuntimeForm, args: list[Any], kwargs: dict[str, Any], previous: BoundSchedule | None) -> Schedule:
+def _schedule(
+    form: RuntimeForm,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    previous: BoundSchedule | None,
+    monitoring: dict[str, Any],
+) -> Schedule:
     """The schedule the form describes.  When editing, every option the form
     does not show (catch-up, jitter, max_age, overlap, bounds, message
     options) keeps its stored value, and an interval schedule whose label
     was left as it was stays that interval."""
     if previous is None:
-        return Schedule(form.expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs)
+        return Schedule(form.expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs, **monitoring)
     kept: dict[str, Any] = {
         "catch_up": previous.catch_up,
         "catch_up_window": previous.catch_up_window,
@@ -113,7 +152,7 @@ def _schedule(form: RuntimeForm, args: list[Any], kwargs: dict[str, Any], previo
         expression = None
     else:
         expression = form.expression
-    return Schedule(expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs, **kept)
+    return Schedule(expression, timezone=form.timezone or None, args=tuple(args), kwargs=kwargs, **kept, **monitoring)
 
 
 def runtime_of(middleware: CronMiddleware) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
@@ -84,3 +85,10 @@ class Browser:
 def basic(user: str, password: str) -> dict[str, str]:
     """The Authorization header of HTTP basic auth."""
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF value a dashboard page's forms carry."""
+    match = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert match, "no CSRF field on the page"
+    return match.group(1)
