@@ -18,7 +18,8 @@ Redis, and measures:
   leader process over it, all threads: less sensitive to a busy host);
 - fire lag: the broker's ``after_enqueue`` minus the tick, over
   ``--seconds`` of leading by the last of them (p50, p99, max);
-- that process's RSS before its leader started and while it leads;
+- that process's RSS before its leader started and while it leads, and its
+  CPU seconds per second while leading (firing, renewing, deciding health);
 - the physical limit of a takeover (``benchmarks/limit.py``: the bare
   reads of every definition and of its ledger entry and shape, nothing
   decoded), on the same Redis after the takeovers, and the takeover's
@@ -125,7 +126,11 @@ def leader_process(url: str, count: int, seconds: float) -> None:
     out["acquired_s"], out["takeover_s"] = take_over(middleware, broker, count)
     out["cpu_s"] = round(time.process_time() - cpu, 2)  # this process, every thread
     lags.since = time.time() + 1.0
+    cpu, wall = time.process_time(), time.perf_counter()
     time.sleep(seconds + 1.5 if seconds else 0)
+    if seconds:
+        # The steady state: firing, renewing and (run monitoring) deciding health.
+        out["cpu_leading_per_s"] = round((time.process_time() - cpu) / (time.perf_counter() - wall), 4)
     out["rss_leading_mib"] = round(rss_mib(os.getpid()), 1)
     middleware.stop()
     broker.close()
@@ -179,6 +184,8 @@ def main() -> None:
         out["rss_before_leading_mib"] = runs[-1]["rss_before_mib"]
         out["rss_leading_mib"] = runs[-1]["rss_leading_mib"]
         out["fire_lag_ms"] = percentiles(runs[-1]["lags"])
+        if "cpu_leading_per_s" in runs[-1]:
+            out["leader_cpu_s_per_s"] = runs[-1]["cpu_leading_per_s"]
         client = server.client()
         limit = bare_reads(client, middleware.keys)
         client.close()

@@ -258,6 +258,20 @@ class CronMiddleware(Middleware):
             jitter_ms=schedule.jitter,
         )
 
+    def health_subject(self, schedule_id: str, schedule: BoundSchedule | None) -> tuple[str, str, Policy]:
+        """``(actor, name, policy)`` of a schedule the leader decides health
+        for; a schedule it no longer knows (a removed runtime schedule whose
+        runs are still reported) gets this middleware's defaults."""
+        if schedule is not None:
+            return schedule.actor_name, schedule.name, self.health_policy(schedule)
+        config = self.monitor_config
+        default = Policy(
+            grace_ms=config.grace,
+            max_runtime_ms=config.max_runtime or DEFAULT_TIME_LIMIT + RUNTIME_SLACK,
+            failure_threshold=config.failure_threshold,
+        )
+        return schedule_id.split("/", 1)[0].split(":", 1)[0], schedule_id, default
+
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
         keep the runtime schedules (workers then start no leader thread and
@@ -348,7 +362,7 @@ class CronMiddleware(Middleware):
         if "cron_tick" not in message.options:
             return None
         if self._simulator is not None:
-            return cast(RunSink, self._simulator.runs)
+            return cast(RunSink, self._simulator.run_sink)
         if self._stub_without_redis(broker):
             return None
         if self._recorder is None:
@@ -513,16 +527,7 @@ class CronMiddleware(Middleware):
 
         def schedule(schedule_id: str) -> tuple[str, str, Policy]:
             leader = self.leader
-            found = leader.queue.schedules.get(schedule_id) if leader is not None else None
-            if found is not None:
-                return found.actor_name, found.name, self.health_policy(found)
-            actor = schedule_id.split("/", 1)[0].split(":", 1)[0]
-            default = Policy(
-                grace_ms=config.grace,
-                max_runtime_ms=config.max_runtime or DEFAULT_TIME_LIMIT + RUNTIME_SLACK,
-                failure_threshold=config.failure_threshold,
-            )
-            return actor, schedule_id, default
+            return self.health_subject(schedule_id, leader.queue.schedules.get(schedule_id) if leader else None)
 
         def token() -> str | None:
             leader = self.leader

@@ -21,6 +21,15 @@ that store and fire like declared ones, from the fake time of their
 started and no Redis is needed.  ``overlap="skip"`` is not simulated (no
 worker reports a finished message back: every tick of such a schedule
 fires).
+
+Run monitoring is simulated too: workers on the broker record each cron
+message's run in the simulator's store (on the fake clock), the simulated
+leader decides every schedule's health from them, so ``simulator.runs(id)``,
+``simulator.health()`` and ``simulator.alerts`` show what ``dramatiq-cron
+runs``, ``check`` and ``on_alert`` would, for testing thresholds::
+
+    simulator.advance(by=timedelta(minutes=2))   # the worker is not running
+    assert simulator.health()["report"] == "late"
 """
 
 from __future__ import annotations
@@ -38,12 +47,19 @@ from dramatiq.logging import get_logger
 from .errors import CronScheduleError
 from .leader.thread import LeaderThread
 from .middleware import CronMiddleware, find_middleware
+from .monitoring.health import Facts, Policy
+from .monitoring.monitor import HealthMonitor
+from .monitoring.read import decide_check
+from .monitoring.recorder import RunRecorder
+from .monitoring.records import Alert, RunRecord, parse_run
+from .monitoring.thread import HealthObserver
 from .schedules.outcome import Outcome
 from .schedules.planner import message_for
 from .schedules.schedule import Schedule
 from .store.boundary import Boundary, BrokerBoundary
 from .store.clock import ServerClock
-from .store.in_memory import InMemoryStore, MemoryServer
+from .store.codes import whole_actor
+from .store.in_memory import InMemoryStore, MemoryRuns, MemoryServer
 from .store.keys import Keys
 from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id
 
@@ -106,11 +122,18 @@ class CronSimulator:
         self.enqueued: list[Message[Any]] = []
         self._sent: list[Message[Any]] = []
         self._errors = _Errors()
-        self._leader = self._new_leader()
         self._history = 0
         #: ``(schedule id, tick ms)`` of every tick recorded as missed (by the
         #: catch-up policy or window); for a run of missed ticks, the last one.
         self.missed: list[tuple[str, int]] = []
+        #: Run monitoring in the simulation's store: workers record runs here.
+        self.run_store = MemoryRuns(self.server, run_history=self.middleware.monitor_config.run_history)
+        self.run_sink = RunRecorder(runs_factory=lambda: self.run_store, logger=logging.getLogger(__name__))
+        self._monitor = HealthMonitor(store=self.run_store, schedule=self._describe)
+        #: Every alert the simulated leader sent, in order (``on_alert`` gets
+        #: each too, at once).
+        self.alerts: list[Alert] = []
+        self._leader = self._new_leader()
         self._turn()  # registers every schedule: a baseline at now
 
     def _new_leader(self) -> LeaderThread[Any]:
@@ -125,6 +148,7 @@ class CronSimulator:
             schedules=middleware.all_schedules(),
             timing=middleware.timing,
             logger=logger,
+            observer=HealthObserver(self._monitor, None),
             pace=False,
         )
         return leader
@@ -198,10 +222,55 @@ class CronSimulator:
             # No worker reports back here (overlap="skip"): every tick fires.
             self.server.running.clear()
             self._collect()
+            self._decide()
             due = leader.queue.next_due_ms()
             if leader.leadership is not None and leader.queue.in_sync and (due is None or due > self._now):
                 return
         raise RuntimeError(f"the simulated leader did not settle at {self.now.isoformat()}")
+
+    def runs(self, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
+        """A schedule's recorded runs, newest first (as ``dramatiq-cron runs``)."""
+        found = (parse_run(schedule_id, text) for text in self.run_store.runs_of(schedule_id, limit=limit))
+        return [run for run in found if run is not None]
+
+    def health(self) -> dict[str, str]:
+        """Every schedule's health at the fake time (as ``dramatiq-cron
+        check``), after the simulated leader decided on what the workers
+        recorded so far."""
+        self._decide()
+        schedules = [*self.middleware.all_schedules(), *(r.schedule for r in self.runtime.schedules().values())]
+        paused = self.server.paused
+        out = {}
+        for schedule in schedules:
+            facts = Facts.loads(self.server.health.get(schedule.id))
+            is_paused = schedule.id in paused or whole_actor(schedule.actor_name) in paused
+            out[schedule.id], _ = decide_check(
+                schedule,
+                facts,
+                self.server.ticks.get(schedule.id),
+                now_ms=self._now,
+                policy=self.middleware.health_policy(schedule),
+                paused=is_paused,
+            )
+        return out
+
+    def _describe(self, schedule_id: str) -> tuple[str, str, Policy]:
+        return self.middleware.health_subject(schedule_id, self._leader.queue.schedules.get(schedule_id))
+
+    def _decide(self) -> None:
+        leadership = self._leader.leadership
+        if leadership is None:
+            return
+        while True:
+            turn = self._monitor.turn(leadership.token)
+            on_alert = self.middleware.monitor_config.on_alert
+            for alert in turn.alerts:
+                self.alerts.append(alert)
+                self.run_store.alert_delivered(alert.dumps())
+                if on_alert is not None:
+                    on_alert(alert)
+            if not turn.more:
+                return
 
     def _collect(self) -> None:
         if self._errors.lines:

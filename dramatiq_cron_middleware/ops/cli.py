@@ -621,6 +621,9 @@ def _add(app: _App, args: argparse.Namespace) -> int:
         offset=args.offset,
         start=_instant_option("--start", args.start),
         end=_instant_option("--end", args.end),
+        grace=args.grace,
+        max_runtime=args.max_runtime,
+        failure_threshold=args.failure_threshold,
     )
     try:
         stored = app.middleware.add(args.actor, schedule, name=args.name)
@@ -649,6 +652,9 @@ def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
         "kwargs": s.kwargs,
         "start": None if s.start is None else iso(s.start, s.zone),
         "end": None if s.end is None else iso(s.end, s.zone),
+        "grace": s.grace,
+        "max_runtime": s.max_runtime,
+        "failure_threshold": s.failure_threshold,
         "created": iso(stored.created_ms),
         "updated": iso(stored.updated_ms),
         "next": None if stored.next_ms is None else iso(stored.next_ms, s.zone),
@@ -743,6 +749,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--offset", type=int, default=0, metavar="MS", help="with --every: where in the interval (ms)")
     sub.add_argument("--start", metavar="WHEN", help="first instant it may fire: epoch ms or ISO 8601 with offset")
     sub.add_argument("--end", metavar="WHEN", help="instant from which it no longer fires (exclusive)")
+    sub.add_argument("--grace", type=int, metavar="MS", help="late if a run has not started MS after its tick")
+    sub.add_argument("--max-runtime", type=int, metavar="MS", help="running_long if a run takes longer than MS")
+    sub.add_argument("--failure-threshold", type=int, metavar="N", help="failing after N failed runs in a row")
     sub = command("remove", "remove a runtime schedule; it never fires again")
     sub.add_argument("actor", metavar="ACTOR", help="the actor's name")
     sub.add_argument("name", metavar="NAME", help="the runtime schedule's name")

@@ -38,8 +38,9 @@ from .clock import ServerClock
 from .keys import Keys
 from .lease import Acquired, Held, Renewed
 from .ledger import Claim, ClaimReply, Settled, SyncEntry, SyncReply
+from .runs import HealthRead, HealthWrite
 
-__all__ = ["LeaseStore", "LedgerStore", "RuntimeReads", "Settled", "Store"]
+__all__ = ["LeaseStore", "LedgerStore", "RunStore", "RuntimeReads", "Settled", "Store"]
 
 
 class LeaseStore(Protocol):
@@ -218,6 +219,49 @@ class RuntimeReads(Protocol):
         """Of owed ticks ``(schedule, tick ms, message id)``, which to drop
         (True): those whose stored revision is no longer the schedule's;
         each dropped tick is recorded in the history as ``dropped``."""
+
+
+class RunStore(Protocol):
+    """Run monitoring's storage (``runs.RedisRuns``, ``in_memory.MemoryRuns``):
+    run records written by the workers, and the health the leader decides
+    from them, fenced like the ledger.
+
+    Guarantees (the contract suite checks them): a run record belongs to
+    one delivery (a duplicate start of the same attempt is refused, a newer
+    attempt wins); every recorded start or finish appends one event, read
+    in order after the stored cursor; :meth:`write_health` writes nothing
+    unless the lease holds the caller's token; the newest ``run_history``
+    runs per schedule are kept.
+    """
+
+    def record_run(
+        self,
+        mode: str,
+        schedule_id: str,
+        tick_ms: int,
+        *,
+        attempt: int,
+        token: str,
+        host: str,
+        pid: int,
+        outcome: str = "",
+        error: str = "",
+    ) -> bool:
+        """A worker's ``"start"`` or ``"finish"`` (with ``outcome`` and
+        ``error``); False when the record belongs to another delivery."""
+
+    def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead:
+        """The events after the cursor, the open runs past their deadline,
+        and the stored facts of the schedules these and ``schedule_ids`` name."""
+
+    def write_health(self, token: str, write: HealthWrite) -> bool:
+        """Apply the leader's decisions if the lease holds ``token``."""
+
+    def alerts(self, limit: int) -> list[str]:
+        """The oldest ``limit`` alerts of the outbox."""
+
+    def alert_delivered(self, alert: str) -> None:
+        """Drop a delivered alert from the outbox."""
 
 
 class Store(Protocol):

@@ -41,12 +41,14 @@ from .ledger import (
     SyncEntry,
     SyncReply,
 )
+from .runs import ALERTS_CAP, HealthRead, HealthWrite, RunEvent
 from .timing import Timing
 
 if TYPE_CHECKING:
-    from .abc import Store
+    from .abc import RunStore, Store
+    from .runs import RedisRuns
 
-__all__ = ["HistoryRecord", "InMemoryStore", "MemoryServer"]
+__all__ = ["HistoryRecord", "InMemoryStore", "MemoryRuns", "MemoryServer"]
 
 # The ledger value grammar as the scripts read it (common.lua's parse_entry).
 _ENTRY = re.compile(r"^(-?\d+):(\d+)(.*)$")
@@ -132,6 +134,14 @@ class MemoryServer:
         self.runtime_revs: dict[str, int] = {}
         self.runtime_version = 0
         self.runtime_changes: dict[str, int] = {}
+        #: Run monitoring (see runs.py): schedule id -> tick -> run record.
+        self.runs: dict[str, dict[int, dict[str, Any]]] = {}
+        self.runs_last: dict[str, dict[str, Any]] = {}
+        self.run_events: list[RunEvent] = []
+        self.runs_open: dict[str, int] = {}
+        self.health: dict[str, str] = {}
+        self.health_cursor: str | None = None
+        self.alerts: list[str] = []
 
     # -- faults ----------------------------------------------------------------
 
@@ -802,6 +812,7 @@ class InMemoryStore:
         )
         self._ledger = _MemoryLedger(server, clock=clock, history_length=history_length)
         self._runtime = _MemoryRuntime(server, history_length=history_length)
+        self._runs = MemoryRuns(server, events_length=history_length)
 
     @property
     def keys(self) -> Keys:
@@ -823,8 +834,149 @@ class InMemoryStore:
     def runtime(self) -> _MemoryRuntime:
         return self._runtime
 
+    @property
+    def runs(self) -> MemoryRuns:
+        """Run monitoring's storage (not part of the leader's :class:`~.abc.Store`)."""
+        return self._runs
+
+
+class MemoryRuns:
+    """Run monitoring's storage on a :class:`MemoryServer`: the semantics of
+    ``run_record.lua``, ``health_read.lua`` and ``health_write.lua``.
+
+    Parameters:
+      server: The shared state.
+      run_history: Runs kept per schedule.  Defaults to 100.
+      events_length: Cap of the run events.  Defaults to 10000.
+    """
+
+    def __init__(self, server: MemoryServer, *, run_history: int = 100, events_length: int = 10_000) -> None:
+        self.server = server
+        self.run_history = run_history
+        self.events_length = events_length
+        self._seq = 0
+
+    def record_run(
+        self,
+        mode: str,
+        schedule_id: str,
+        tick_ms: int,
+        *,
+        attempt: int,
+        token: str,
+        host: str,
+        pid: int,
+        outcome: str = "",
+        error: str = "",
+    ) -> bool:
+        def run() -> bool:
+            server = self.server
+            now = server.now_ms()
+            record = server.runs.get(schedule_id, {}).get(tick_ms)
+            is_open = record is None or record["outcome"] in ("pending", "lost")
+            mine = record is not None and record.get("d") == token
+            if mode == "start":
+                if not is_open and not mine and record is not None and int(record["attempt"]) >= attempt:
+                    return False
+                record = {"tick": tick_ms, "outcome": "running", "attempt": attempt, "started": now}
+                record.update(host=host, pid=pid, d=token)
+            else:
+                if record is not None and not mine:
+                    if outcome == "dropped" and not is_open:
+                        return False
+                    if int(record.get("attempt", 0)) > attempt:
+                        return False
+                if record is None or not mine:
+                    record = {"tick": tick_ms, "attempt": attempt, "host": host, "pid": pid, "d": token}
+                record = {**record, "outcome": outcome, "finished": now, "error": error or None}
+            self._put(schedule_id, tick_ms, record)
+            self._seq += 1
+            event = RunEvent(
+                f"{now}-{self._seq}", mode, schedule_id, tick_ms, record["outcome"], now, record.get("error")
+            )
+            server.run_events.append(event)
+            del server.run_events[: max(len(server.run_events) - self.events_length, 0)]
+            return True
+
+        return bool(self.server._call("record_run", run))
+
+    def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead:
+        def run() -> HealthRead:
+            server = self.server
+            now = server.now_ms()
+            cursor = server.health_cursor or "0-0"
+            after = _event_key(cursor)
+            events = [e for e in server.run_events if _event_key(e.entry_id) > after][:max_events]
+            due = sorted(((m, d) for m, d in server.runs_open.items() if d <= now), key=lambda item: item[1])
+            due = due[:max_due]
+            named = [e.schedule_id for e in events] + [m.split("|", 2)[2] for m, _ in due] + list(schedule_ids)
+            facts = {sid: server.health[sid] for sid in dict.fromkeys(named) if sid in server.health}
+            return HealthRead(now_ms=now, cursor=cursor, events=events, due=due, facts=facts)
+
+        return self.server._call("read_health", run)  # type: ignore[return-value]
+
+    def write_health(self, token: str, write: HealthWrite) -> bool:
+        def run() -> bool:
+            server = self.server
+            lease = server.lease_fields()
+            if lease is None or lease.get("token") != token:
+                return False
+            server.health.update(write.facts)
+            if write.cursor is not None:
+                server.health_cursor = write.cursor
+            for member in write.remove:
+                server.runs_open.pop(member, None)
+            server.runs_open.update(write.add)
+            for sid, tick, mark in write.runs:
+                record = server.runs.get(sid, {}).get(tick)
+                if mark == "pending" and record is None:
+                    self._put(sid, tick, {"tick": tick, "outcome": "pending", "attempt": 1})
+                elif mark == "lost" and record is not None and record["outcome"] == "running":
+                    self._put(sid, tick, {**record, "outcome": "lost"})
+            server.alerts.extend(write.alerts)
+            del server.alerts[: max(len(server.alerts) - ALERTS_CAP, 0)]
+            return True
+
+        return bool(self.server._call("write_health", run))
+
+    def alerts(self, limit: int) -> list[str]:
+        return list(self.server.alerts[:limit])
+
+    def alert_delivered(self, alert: str) -> None:
+        if alert in self.server.alerts:
+            self.server.alerts.remove(alert)
+
+    def runs_of(self, schedule_id: str, *, limit: int = 100) -> list[str]:
+        """A schedule's run records as stored (JSON), newest first."""
+        kept = self.server.runs.get(schedule_id, {})
+        return [json.dumps(kept[tick]) for tick in sorted(kept, reverse=True)[:limit]]
+
+    def last_runs(self, schedule_ids: Sequence[str]) -> list[str | None]:
+        """Each schedule's newest run record as stored (JSON), or None."""
+        last = self.server.runs_last
+        return [json.dumps(last[sid]) if sid in last else None for sid in schedule_ids]
+
+    def _put(self, schedule_id: str, tick: int, record: dict[str, Any]) -> None:
+        kept = self.server.runs.setdefault(schedule_id, {})
+        kept[tick] = record
+        for old in sorted(kept)[: max(len(kept) - self.run_history, 0)]:
+            del kept[old]
+        if tick == max(kept):
+            self.server.runs_last[schedule_id] = record
+
+
+def _event_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
 
 if TYPE_CHECKING:
 
     def _conforms(store: InMemoryStore) -> Store:
         return store  # mypy checks the protocol here
+
+    def _runs_conform(runs: MemoryRuns) -> RunStore:
+        return runs
+
+    def _redis_runs_conform(runs: RedisRuns) -> RunStore:
+        return runs

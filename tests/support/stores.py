@@ -18,15 +18,18 @@ from typing import Any
 import redis
 
 from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.monitoring.read import read_runs
+from dramatiq_cron_middleware.monitoring.records import RunRecord, parse_run
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_schedule
-from dramatiq_cron_middleware.store.abc import Store
+from dramatiq_cron_middleware.store.abc import RunStore, Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
-from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryRuns, MemoryServer
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from dramatiq_cron_middleware.store.redis_store import RedisStore
+from dramatiq_cron_middleware.store.runs import RedisRuns
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.redis_server import RedisServer
 
@@ -132,6 +135,14 @@ class StoreHarness:
         """Send a claim that runs but whose reply the caller never reads."""
         raise NotImplementedError
 
+    def run_store(self, *, run_history: int = 100) -> RunStore:
+        """Run monitoring's storage on this store."""
+        raise NotImplementedError
+
+    def runs(self, schedule_id: str) -> list[RunRecord]:
+        """A schedule's run records, newest first."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -195,6 +206,14 @@ class MemoryHarness(StoreHarness):
 
     def flushall(self) -> None:
         self.server.flushall()
+
+    def run_store(self, *, run_history: int = 100) -> RunStore:
+        self._runs = MemoryRuns(self.server, run_history=run_history)
+        return self._runs
+
+    def runs(self, schedule_id: str) -> list[RunRecord]:
+        found = (parse_run(schedule_id, text) for text in MemoryRuns(self.server).runs_of(schedule_id))
+        return [run for run in found if run is not None]
 
     def claim_reply_lost(self, store: Store, token: str, epoch: int, batch_id: str, claims: Sequence[Claim]) -> None:
         self.server.lose_reply("claim")
@@ -291,6 +310,16 @@ class RedisHarness(StoreHarness):
 
     def claim_reply_lost(self, store: Store, token: str, epoch: int, batch_id: str, claims: Sequence[Claim]) -> None:
         store.ledger.claim(token, epoch, batch_id, claims)  # it ran; the reply is dropped unread
+
+    def run_store(self, *, run_history: int = 100) -> RunStore:
+        client, _ = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=0)
+        self._clients.append(client)
+        return RedisRuns(client, self.keys, run_history=run_history, events_length=10_000)
+
+    def runs(self, schedule_id: str) -> list[RunRecord]:
+        client, _ = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=0)
+        self._clients.append(client)
+        return read_runs(client, self.keys, schedule_id)
 
     def close(self) -> None:
         for client in self._clients:
