@@ -7,13 +7,22 @@ deciding and firing ticks, and then until they move.
 
 from __future__ import annotations
 
+import datetime as dt
 import urllib.error
 import urllib.request
 from typing import Any
 
+import dramatiq
 import pytest
+from dramatiq import Worker
+from dramatiq.brokers.stub import StubBroker
 from prometheus_client.parser import text_string_to_metric_families
 
+from dramatiq_cron_middleware import CronMiddleware, Schedule, find_middleware
+from dramatiq_cron_middleware.metrics import ENV_DIR, CronMetrics
+from dramatiq_cron_middleware.monitoring.records import HEALTH_STATES
+from dramatiq_cron_middleware.schedules.planner import message_for
+from dramatiq_cron_middleware.testing import CronSimulator
 from tests.support.instances import now_ms, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
@@ -97,3 +106,145 @@ def test_metrics_show_the_leader_and_move_as_ticks_fire(
     )
     assert value(later, "dramatiq_cron_last_fire_timestamp_seconds", schedule=SCHEDULE) > last_fire
     assert epoch >= 1
+
+
+def test_workers_count_runs_by_outcome_and_time_them(
+    redis_server: RedisServer, app_env: dict[str, str], instances: Any
+) -> None:
+    """Given an instance whose cron actor ``tick_0`` succeeds and ``fails``
+    raises at every tick, Then the exposition counts succeeded and failed
+    runs per schedule, times them, stamps the last success of ``tick_0``
+    only, and shows ``fails`` failing and ``tick_0`` ok, one state each."""
+    port = free_port()
+    env = {**app_env, "CRON_APP_FAILING": "1", "CRON_APP_HEALTH_INTERVAL": "300"}
+    env.update(DRAMATIQ_CRON_METRICS_HOST="127.0.0.1", DRAMATIQ_CRON_METRICS_PORT=str(port))
+    instances(env, processes=2, app="tests.apps.metricsapp")
+
+    def ran() -> Any:
+        samples = scrape(port)
+        done = (
+            value(samples, "dramatiq_cron_runs_total", schedule=SCHEDULE, outcome="succeeded") >= 2
+            and value(samples, "dramatiq_cron_runs_total", schedule="fails", outcome="failed") >= 2
+            and value(samples, "dramatiq_cron_health", schedule="fails", state="failing") == 1
+            and value(samples, "dramatiq_cron_health", schedule=SCHEDULE, state="ok") == 1
+        )
+        return samples if done else None
+
+    samples = wait_for(ran, timeout=30, interval=0.2, what="runs in the exposition")
+    assert value(samples, "dramatiq_cron_runs_total", schedule="fails", outcome="succeeded") == 0
+    assert value(samples, "dramatiq_cron_runs_total", schedule=SCHEDULE, outcome="failed") == 0
+    assert value(samples, "dramatiq_cron_run_duration_seconds_count", schedule=SCHEDULE) >= 2
+    assert value(samples, "dramatiq_cron_run_duration_seconds_count", schedule="fails") >= 2
+    last_success = value(samples, "dramatiq_cron_last_success_timestamp_seconds", schedule=SCHEDULE)
+    assert abs(last_success * 1000 - now_ms()) < 10_000
+    assert value(samples, "dramatiq_cron_last_success_timestamp_seconds", schedule="fails") == 0
+    # Each schedule is in one state; the others are 0, and only the leader exports them.
+    for schedule in (SCHEDULE, "fails"):
+        states = {
+            dict(ls)["state"]: v
+            for (n, ls), v in samples.items()
+            if n == "dramatiq_cron_health" and dict(ls)["schedule"] == schedule
+        }
+        assert sorted(states) == sorted(HEALTH_STATES) and sum(states.values()) == 1, states
+
+
+def test_an_attempt_is_retrying_until_dramatiq_gives_up_and_a_stale_message_is_dropped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Given a real Worker in this process, an actor that always raises with
+    one retry, and a cron message older than its ``max_age``, Then the
+    first attempt counts as ``retrying``, the second as ``failed`` (dramatiq's
+    Retries decides after this middleware's hooks ran: the ack or nack
+    says), and the stale message as ``dropped``."""
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    broker = StubBroker()
+    broker.add_middleware(CronMiddleware())
+    metrics = CronMetrics()
+    broker.add_middleware(metrics)
+    try:
+
+        @dramatiq.actor(broker=broker, cron="0 * * * *", max_retries=1, min_backoff=10, max_backoff=20)
+        def broken() -> None:
+            raise RuntimeError("always")
+
+        @dramatiq.actor(broker=broker, cron=Schedule("0 0 * * *", max_age=1000))
+        def stale() -> None: ...
+
+        broker.emit_after("process_boot")
+        simulator = CronSimulator(broker, now=dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc))
+        schedule = next(s for s in find_middleware(broker).all_schedules() if s.actor_name == "stale")
+        worker = Worker(broker, worker_timeout=50)
+        worker.start()
+        try:
+            simulator.advance(by=dt.timedelta(minutes=90))  # one tick of broken
+            broker.enqueue(message_for(schedule, 60_000, prefix="dramatiq-cron", timestamp_ms=60_000))
+            broker.join("default", fail_fast=False, timeout=20_000)
+            worker.join()
+        finally:
+            worker.stop()
+        assert metrics.runs is not None
+        counted = {
+            (dict(sample.labels)["schedule"], dict(sample.labels)["outcome"]): sample.value
+            for family in metrics.runs.runs.collect()
+            for sample in family.samples
+            if sample.name == "dramatiq_cron_runs_total"
+        }
+        assert counted == {("broken", "retrying"): 1, ("broken", "failed"): 1, ("stale", "dropped"): 1}
+    finally:
+        broker.close()
+
+
+def test_health_gauges_follow_the_read_and_a_schedule_gone_since_has_every_state_at_zero(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The leader's health reader, on an injected read: one state at 1 per
+    schedule, a removed schedule all 0, a failing read keeps the values
+    and warns once."""
+    import logging
+
+    from dramatiq_cron_middleware.metrics import _Guard, _Health, _Runs
+    from dramatiq_cron_middleware.monitoring.records import ScheduleHealth
+
+    logger = logging.getLogger("test_health_gauges")
+    reads: list[Any] = [
+        [ScheduleHealth("a", "a", "a", "failing", 1, None), ScheduleHealth("b", "b", "b", "ok", 1, None)],
+        RuntimeError("down"),
+        RuntimeError("down"),
+        [ScheduleHealth("a", "a", "a", "ok", 2, None)],
+    ]
+    leading = [ScheduleHealth("a", "a", "a", "late", 3, None)]
+
+    def read() -> list[ScheduleHealth]:
+        answer = reads.pop(0) if reads else leading
+        if isinstance(answer, Exception):
+            raise answer
+        return list(answer)
+
+    health = _Health(read=read, interval_s=1, runs=_Runs(guard=_Guard(logger)), logger=logger)
+
+    def ones() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for family in health.gauge.collect():
+            for sample in family.samples:
+                out.setdefault(sample.labels["schedule"], [])
+                if sample.value == 1:
+                    out[sample.labels["schedule"]].append(sample.labels["state"])
+        return out
+
+    health.refresh()
+    assert ones() == {"a": ["failing"], "b": ["ok"]}
+    health.refresh()
+    health.refresh()
+    assert ones() == {"a": ["failing"], "b": ["ok"]}
+    health.refresh()
+    assert ones() == {"a": ["ok"], "b": []}
+    assert [r.getMessage() for r in caplog.records if r.name == "test_health_gauges"] == [
+        "Cron health metrics cannot be read (RuntimeError: down).",
+        "Cron health metrics are read again.",
+    ]
+    # While leading, a thread of its own reads; losing the lead sets all to 0.
+    health.lead(True)
+    wait_for(lambda: ones() == {"a": ["late"], "b": []}, timeout=10, what="the leader's read")
+    health.lead(False)
+    wait_for(lambda: ones() == {"a": [], "b": []}, timeout=10, what="every state at 0")

@@ -347,3 +347,73 @@ def test_an_operator_confirms_a_remove_sees_it_audited_and_pages_10000_schedules
         assert "by token" in entry.text
         removed.add(victim)
         _shot(browser, f"history-{device}")
+
+
+def test_health_shows_on_the_overview_the_schedules_and_a_schedules_runs(browser: Any, dashboard: str) -> None:
+    """Given the test app's schedule running well, Then the overview says
+    there is no problem, its row shows ``ok``, the health filter keeps it
+    or leaves nothing, and its page lists its runs under a duration chart;
+    at 390 px the runs and the filtered schedules are stacked rows, each
+    cell labelled, and fit the screen."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    def reloaded(find: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def check(driver: Any) -> Any:
+            driver.refresh()
+            return find(driver)
+
+        return check
+
+    browser.get(dashboard + "/")
+    _wait(
+        browser,
+        reloaded(
+            lambda d: (
+                d.find_element(By.ID, "health-summary").text == "no problems"
+                and "ok" in d.find_element(By.ID, "health-counts").text
+            )
+        ),
+        "no problems on the overview",
+        timeout=20,
+    )
+
+    browser.get(dashboard + "/schedules")
+    _wait(
+        browser,
+        reloaded(lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-schedule="{SCHEDULE}"] .health').text == "ok"),
+        "the schedule's health in its row",
+    )
+    assert not browser.find_elements(By.ID, "problems")
+    Select(browser.find_element(By.NAME, "health")).select_by_value("failing")
+    _submit(browser, browser.find_element(By.CSS_SELECTOR, ".filters button[type=submit]"))
+    assert "No schedule matches." in browser.find_element(By.ID, "schedules").text
+    Select(browser.find_element(By.NAME, "health")).select_by_value("ok")
+    _submit(browser, browser.find_element(By.CSS_SELECTOR, ".filters button[type=submit]"))
+    assert browser.find_elements(By.CSS_SELECTOR, f'tr[data-schedule="{SCHEDULE}"]')
+
+    browser.get(f"{dashboard}/schedule?id={quote(SCHEDULE)}")
+    _wait(
+        browser,
+        reloaded(lambda d: len(d.find_elements(By.CSS_SELECTOR, 'tr.run-row[data-outcome="succeeded"]')) >= 2),
+        "two succeeded runs in the runs table",
+    )
+    assert browser.find_element(By.ID, "health-state").text.startswith("Health: ok")
+    bars = browser.find_elements(By.CSS_SELECTOR, '#runs svg.chart rect[data-outcome="succeeded"]')
+    assert len(bars) == len(browser.find_elements(By.CSS_SELECTOR, 'tr.run-row[data-outcome="succeeded"]'))
+    host, pid = (c.text for c in browser.find_elements(By.CSS_SELECTOR, "tr.run-row td")[5:7])
+    assert host and pid.isdigit()
+    _shot(browser, "runs")
+
+    phone = WIDTHS["phone"]
+    _at_width(browser, phone)
+    browser.refresh()
+    _fits(browser, phone, "a schedule's runs")
+    assert not browser.find_element(By.CSS_SELECTOR, "#runs-table thead").is_displayed()
+    cell = browser.find_element(By.CSS_SELECTOR, 'tr.run-row td[data-label="Duration"]')
+    assert cell.is_displayed() and 0 <= cell.rect["x"] and cell.rect["x"] + cell.rect["width"] <= phone, cell.rect
+    _shot(browser, "runs-phone")
+    browser.get(dashboard + "/schedules?health=ok")
+    _fits(browser, phone, "the schedules filtered by health")
+    health = browser.find_element(By.CSS_SELECTOR, f'tr[data-schedule="{SCHEDULE}"] td[data-label="Health"]')
+    assert health.is_displayed() and health.text == "ok"

@@ -25,6 +25,7 @@ from dramatiq.logging import get_logger
 from ..audit import Action, check_who
 from ..errors import CronScheduleError, CronUnavailableError
 from ..middleware import find_middleware
+from ..monitoring.records import ScheduleHealth
 from ..ops.control import (
     AmbiguousTarget,
     Control,
@@ -40,8 +41,8 @@ from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
 from ..store.timing import Timing
-from . import forms, pages
-from .chart import OUTCOME_COLOURS
+from . import forms, health_pages, pages
+from .chart import OUTCOME_COLOURS, RUN_COLOURS, duration_chart
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -120,8 +121,11 @@ class CronDashboard:
     """A web dashboard of a dramatiq app's cron scheduler, as a WSGI app.
 
     It shows the leader, the candidates and Redis; every schedule with its
-    next runs and last outcome; each schedule's history with a chart; and
-    lets an operator pause, resume and trigger schedules, and add, edit and
+    next runs, last outcome and health, the schedules that need attention
+    first; each schedule's history and runs with charts; ``/health``, the
+    JSON of ``dramatiq-cron check --json`` for probes (200, or 503 when a
+    schedule is failing or missed or Redis is unreachable); and lets an
+    operator pause, resume and trigger schedules, and add, edit and
     remove runtime schedules.  Mount it in any WSGI server, in Flask with
     ``DispatcherMiddleware``, in Django (``dramatiq_cron_middleware.web.django``)
     or run it alone with ``dramatiq-cron web APP``.
@@ -226,6 +230,11 @@ class CronDashboard:
         self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)
         browsable = all(hasattr(self.runtime, m) for m in ("version", "ids", "get_many"))
         self.runtime_index = pages.RuntimeIndex(self.runtime) if browsable else None
+        self.health_cache = health_pages.ReportCache(
+            lambda: health_pages.read_all(
+                self.control, middleware.all_schedules(), self.runtime_index, policy=middleware.health_policy
+            )
+        )
         # Built now, so a missing Jinja2 fails here with the install hint.
         self._templates = _templates()
         self._routes: dict[tuple[str, str], Callable[[_Request], _Response]] = {
@@ -243,6 +252,7 @@ class CronDashboard:
             ("POST", "/runtime/edit"): self._runtime_save,
             ("GET", "/runtime/remove"): self._confirm,
             ("POST", "/runtime/remove"): self._runtime_remove,
+            ("GET", "/health"): self._health,
         }
 
     # -- WSGI -----------------------------------------------------------------
@@ -348,19 +358,37 @@ class CronDashboard:
             runtime=self.runtime,
             lock_ttl=self.middleware.lock_ttl,
         )
-        return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms})
+        return self._page(
+            request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": self._health_or_none()}
+        )
 
     def _schedules(self, request: _Request) -> _Response:
         filters = pages.Filters.parse(request.query)
         code = self.middleware.all_schedules()
+        problems: list[ScheduleHealth] = []
+        healths: dict[str, ScheduleHealth] = {}
         try:
-            view = pages.schedules_view(self.control, code, self.runtime_index, filters)
+            if filters.health != "all":
+                view = health_pages.filtered_view(self.control, self.health_cache.get(), filters)
+            else:
+                view = pages.schedules_view(self.control, code, self.runtime_index, filters)
+            problems = self.health_cache.get().problems()
+            healths = health_pages.health_of(
+                self.control, [row.schedule for row in view.rows], policy=self.middleware.health_policy
+            )
         except (redis.ConnectionError, redis.TimeoutError, CronUnavailableError) as exc:
             # What the app declares is known without Redis: list it, and
             # say that its state is not.
             error = f"Redis at {self.where} cannot be reached ({type(exc).__name__})"
             view = pages.declared_view(code, filters, now_ms=int(time.time() * 1000), error=error)
-        return self._page(request, "schedules.html", {"view": view, "page_sizes": pages.PAGE_SIZES})
+        context = {
+            "view": view,
+            "page_sizes": pages.PAGE_SIZES,
+            "health_filters": pages.HEALTH_FILTERS,
+            "problems": problems,
+            "healths": healths,
+        }
+        return self._page(request, "schedules.html", context)
 
     def _next_to_run(self, request: _Request) -> _Response:
         now, runs = pages.next_to_run(self.control, self.middleware.all_schedules(), self.runtime_index)
@@ -378,7 +406,33 @@ class CronDashboard:
         if schedule is None and not view.rows and before is None:
             # Neither declared nor stored, and nothing recorded: a wrong id.
             return self._plain("404 Not Found", f"No schedule {schedule_id} is declared, stored or recorded.")
-        return self._page(request, "history.html", {"view": view})
+        runs = health_pages.schedule_runs(self.control, schedule_id, schedule, policy=self.middleware.health_policy)
+        return self._page(
+            request, "history.html", {"view": view, "runs": runs, "runs_chart": duration_chart(runs.runs)}
+        )
+
+    def _health(self, request: _Request) -> _Response:
+        """``/health``, for probes: the JSON of ``dramatiq-cron check
+        --json``, answered 200, or 503 when a schedule is ``failing`` or
+        ``missed`` (Nagios critical) or Redis cannot be reached (then the
+        body is ``{"error": ...}``).  ``late`` and ``running_long`` (Nagios
+        warning) answer 200: a probe that restarts or pages on them would
+        act on a backed-up queue; ``dramatiq-cron check`` exits 1 for them.
+        The report is the dashboard's kept one (see ``ReportCache``)."""
+        try:
+            self.control.server_ms()  # reachable now, whatever the report kept says
+            report = self.health_cache.get().report
+        except redis.RedisError as exc:
+            error = f"Redis at {self.where} cannot be reached or refused the request ({type(exc).__name__})."
+            return self._json("503 Service Unavailable", {"error": error})
+        return self._json("503 Service Unavailable" if report.exit_code >= 2 else "200 OK", report.to_json())
+
+    def _health_or_none(self) -> health_pages.HealthReport | None:
+        """For the overview, which shows an unreachable Redis instead of failing."""
+        try:
+            return self.health_cache.get()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return None
 
     # -- actions --------------------------------------------------------------
 
@@ -579,6 +633,11 @@ class CronDashboard:
         response.headers.append(("Location", request.url(path, params)))
         return response
 
+    def _json(self, status: str, document: Any) -> _Response:
+        response = _Response(status, json.dumps(document).encode())
+        response.headers.append(("Content-Type", "application/json"))
+        return response
+
     def _plain(self, status: str, text: str) -> _Response:
         response = _Response(status, text.encode())
         response.headers.append(("Content-Type", "text/plain; charset=utf-8"))
@@ -615,7 +674,7 @@ def _templates() -> Any:
     environment.filters.update(
         when=when, short_when=short_when, iso=iso, span=span, redact=redact, quote=quote, json_text=_json_text
     )
-    environment.globals.update(colours=OUTCOME_COLOURS)
+    environment.globals.update(colours=OUTCOME_COLOURS, run_colours=RUN_COLOURS)
     return environment
 
 

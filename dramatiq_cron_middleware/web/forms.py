@@ -35,8 +35,10 @@ __all__ = ["CATCH_UPS", "OVERLAPS", "RuntimeForm", "Saved", "runtime_of", "save"
 #: The choices of the catch-up and overlap selects ("" keeps the default).
 CATCH_UPS = ("", "each", "latest", "none")
 OVERLAPS = ("allow", "skip")
-# Options typed as whole milliseconds; "" means the default (None).
-_MS_FIELDS = ("every", "offset", "catch_up_window", "jitter", "max_age")
+# Options typed as whole numbers (milliseconds, but the failed runs of
+# failure_threshold); "" means the default (None).
+_MS_FIELDS = ("every", "offset", "catch_up_window", "jitter", "max_age", "grace", "max_runtime")
+_NUMBER_FIELDS = (*_MS_FIELDS, "failure_threshold")
 # A valid expression, against which one option at a time is checked.
 _PROBE = "0 0 * * *"
 
@@ -59,6 +61,10 @@ class RuntimeForm:
     jitter: str = ""
     max_age: str = ""
     overlap: str = "allow"
+    #: Run monitoring's thresholds (ms, ms, runs); empty: the middleware's.
+    grace: str = ""
+    max_runtime: str = ""
+    failure_threshold: str = ""
     errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
@@ -95,6 +101,9 @@ class RuntimeForm:
             jitter=str(schedule.jitter) if schedule.jitter else "",
             max_age="" if schedule.max_age is None else str(schedule.max_age),
             overlap=schedule.overlap,
+            grace="" if schedule.grace is None else str(schedule.grace),
+            max_runtime="" if schedule.max_runtime is None else str(schedule.max_runtime),
+            failure_threshold="" if schedule.failure_threshold is None else str(schedule.failure_threshold),
         )
 
 
@@ -131,10 +140,11 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
     if not NAME_PATTERN.match(form.name):
         errors["name"] = f"A {NAME_RULE}, got {form.name!r}."
     numbers: dict[str, int | None] = {}
-    for field in _MS_FIELDS:
+    for field in _NUMBER_FIELDS:
         value = getattr(form, field)
         if value and not (value.isdigit() or (value[:1] == "-" and value[1:].isdigit())):
-            errors[field] = f"{field} is a whole number of milliseconds, got {value!r}."
+            unit = "milliseconds" if field in _MS_FIELDS else "failed runs"
+            errors[field] = f"{field} is a whole number of {unit}, got {value!r}."
         numbers[field] = int(value) if value and field not in errors else None
     args, kwargs = _json(form, errors)
     if form.catch_up not in CATCH_UPS:
@@ -150,6 +160,9 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
         "jitter": numbers["jitter"] or 0,
         "max_age": numbers["max_age"],
         "overlap": form.overlap,
+        "grace": numbers["grace"],
+        "max_runtime": numbers["max_runtime"],
+        "failure_threshold": numbers["failure_threshold"],
     }
     timing: dict[str, Any] = (
         {"expression": form.expression}

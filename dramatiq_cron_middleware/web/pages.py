@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import redis
 
 from ..audit import ACTIONS, Action
+from ..monitoring.records import HEALTH_STATES
 from ..ops.control import (
     Candidate,
     Control,
@@ -38,6 +39,7 @@ from .chart import lag_chart, lag_ms
 from .describe import describe
 
 __all__ = [
+    "HEALTH_FILTERS",
     "BrowsableRuntime",
     "Filters",
     "HistoryView",
@@ -50,9 +52,12 @@ __all__ = [
     "declared_view",
     "find_runtime",
     "history_view",
+    "matches",
     "natural_key",
     "next_to_run",
     "overview",
+    "paged",
+    "rows_of",
     "schedules_view",
 ]
 
@@ -62,6 +67,8 @@ NEXT_RUNS = 3
 PAGE_SIZES = (50, 20, 100, 200)
 #: Entries per page of a schedule's history.
 HISTORY_PAGE = 50
+#: The schedules page's health filter: any, any problem, or one state.
+HEALTH_FILTERS = ("all", "problems", *HEALTH_STATES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +83,9 @@ class Filters:
     state: str = "all"
     page: int = 1
     per_page: int = PAGE_SIZES[0]
+    #: The health filter (``HEALTH_FILTERS``): ``all``, ``problems`` or one
+    #: health state.
+    health: str = "all"
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> Filters:
@@ -93,13 +103,14 @@ class Filters:
             state=state if state in ("all", "paused", "active") else "all",
             page=max(1, int(page)) if page.isdigit() and len(page) < 9 else 1,
             per_page=per_page if per_page in PAGE_SIZES else PAGE_SIZES[0],
+            health=health if (health := params.get("health", "all")) in HEALTH_FILTERS else "all",
         )
 
     def params(self, **changes: Any) -> dict[str, str]:
         """The query parameters of these filters with ``changes``, defaults
         left out so links stay short."""
         merged = dataclasses.replace(self, **changes)
-        out = {"q": merged.query, "source": merged.source, "state": merged.state}
+        out = {"q": merged.query, "source": merged.source, "state": merged.state, "health": merged.health}
         out = {k: v for k, v in out.items() if v and v != "all"}
         if merged.page > 1:
             out["page"] = str(merged.page)
@@ -225,7 +236,8 @@ class RuntimeIndex:
         return schedules
 
 
-def _matches(schedule: BoundSchedule, needle: str) -> bool:
+def matches(schedule: BoundSchedule, needle: str) -> bool:
+    """Whether the search ``needle`` (lower-cased) finds the schedule."""
     return (
         needle in schedule.actor_name.lower()
         or needle in schedule.name.lower()
@@ -287,33 +299,45 @@ def schedules_view(
 
     code_matches: list[BoundSchedule] = []
     if filters.source in ("all", "code"):
-        code_matches = [s for s in code if (not needle or _matches(s, needle)) and state_ok(s.actor_name, s.id)]
+        code_matches = [s for s in code if (not needle or matches(s, needle)) and state_ok(s.actor_name, s.id)]
     runtime_ids: list[str] = []
     if runtime is not None and filters.source in ("all", "runtime"):
         runtime_ids = [
             i for i in runtime.ids() if (not needle or needle in i.lower()) and state_ok(i.partition(":")[0], i)
         ]
     total = len(code_matches) + len(runtime_ids)
-    filters, pages, first = _paged(filters, total)
+    filters, pages, first = paged(filters, total)
     picked = code_matches[first : first + size]
     wanted = runtime_ids[max(0, first - len(code_matches)) : max(0, first + size - len(code_matches))]
     if runtime is not None and wanted:
         picked += runtime.read(wanted)
-    decisions = control.decisions([s.id for s in picked])
-    rows = [
+    return SchedulesView(
+        rows=rows_of(control, picked, now_ms=now, pauses=paused),
+        total=total,
+        filters=filters,
+        pages=pages,
+        now_ms=now,
+        runtime_known=runtime is not None,
+    )
+
+
+def rows_of(
+    control: Control, schedules: Sequence[BoundSchedule], *, now_ms: int, pauses: Mapping[str, int | None]
+) -> list[Row]:
+    """The rows of a page's schedules (their last decisions in one read);
+    ``pauses`` is :meth:`Control.pauses`."""
+    decisions = control.decisions([s.id for s in schedules])
+    return [
         Row(
             schedule=s,
             words=words(s),
-            next_ms=upcoming(s, now),
+            next_ms=upcoming(s, now_ms),
             last=decisions.get(s.id),
-            paused_by=paused_by(s, paused),
-            paused_until=pause_end(s, paused),
+            paused_by=paused_by(s, pauses),
+            paused_until=pause_end(s, pauses),
         )
-        for s in picked
+        for s in schedules
     ]
-    return SchedulesView(
-        rows=rows, total=total, filters=filters, pages=pages, now_ms=now, runtime_known=runtime is not None
-    )
 
 
 def declared_view(code: Sequence[BoundSchedule], filters: Filters, *, now_ms: int, error: str) -> SchedulesView:
@@ -321,18 +345,18 @@ def declared_view(code: Sequence[BoundSchedule], filters: Filters, *, now_ms: in
     schedules, filtered and paged as usual, next runs by ``now_ms`` (this
     machine's clock), paused state and last outcome unknown."""
     needle = filters.query.lower()
-    matches = [s for s in code if not needle or _matches(s, needle)] if filters.source != "runtime" else []
-    filters, pages, first = _paged(filters, len(matches))
+    found = [s for s in code if not needle or matches(s, needle)] if filters.source != "runtime" else []
+    filters, pages, first = paged(filters, len(found))
     rows = [
         Row(schedule=s, words=words(s), next_ms=upcoming(s, now_ms), last=None, paused_by=None)
-        for s in matches[first : first + filters.per_page]
+        for s in found[first : first + filters.per_page]
     ]
     return SchedulesView(
-        rows=rows, total=len(matches), filters=filters, pages=pages, now_ms=now_ms, runtime_known=False, error=error
+        rows=rows, total=len(found), filters=filters, pages=pages, now_ms=now_ms, runtime_known=False, error=error
     )
 
 
-def _paged(filters: Filters, total: int) -> tuple[Filters, int, int]:
+def paged(filters: Filters, total: int) -> tuple[Filters, int, int]:
     """The filters with their page moved back onto the last when past it,
     the number of pages, and the index of the page's first row."""
     pages = max(1, -(-total // filters.per_page))

@@ -1,0 +1,214 @@
+"""Run monitoring on the dashboard: every schedule's health (the overview's
+counts, the schedules that need attention, the health filter, ``/health``)
+and one schedule's runs.
+
+The health of every schedule is read as ``dramatiq-cron check`` reads it
+(``monitoring.read.read_health``: the leader's stored decision, and
+``missed`` worked out from the ledger, so it holds without a leader): one
+pipeline per thousand schedules, the runtime ones as the schedules pages
+know them (:class:`~.pages.RuntimeIndex`, listed again only when they
+changed).  That read grows with the number of schedules (seconds for 100,000
+runtime ones), so it is read again in the background once the last read
+is older than ten times its duration, at least two seconds
+(:class:`ReportCache`).  A page of schedules reads only its own rows'
+health, fresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from ..monitoring.health import Policy
+from ..monitoring.read import CheckReport, read_health, read_runs
+from ..monitoring.records import HEALTH_STATES, PROBLEMS, RunRecord, ScheduleHealth
+from ..ops.control import Control, paused_by
+from ..schedules.schedule import BoundSchedule
+from .pages import Filters, RuntimeIndex, SchedulesView, matches, natural_key, paged, rows_of
+
+__all__ = ["HealthReport", "ReportCache", "Runs", "filtered_view", "health_of", "read_all", "schedule_runs"]
+
+#: Runs shown on a schedule's page.
+RUNS_SHOWN = 50
+# How long a report of every schedule's health is used: at least this many
+# seconds, and this many times as long as reading it took.
+_FRESH_S = 2.0
+_FRESH_FACTOR = 10
+
+PolicyOf = Callable[[BoundSchedule], Policy]
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthReport:
+    """Every schedule's health, with the schedules themselves."""
+
+    report: CheckReport
+    schedules: dict[str, BoundSchedule]
+
+    def problems(self) -> list[ScheduleHealth]:
+        """The schedules in ``late``, ``running_long``, ``failing`` or
+        ``missed``: the critical ones first, then the longest in trouble."""
+        found = [s for s in self.report.schedules if s.health in PROBLEMS]
+        return sorted(found, key=lambda s: (-PROBLEMS[s.health], s.since_ms or 0, s.schedule_id))
+
+    def matching(self, health: str) -> list[ScheduleHealth]:
+        """The schedules the health filter ``health`` keeps, problems first."""
+        if health == "problems":
+            return self.problems()
+        if health not in HEALTH_STATES:
+            return list(self.report.schedules)
+        return [s for s in self.report.schedules if s.health == health]
+
+    def counts(self) -> list[tuple[str, int]]:
+        """``(health, how many)`` for every health some schedule has, the
+        problems first (critical, then warning), then the others in
+        ``HEALTH_STATES`` order."""
+        counts = self.report.counts()
+        order = sorted(HEALTH_STATES, key=lambda h: (-PROBLEMS.get(h, 0), HEALTH_STATES.index(h)))
+        return [(h, counts[h]) for h in order if counts.get(h)]
+
+    def summary(self) -> str:
+        """In words: ``"2 failing, 1 late"``, or ``"no problems"``."""
+        problems = [f"{n} {h.replace('_', ' ')}" for h, n in self.counts() if h in PROBLEMS]
+        return ", ".join(problems) or "no problems"
+
+
+def read_all(
+    control: Control, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, policy: PolicyOf
+) -> HealthReport:
+    """Every schedule's health, declared and runtime, in the schedules
+    page's order (declared ones as declared, then runtime ones in natural
+    order of their ids).
+
+    Raises:
+      redis.ConnectionError, redis.TimeoutError: Redis did not answer.
+    """
+    now = control.server_ms()
+    stored = [] if runtime is None else sorted(runtime.schedules(), key=lambda s: natural_key(s.id))
+    schedules = [*code, *stored]
+    report = read_health(control.client, control.keys, schedules, now_ms=now, policy=policy)
+    return HealthReport(report=report, schedules={s.id: s for s in schedules})
+
+
+class ReportCache:
+    """Every schedule's health, read once, then again in the background
+    whenever the last read is older than ten times its own duration (at
+    least two seconds): pages never wait for it after the first, and the
+    dashboard spends at most about a tenth of its time on it, whatever the
+    number of schedules.  Only the first call waits for a read (and raises
+    its error); a failed background read keeps the last report.
+
+    Parameters:
+      read: Reads the report (:func:`read_all`).
+      monotonic: The clock.  Defaults to ``time.monotonic``.
+      background: Runs a refresh; defaults to a new daemon thread.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[], HealthReport],
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        background: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        self._read = read
+        self._monotonic = monotonic
+        self._background = background or _thread
+        self._lock = threading.Lock()
+        self._report: HealthReport | None = None
+        self._until = 0.0
+        self._refreshing = False
+
+    def get(self) -> HealthReport:
+        """The report, read now (the first time) or recently.
+
+        Raises:
+          redis.ConnectionError, redis.TimeoutError: Redis did not answer
+            the first read.
+        """
+        with self._lock:
+            if self._report is None:
+                self._refresh()
+            assert self._report is not None
+            if self._monotonic() >= self._until and not self._refreshing:
+                self._refreshing = True
+                self._background(self._refresh_quietly)
+            return self._report
+
+    def _refresh(self) -> None:
+        started = self._monotonic()
+        report = self._read()
+        finished = self._monotonic()
+        self._report, self._until = report, finished + max(_FRESH_S, _FRESH_FACTOR * (finished - started))
+
+    def _refresh_quietly(self) -> None:
+        try:
+            started = self._monotonic()
+            report = self._read()
+            finished = self._monotonic()
+        except Exception:  # the pages show an unreachable Redis themselves
+            finished, report = self._monotonic(), None
+        with self._lock:
+            if report is not None:
+                self._report = report
+            self._until = finished + max(_FRESH_S, _FRESH_FACTOR * (finished - started))
+            self._refreshing = False
+
+
+def _thread(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="cron-dashboard-health", daemon=True).start()
+
+
+def health_of(control: Control, schedules: Sequence[BoundSchedule], *, policy: PolicyOf) -> dict[str, ScheduleHealth]:
+    """The health of a page's schedules, by id."""
+    if not schedules:
+        return {}
+    report = read_health(control.client, control.keys, schedules, now_ms=control.server_ms(), policy=policy)
+    return {s.schedule_id: s for s in report.schedules}
+
+
+def filtered_view(control: Control, report: HealthReport, filters: Filters) -> SchedulesView:
+    """The schedules page with a health filter: the schedules in that
+    health (``problems``: the worst first), also filtered by search, source
+    and paused state, one page of them (a page past the last shows the
+    last)."""
+    paused = control.pauses()
+    needle = filters.query.lower()
+    matching = [
+        report.schedules[h.schedule_id] for h in report.matching(filters.health) if h.schedule_id in report.schedules
+    ]
+    picked = [
+        s
+        for s in matching
+        if (not needle or matches(s, needle))
+        and filters.source in ("all", s.source)
+        and (filters.state == "all" or (paused_by(s, paused) is not None) == (filters.state == "paused"))
+    ]
+    filters, pages, first = paged(filters, len(picked))
+    now = report.report.now_ms
+    return SchedulesView(
+        rows=rows_of(control, picked[first : first + filters.per_page], now_ms=now, pauses=paused),
+        total=len(picked),
+        filters=filters,
+        pages=pages,
+        now_ms=now,
+        runtime_known=True,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """A schedule's newest runs and its health, for its page."""
+
+    runs: list[RunRecord]
+    health: ScheduleHealth | None
+
+
+def schedule_runs(control: Control, schedule_id: str, schedule: BoundSchedule | None, *, policy: PolicyOf) -> Runs:
+    """The newest runs of ``schedule_id`` (also of a schedule no longer
+    declared) and, for a known schedule, its health."""
+    runs = read_runs(control.client, control.keys, schedule_id, limit=RUNS_SHOWN)
+    health = None if schedule is None else health_of(control, [schedule], policy=policy).get(schedule_id)
+    return Runs(runs=runs, health=health)
