@@ -121,7 +121,11 @@ def test_an_idle_leader_sends_only_renewals_and_waits_on_redis_for_changes(
     # reads it only when its wait on Redis ended more than 500 ms before its
     # next turn, which a starved CPU (a loaded CI machine) can cause once.
     assert reads <= 1, f"{reads} version reads in 4 s"
-    assert 2 <= sent <= 3 * (4.0 / 2.0) + 2, f"{sent} round trips in 4 s"
+    # Per renewal interval: the renewal, the wait for changes, and run
+    # monitoring's read (3); a starved CPU may end each of the two threads'
+    # waits early once (+2), and the window may hold one more renewal (+1).
+    # Polling every retry interval would be 12 or more of either.
+    assert 2 <= sent <= 3 * (4.0 / 2.0) + 3, f"{sent} round trips in 4 s"
     # A busy loop burns the whole window; sleeping costs a few milliseconds.
     assert cpu < 0.5, f"the idle leader thread used {cpu:.2f} s of CPU in 4 s"
 
