@@ -15,6 +15,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis import Redis
+from redis.sentinel import SentinelConnectionPool
 
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
 from .errors import CronConfigurationError, CronScheduleError
@@ -39,6 +40,7 @@ from .store.connection import (
     scheduler_clients,
     url_from_environment,
 )
+from .store.durability import Durability, required_replicas
 from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
@@ -97,6 +99,15 @@ class CronMiddleware(Middleware):
         and shown by ``dramatiq-cron status``, so that mixed versions during
         a rolling deploy are told from two apps sharing a prefix.  Defaults
         to None, meaning ``DRAMATIQ_CRON_APP_VERSION`` if set, else none.
+      replicas(int): How many Redis replicas must acknowledge (``WAIT``) a
+        claim before its messages are enqueued, and a renewal before it
+        counts, so that a failover never loses a granted tick to fire it
+        twice, and a leader cut off from its replicas stops firing.  While
+        fewer replicas acknowledge, nothing fires (one WARNING).  0 fires
+        without waiting: availability over safety (a failover can then
+        fire a tick twice).  Defaults to None, meaning 1 on Sentinel or on
+        a master that has replicas connected when the worker starts, and 0
+        on a single Redis.
     """
 
     def __init__(
@@ -111,6 +122,7 @@ class CronMiddleware(Middleware):
         history_length: int = 10_000,
         fast_takeover: int | None = None,
         app_version: str | None = None,
+        replicas: int | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         #: The checked arguments; read them through the properties below.
@@ -124,6 +136,7 @@ class CronMiddleware(Middleware):
             history_length=history_length,
             fast_takeover=fast_takeover,
             app_version=app_version,
+            replicas=replicas,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
@@ -321,6 +334,7 @@ class CronMiddleware(Middleware):
             timing = self.timing
             where = describe(client)
             clock = ServerClock(on_step=lambda step: self.logger.warning("%s", step.describe()))
+            durability = Durability(replicas=self.config.replicas or 0, wait_ms=timing.replica_wait_ms)
             lease = Lease(
                 client=client,
                 blocking_client=blocking,
@@ -336,8 +350,11 @@ class CronMiddleware(Middleware):
                     if self.config.fast_takeover
                     else None
                 ),
+                durability=durability,
             )
-            ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
+            ledger = Ledger(
+                client=client, keys=self.keys, clock=clock, history_length=self.history_length, durability=durability
+            )
             # The signal path releases on a connection of its own, outside
             # any pool: the leader thread may be mid-command on the pooled ones.
             shutdown_client = scheduler_clients(
@@ -362,7 +379,7 @@ class CronMiddleware(Middleware):
                 observer=self._observer,
                 fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
-                boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
+                boot_check=lambda: self._boot_check(client, durability, boundary, where=where),
                 declared_actors=lambda name: name in broker.actors,
                 hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
             )
@@ -375,6 +392,23 @@ class CronMiddleware(Middleware):
             )
             self.leader.start()
             return self.leader
+
+    def _boot_check(self, client: Redis, durability: Durability, boundary: BrokerBoundary, *, where: str) -> None:
+        """At the first turn that reaches Redis, before any write: the
+        eviction policy, and how many replicas must confirm a write."""
+        check_eviction_policy(client, self.logger, where=where)
+        if self.config.replicas is None:
+            sentinel = isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
+            durability.replicas = required_replicas(client, sentinel=sentinel, key=self.keys.lease)
+        if durability.on:
+            boundary.confirm_first()
+            self.logger.info(
+                "Cron claims and renewals wait for %d Redis replica(s) to acknowledge them (up to %d ms each); "
+                "enqueue %s.",
+                durability.replicas,
+                durability.wait_ms,
+                boundary.mode.value.replace("_", " "),
+            )
 
     def _mark_ms(self) -> int:
         """How long an idempotent enqueue's mark is kept: longer than any

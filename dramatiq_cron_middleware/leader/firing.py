@@ -73,6 +73,10 @@ class LeaderObserver:
     def enqueued(self, *, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         """A granted tick was enqueued ``lag_ms`` after it fell due."""
 
+    def replicas_confirmed(self, *, confirmed: bool) -> None:
+        """Redis replicas stopped (False) or resumed (True) acknowledging
+        this process's writes: nothing fires meanwhile."""
+
 
 @dataclasses.dataclass
 class _Unsettled:

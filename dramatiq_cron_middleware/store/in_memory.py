@@ -11,7 +11,9 @@ Faults are injected at the store boundary, per operation name (the
 protocol's method names): :meth:`MemoryServer.lose_reply` lets the next
 call run and then raises :class:`TimeoutError` (a lost reply),
 :meth:`MemoryServer.refuse` raises :class:`ConnectionRefusedError` before
-it runs (nothing written).  Keys holding a foreign type are not modelled:
+it runs (nothing written); :attr:`MemoryServer.replicas_acking` says how
+many replicas acknowledge writes now (a store that requires more raises
+:class:`~.durability.Unconfirmed` after its write ran).  Keys holding a foreign type are not modelled:
 the corrupt flags stay empty but for unusable batch records.
 """
 
@@ -28,6 +30,7 @@ from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
+from .durability import Durability
 from .keys import Keys
 from .lease import Acquired, Held, Renewed, parse_schedule_set
 from .ledger import (
@@ -104,6 +107,9 @@ class MemoryServer:
         self.wait = wait
         #: Open presence connections (FLUSHALL keeps them).
         self.connections: set[str] = set()
+        #: How many replicas acknowledge writes (WAIT's answer): detach
+        #: them by setting 0.
+        self.replicas_acking = 0
         self.flushall()
         self._lose: dict[str, int] = {}
         self._refuse: dict[str, int] = {}
@@ -276,8 +282,10 @@ class _MemoryLease:
         fingerprint: str,
         version: str,
         presence: bool,
+        durability: Durability,
     ) -> None:
         self.server = server
+        self.durability = durability
         self.ttl_ms = ttl_ms
         self._timing = Timing.for_lease(ttl_ms)
         self.clock = clock
@@ -344,6 +352,8 @@ class _MemoryLease:
 
         result = self._observe("acquire", run)
         assert isinstance(result, Acquired | Held)
+        if isinstance(result, Acquired):
+            self.durability.check(self.server.replicas_acking)  # a retry finds it ours
         self._attempt = None
         self.token = token if isinstance(result, Acquired) else None
         return result
@@ -375,6 +385,8 @@ class _MemoryLease:
         assert renewed is None or isinstance(renewed, Renewed)
         if renewed is None:
             self.token = None
+        else:
+            self.durability.check(self.server.replicas_acking)
         return renewed
 
     def release(self) -> bool:
@@ -495,10 +507,13 @@ class _MemoryLedger:
     """:class:`~.abc.LedgerStore` on a :class:`MemoryServer` (sync.lua,
     register.lua, claim.lua, settle.lua)."""
 
-    def __init__(self, server: MemoryServer, *, clock: ServerClock, history_length: int) -> None:
+    def __init__(
+        self, server: MemoryServer, *, clock: ServerClock, history_length: int, durability: Durability
+    ) -> None:
         self.server = server
         self.clock = clock
         self.history_length = history_length
+        self.durability = durability
 
     def _fenced(self, operation: str, token: str, run: Callable[[int], object]) -> object:
         sent = self.clock.monotonic()
@@ -673,6 +688,7 @@ class _MemoryLedger:
 
         reply = self.server._call("claim", run)
         assert isinstance(reply, ClaimReply)
+        self.durability.check(self.server.replicas_acking)
         return reply
 
     def settle(self, batch_id: str, *, epoch: int, claims: Sequence[Claim]) -> Settled:
@@ -708,6 +724,7 @@ class _MemoryLedger:
 
         settled = self.server._call("settle", run)
         assert isinstance(settled, Settled)
+        self.durability.check(self.server.replicas_acking)
         return settled
 
 
@@ -771,6 +788,8 @@ class InMemoryStore:
       presence: Register a presence connection (fast takeover).  Default False.
       history_length: Cap of the history.  Defaults to 10000.
       prefix: The key prefix the names in reports use.  Defaults to "cron".
+      replicas: How many replicas must acknowledge an acquisition, a
+        renewal, a claim or a settle (see durability.py).  Defaults to 0.
     """
 
     def __init__(
@@ -786,9 +805,11 @@ class InMemoryStore:
         presence: bool = False,
         history_length: int = 10_000,
         prefix: str = "cron",
+        replicas: int = 0,
     ) -> None:
         self.server = server
         self._keys = Keys(prefix)
+        durability = Durability(replicas=replicas)
         self._clock = clock
         self._lease = _MemoryLease(
             server,
@@ -799,8 +820,9 @@ class InMemoryStore:
             fingerprint=fingerprint,
             version=version,
             presence=presence,
+            durability=durability,
         )
-        self._ledger = _MemoryLedger(server, clock=clock, history_length=history_length)
+        self._ledger = _MemoryLedger(server, clock=clock, history_length=history_length, durability=durability)
         self._runtime = _MemoryRuntime(server, history_length=history_length)
 
     @property

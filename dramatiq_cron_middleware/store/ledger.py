@@ -33,6 +33,7 @@ from .codes import (
     load_script,
     whole_actor,
 )
+from .durability import Durability
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -162,6 +163,8 @@ class Ledger:
       clock: The leader's :class:`ServerClock`, which every reply's server
         time updates.
       history_length: Approximate cap of the history stream.
+      durability: How many replicas must acknowledge a claim or a settle
+        before its granted ticks may be enqueued.  Defaults to none.
     """
 
     def __init__(
@@ -171,8 +174,10 @@ class Ledger:
         keys: Keys,
         clock: ServerClock,
         history_length: int = 10_000,
+        durability: Durability | None = None,
     ) -> None:
         self.keys = keys
+        self.durability = durability or Durability()
         self.clock = clock
         self.history_length = history_length
         self._client = client
@@ -290,6 +295,8 @@ class Ledger:
             written).
           BadRequest: if the script found the batch malformed (nothing was
             written).
+          Unconfirmed: the batch ran, but too few replicas hold it: like a
+            lost reply, settle it (nothing of it may be enqueued before).
         """
         keys = [
             self.keys.lease,
@@ -348,7 +355,7 @@ class Ledger:
             entries,
             self.clock.trusted_ms(),
         ]
-        reply = self._run(self._claim, keys, args)
+        reply = self._run(self._claim, keys, args, confirm=True)
         return ClaimReply(
             results=[ClaimResult(int(r)) for r in reply.payload],
             server_ms=reply.server_ms,
@@ -360,11 +367,18 @@ class Ledger:
         when that batch never ran; from then on it never will (a copy of it
         still in flight is refused).  An unusable batch record is replaced,
         and the results are read back from the ledger (what ``epoch`` was
-        granted of ``claims``)."""
+        granted of ``claims``).
+
+        Raises:
+          Unconfirmed: too few replicas hold the answer (the batch record
+            and the ledger entries it stands for): settle again later.
+        """
         entries = json.dumps([[c.schedule_id, c.tick_ms, int(c.fire)] for c in claims], separators=(",", ":"))
-        reply = decode(
-            self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
+        raw, acked = self.durability.run(
+            self._client, self._settle, [self.keys.batch(batch_id), self.keys.ticks], [BATCH_RECORD_MS, epoch, entries]
         )
+        reply = decode(raw)
+        self.durability.check(acked)
         corrupt = bool(reply.corrupt & Corrupt.BATCH)
         if not reply.ok:
             return Settled(None, record_corrupt=corrupt)
@@ -385,8 +399,16 @@ class Ledger:
         self.clock.observe(int(results[-1][1]), sent, self.clock.monotonic())
         return [_granted(result) for result in results]
 
-    def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> Reply:
+    def _run(self, script: Any, keys: list[str], args: list[Any], *, confirm: bool = False) -> Reply:
+        """One fenced script call; with ``confirm``, confirmed on replicas
+        (see durability.py) once Redis granted it."""
         sent = self.clock.monotonic()
-        result = script(keys=keys, args=args)
+        if confirm:
+            result, acked = self.durability.run(self._client, script, keys, args)
+        else:
+            result, acked = script(keys=keys, args=args), 0
         self.clock.observe(int(result[1]), sent, self.clock.monotonic())
-        return _granted(result)
+        reply = _granted(result)
+        if confirm:
+            self.durability.check(acked)
+        return reply

@@ -5,8 +5,10 @@ upstream.  A test can add latency (each chunk is delivered ``delay_ms``
 after it was read, so throughput is kept and only latency grows), blackhole
 traffic (nothing is forwarded and new connections hang, as in a network
 partition; what was sent meanwhile is delivered late once it lifts, as TCP
-retransmission would), or reset connections (RST on every open connection,
-and optionally on every new one).
+retransmission would), hold only replication (the connections a Redis
+replica opened to replicate: what the master streams waits in the proxy
+while clients are served), or reset connections (RST on every open
+connection, and optionally on every new one).
 
 It is bounded: at most ``max_connections`` at once, four daemon threads
 each, and it stops by itself after ``max_lifetime`` seconds so a crashed
@@ -39,6 +41,9 @@ class _Pipe:
     queue: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
     ready: threading.Condition = field(default_factory=threading.Condition)
     done: bool = False
+    #: Shared by both directions of a connection: a replica's link
+    #: (it sent ``REPLCONF``/``PSYNC``).
+    link: dict[str, bool] = field(default_factory=dict)
 
 
 class Proxy:
@@ -58,6 +63,8 @@ class Proxy:
         self.reset_new = False
         self._flowing = threading.Event()
         self._flowing.set()
+        self._replicating = threading.Event()
+        self._replicating.set()
         self._lock = threading.Lock()
         self._conns: list[tuple[socket.socket, socket.socket]] = []
         self._stopped = threading.Event()
@@ -97,12 +104,18 @@ class Proxy:
         """Stop forwarding anything, in both directions, on every connection."""
         self._flowing.clear()
 
+    def hold_replication(self) -> None:
+        """Stop forwarding on replicas' links only (replication lag that
+        grows until :meth:`heal`); clients keep being served."""
+        self._replicating.clear()
+
     def heal(self) -> None:
-        """Undo blackhole, delay and reset-on-connect."""
+        """Undo blackhole, held replication, delay and reset-on-connect."""
         self.delay_ms = 0
         self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing.set()
+        self._replicating.set()
 
     def reset_all(self) -> int:
         """Send RST on every open connection, both sides; returns how many."""
@@ -125,6 +138,7 @@ class Proxy:
         """Stop accepting, close every connection, release the threads."""
         self._stopped.set()
         self._flowing.set()
+        self._replicating.set()
         self.reset_all()
         try:
             self._listener.close()
@@ -171,7 +185,8 @@ class Proxy:
         upstream.settimeout(None)
         with self._lock:
             self._conns.append((client, upstream))
-        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client, replies=True)):
+        link: dict[str, bool] = {}
+        for pipe in (_Pipe(client, upstream, link=link), _Pipe(upstream, client, replies=True, link=link)):
             threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
             threading.Thread(target=self._write, args=(pipe,), daemon=True).start()
 
@@ -181,6 +196,8 @@ class Proxy:
                 data = pipe.source.recv(_CHUNK)
                 if not data:
                     break
+                if not pipe.replies and (b"REPLCONF" in data.upper() or b"PSYNC" in data.upper()):
+                    pipe.link["replica"] = True
                 with pipe.ready:
                     delay = self.delay_ms + (self.reply_delay_ms if pipe.replies else 0)
                     pipe.queue.append((time.monotonic() + delay / 1000, data))
@@ -204,6 +221,9 @@ class Proxy:
                 if pause > 0:
                     time.sleep(pause)
                 self._flowing.wait()
+                while pipe.link.get("replica") and not self._replicating.wait(0.2):
+                    if self._stopped.is_set():
+                        break
                 if self._stopped.is_set():
                     break
                 pipe.target.sendall(data)

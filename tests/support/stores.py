@@ -22,6 +22,7 @@ from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_sche
 from dramatiq_cron_middleware.store.abc import Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.durability import Durability
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Lease
@@ -81,7 +82,13 @@ class StoreHarness:
 
     name = ""
 
-    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+    def candidate(
+        self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
+    ) -> Store:
+        raise NotImplementedError
+
+    def attach_replica(self) -> None:
+        """From now on one replica acknowledges every write."""
         raise NotImplementedError
 
     def now_ms(self) -> int:
@@ -143,7 +150,9 @@ class MemoryHarness(StoreHarness):
         self.time = FakeTime()
         self.server = MemoryServer(now_ms=self.time.now_ms)
 
-    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+    def candidate(
+        self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
+    ) -> Store:
         clock = ServerClock(monotonic=self.time.monotonic, wall=self.time.wall)
         return InMemoryStore(
             self.server,
@@ -153,7 +162,11 @@ class MemoryHarness(StoreHarness):
             pid=os.getpid(),
             fingerprint=fingerprint,
             version=version,
+            replicas=replicas,
         )
+
+    def attach_replica(self) -> None:
+        self.server.replicas_acking = 1
 
     def now_ms(self) -> int:
         return self.time.ms
@@ -214,8 +227,11 @@ class RedisHarness(StoreHarness):
         self.client.flushall()
         self.keys = Keys(PREFIX)
         self._clients: list[redis.Redis] = [self.client]
+        self._replica: RedisServer | None = None
 
-    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+    def candidate(
+        self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
+    ) -> Store:
         client, blocking = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=ttl_ms)
         self._clients += [client, blocking]
         clock = ServerClock()
@@ -229,10 +245,20 @@ class RedisHarness(StoreHarness):
             pid=os.getpid(),
             fingerprint=fingerprint,
             version=version,
+            durability=Durability(replicas=replicas, wait_ms=100),
         )
-        return RedisStore(
-            lease=lease, ledger=Ledger(client=client, keys=self.keys, clock=clock), runtime=self._runtime()
-        )
+        ledger = Ledger(client=client, keys=self.keys, clock=clock, durability=lease.durability)
+        return RedisStore(lease=lease, ledger=ledger, runtime=self._runtime())
+
+    def attach_replica(self) -> None:
+        self._replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(self.server.port)]).start()
+        replica = self._replica.client()
+        self._clients.append(replica)
+        deadline = time.monotonic() + 10
+        while replica.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise AssertionError("the replica did not sync within 10 s")
+            time.sleep(0.02)
 
     def _runtime(self) -> RuntimeSchedules:
         return RuntimeSchedules(
@@ -295,3 +321,5 @@ class RedisHarness(StoreHarness):
     def close(self) -> None:
         for client in self._clients:
             client.close()
+        if self._replica is not None:
+            self._replica.close()

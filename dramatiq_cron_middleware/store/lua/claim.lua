@@ -39,7 +39,9 @@ local flags = 0
 
 -- A batch runs at most once.  A retry after a lost reply gets the first
 -- run's answers (even if the lease moved on since); a batch the caller
--- has settled as never run ('void') is refused whole, writing nothing.
+-- has settled as never run ('void') is refused whole, writing nothing but
+-- the record's expiry (every granted answer writes, so that a WAIT the
+-- caller sends after it confirms the answer on replicas).
 local ok, entries = pcall(cjson.decode, ARGV[6])
 if not ok or type(entries) ~= 'table' then return {ST_BAD_REQUEST, now, 0, 'entries are not JSON'} end
 for i, e in ipairs(entries) do
@@ -56,6 +58,7 @@ end
 if usable(KEYS[5], 'string') then
   local prior = redis.call('GET', KEYS[5])
   if prior == 'void' then
+    redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[5]))
     local out = {ST_OK, now, flags}
     for _ = 1, #entries do out[#out + 1] = R_REFUSED end
     return out
@@ -63,7 +66,10 @@ if usable(KEYS[5], 'string') then
   if prior and string.match(prior, '^[%-%d,]*$') then
     local out = {ST_OK, now, flags}
     for r in string.gmatch(prior, '[^,]+') do out[#out + 1] = tonumber(r) end
-    if #out - 3 == #entries then return out end
+    if #out - 3 == #entries then
+      redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[5]))
+      return out
+    end
   end
   if prior then flags = flags + C_BATCH end
 else

@@ -1,0 +1,152 @@
+"""Durable claims: a granted tick reaches the broker only once a replica
+holds its claim, and a leader whose writes no replica acknowledges stops
+firing.
+
+Real redis-server processes on loopback: a master with a replica, or a
+Sentinel group whose replicas replicate through a proxy that can hold
+replication back.  Judged by the enqueues: no tick twice, and none lost
+(the catch-up fires what fell in the outage, once, when replicas are back).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+import pytest
+
+from tests.support.inprocess import InProcessApp, in_process_app
+from tests.support.instances import History, Instance, now_ms, wait_for
+from tests.support.redis_server import RedisServer
+from tests.support.redis_topologies import SentinelGroup
+
+ACTORS = {"job0": "* * * * * *", "job1": "* * * * * *"}
+#: Lease 2 s: the firing deadline is 1.33 s after the last confirmed renewal.
+TTL_MS = 2000
+#: How long the replica stays detached (a declared outage).
+DETACHED_S = 3.0
+
+
+def tick_ms(cron_tick: str) -> int:
+    return int(datetime.fromisoformat(cron_tick).timestamp() * 1000)
+
+
+def enqueued_ticks(app: InProcessApp) -> list[tuple[str, int]]:
+    return [(actor, tick_ms(tick)) for actor, tick, _ in app.sent()]
+
+
+def linked(replica: RedisServer) -> bool:
+    return replica.client().info("replication").get("master_link_status") == "up"
+
+
+@pytest.fixture
+def master_and_replica() -> Iterator[tuple[RedisServer, RedisServer]]:
+    with RedisServer() as master, RedisServer(extra=["--replicaof", "127.0.0.1", str(master.port)]) as replica:
+        wait_for(lambda: linked(replica), timeout=10, what="the replica to sync")
+        yield master, replica
+
+
+def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_catches_up_once(
+    master_and_replica: tuple[RedisServer, RedisServer],
+) -> None:
+    """Given a master with one replica (durable by default), when the
+    replica detaches for 3 s: nothing granted meanwhile reaches the broker,
+    one WARNING says why; once it is back, the ticks of the outage are
+    caught up, each once, and one WARNING says it recovered."""
+    master, replica = master_and_replica
+    with in_process_app(master.url, ACTORS, lock_ttl=TTL_MS) as app:
+        wait_for(lambda: app.logged("wait for 1 Redis replica"), timeout=5, what="durable claims on")
+        start = now_ms()
+        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=15, what="ticks")
+
+        replica.client().replicaof("NO", "ONE")
+        detached = now_ms()
+        wait_for(lambda: app.warnings("do not acknowledge"), timeout=10, what="the WARNING")
+        time.sleep(DETACHED_S)  # the declared outage itself
+        # A tick claimed (and confirmed) just before the detach may still be
+        # reaching the broker; none of a later second may.
+        during = [t for _, t in enqueued_ticks(app) if t > detached + 1000]
+        assert not during, f"enqueued while no replica acknowledged: {during}"
+
+        replica.client().replicaof("127.0.0.1", master.port)
+        wait_for(lambda: linked(replica), timeout=10, what="the replica to sync again")
+        back = now_ms()
+        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > back]) >= 4, timeout=15, what="ticks again")
+        end = now_ms() - 1000
+
+        sent = [(a, t) for a, t in enqueued_ticks(app) if start < t <= end]
+        twice = [key for key, n in Counter(sent).items() if n > 1]
+        assert not twice, twice
+        for actor in ACTORS:
+            ticks = sorted(t for a, t in sent if a == actor)
+            expected = list(range(ticks[0], ticks[-1] + 1, 1000))
+            assert ticks == expected, f"{actor}: lost {sorted(set(expected) - set(ticks))}"
+        assert len(app.warnings("do not acknowledge")) == 1, app.warnings()
+        wait_for(lambda: app.warnings("acknowledge the cron scheduler's writes again"), timeout=5, what="recovery")
+        assert not app.errors(), app.errors()
+
+
+def test_replicas_zero_fires_without_waiting_for_replicas(
+    master_and_replica: tuple[RedisServer, RedisServer],
+) -> None:
+    """Availability over safety: ``replicas=0`` keeps firing while no
+    replica is attached."""
+    master, replica = master_and_replica
+    replica.client().replicaof("NO", "ONE")
+    with in_process_app(master.url, ACTORS, lock_ttl=TTL_MS, replicas=0) as app:
+        start = now_ms()
+        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=15, what="ticks")
+        assert not app.logged("wait for"), app.logged("wait for")
+        assert not app.warnings(), app.warnings()
+
+
+# -- Sentinel: a master crash with replication held back ----------------------
+
+
+@pytest.fixture
+def lagging_sentinel_group() -> Iterator[SentinelGroup]:
+    """Master, two replicas replicating through a proxy, three sentinels."""
+    group = SentinelGroup(replicas=2, replication_proxy=True)
+    try:
+        yield group.start()
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+def test_a_master_crash_with_three_seconds_of_replication_lag_fires_no_tick_twice(
+    lagging_sentinel_group: SentinelGroup, instances: Callable[..., Instance], history: History, record_dir: str
+) -> None:
+    """Given two dramatiq instances on a Sentinel-managed master, when
+    replication is held back for 3 s and the master is then killed: the
+    ticks granted in the lag window were never confirmed, so none reached
+    the broker; the leader on the new master fires them once (catch-up)."""
+    group = lagging_sentinel_group
+    assert group.replication is not None
+    env = {
+        "DRAMATIQ_CRON_REDIS_URL": group.url(),
+        "CRON_APP_RECORD": record_dir,
+        "CRON_APP_TTL": str(TTL_MS),
+        "CRON_APP_ACTORS": "2",
+    }
+    first, second = instances(env), instances(env)
+    start = now_ms()
+    wait_for(lambda: len([t for t in history.ticks() if t > start]) >= 4, timeout=20, what="ticks")
+    old_port = group.master_port()
+
+    group.replication.hold_replication()
+    held = now_ms()
+    time.sleep(3.0)  # the declared replication lag
+    group.master.stop()  # kill -9
+    wait_for(lambda: group.master_port() != old_port, timeout=30, what="the sentinels to promote a replica")
+    resumed = now_ms()
+    wait_for(lambda: len([t for t in history.ticks() if t > resumed + 2000]) >= 4, timeout=30, what="ticks again")
+
+    schedules = ["tick_0", "tick_1"]
+    verdict = history.judge(schedules=schedules, start_ms=start, end_ms=now_ms() - 1500, outages=[(held, resumed)])
+    assert not verdict.duplicates, verdict.summary()
+    assert not verdict.losses, verdict.summary()
+    for instance in (first, second):
+        assert "Traceback" not in instance.log(), instance.log()[-3000:]
