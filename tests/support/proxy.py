@@ -18,6 +18,7 @@ test cannot leave it running.
 from __future__ import annotations
 
 import collections
+import os
 import socket
 import struct
 import threading
@@ -65,6 +66,9 @@ class Proxy:
         self._flowing.set()
         self._replicating = threading.Event()
         self._replicating.set()
+        #: While partitioned: the pids whose connections still flow.
+        self._kept_pids: set[int] | None = None
+        self._links: dict[socket.socket, dict[str, bool]] = {}
         self._lock = threading.Lock()
         self._conns: list[tuple[socket.socket, socket.socket]] = []
         self._stopped = threading.Event()
@@ -109,8 +113,21 @@ class Proxy:
         grows until :meth:`heal`); clients keep being served."""
         self._replicating.clear()
 
+    def partition(self, *, keep_pids: set[int]) -> None:
+        """A network partition with the processes ``keep_pids`` on the
+        upstream's side: every other connection (open or new) is held, as
+        :meth:`blackhole` holds them; those of ``keep_pids`` (found through
+        /proc, Linux) still flow."""
+        with self._lock:
+            self._kept_pids = set(keep_pids)
+            for client, _ in self._conns:
+                link = self._links.get(client)
+                if link is not None:
+                    link["kept"] = _opened_by(client, self._kept_pids)
+
     def heal(self) -> None:
-        """Undo blackhole, held replication, delay and reset-on-connect."""
+        """Undo blackhole, partition, held replication, delay and reset-on-connect."""
+        self._kept_pids = None
         self.delay_ms = 0
         self.reply_delay_ms = 0
         self.reset_new = False
@@ -183,9 +200,12 @@ class Proxy:
             _reset(client)
             return
         upstream.settimeout(None)
+        link: dict[str, bool] = {}
         with self._lock:
             self._conns.append((client, upstream))
-        link: dict[str, bool] = {}
+            self._links[client] = link
+            if self._kept_pids is not None:
+                link["kept"] = _opened_by(client, self._kept_pids)
         for pipe in (_Pipe(client, upstream, link=link), _Pipe(upstream, client, replies=True, link=link)):
             threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
             threading.Thread(target=self._write, args=(pipe,), daemon=True).start()
@@ -221,9 +241,8 @@ class Proxy:
                 if pause > 0:
                     time.sleep(pause)
                 self._flowing.wait()
-                while pipe.link.get("replica") and not self._replicating.wait(0.2):
-                    if self._stopped.is_set():
-                        break
+                while self._held(pipe) and not self._stopped.wait(0.05):
+                    pass
                 if self._stopped.is_set():
                     break
                 pipe.target.sendall(data)
@@ -237,14 +256,47 @@ class Proxy:
                 pass
         self._forget(pipe)
 
+    def _held(self, pipe: _Pipe) -> bool:
+        """Whether a partition or held replication holds this connection."""
+        if pipe.link.get("replica") and not self._replicating.is_set():
+            return True
+        return self._kept_pids is not None and not pipe.link.get("kept")
+
     def _forget(self, pipe: _Pipe) -> None:
         with self._lock:
             self._conns = [c for c in self._conns if pipe.source not in c]
+            self._links.pop(pipe.source, None)
         for sock in (pipe.source, pipe.target):
             try:
                 sock.close()
             except OSError:
                 pass
+
+
+def _opened_by(client: socket.socket, pids: set[int]) -> bool:
+    """Whether the peer of an accepted loopback connection is a socket of
+    one of ``pids`` (its inode in /proc/net/tcp, among their fds)."""
+    try:
+        port = client.getpeername()[1]
+        ours = client.getsockname()[1]
+        with open("/proc/net/tcp") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+    except OSError:
+        return False
+    inodes = {row[9] for row in rows if int(row[1].split(":")[1], 16) == port and int(row[2].split(":")[1], 16) == ours}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return True
+    return False
 
 
 def _reset(sock: socket.socket) -> None:
