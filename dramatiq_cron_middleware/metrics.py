@@ -61,8 +61,9 @@ class CronMetrics(Middleware):
     process that leads, per ``pid``), ``leadership_changes_total`` (by
     ``change``: gained, lost), ``ticks_total`` (by ``schedule`` and
     ``outcome``), ``fire_lag_seconds`` (enqueue time minus the tick),
-    ``lease_renew_seconds`` and ``last_fire_timestamp_seconds`` (per
-    ``schedule``).
+    ``lease_renew_seconds``, ``last_fire_timestamp_seconds`` (per
+    ``schedule``) and ``replicas_unconfirmed`` (1 in a process whose writes
+    too few Redis replicas acknowledge: nothing fires).
 
     Parameters:
       host(str): Address the exposition server binds when dramatiq's
@@ -162,7 +163,14 @@ class _Observer(LeaderObserver):
             registry=registry,
             multiprocess_mode="max",
         )
+        self.unconfirmed = prom.Gauge(
+            "dramatiq_cron_replicas_unconfirmed",
+            "1 while too few Redis replicas acknowledge this process's writes (nothing fires).",
+            registry=registry,
+            multiprocess_mode="liveall",
+        )
         self.leader.set(0)
+        self.unconfirmed.set(0)
 
     def leadership_changed(self, *, epoch: int, leading: bool) -> None:
         """Set the leader gauge and count the change."""
@@ -187,6 +195,10 @@ class _Observer(LeaderObserver):
     def _enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.lag.labels(schedule_id).observe(max(lag_ms, 0) / 1000)
         self.last_fire.labels(schedule_id).set((tick_ms + max(lag_ms, 0)) / 1000)
+
+    def replicas_confirmed(self, *, confirmed: bool) -> None:
+        """Set the unconfirmed-writes gauge."""
+        self._guard(self.unconfirmed.set, 0 if confirmed else 1)
 
     def _guard(self, update: Any, *args: Any) -> None:
         # Metrics must never stop the leader; say so once, not per tick.

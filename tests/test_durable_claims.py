@@ -17,6 +17,8 @@ from datetime import datetime
 
 import pytest
 
+from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.web.pages import overview
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
@@ -69,6 +71,12 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         # reaching the broker; none of a later second may.
         during = [t for _, t in enqueued_ticks(app) if t > detached + 1000]
         assert not during, f"enqueued while no replica acknowledged: {during}"
+        # Operators see why: `status` and the dashboard read the same record.
+        control = Control(client=master.client(), keys=app.keys)
+        lacking = control.replicas_lacking()
+        assert lacking is not None and (lacking.acked, lacking.required) == (0, 1), lacking
+        page = overview(control, where=master.url, schedules=2, runtime=None, lock_ttl=TTL_MS)
+        assert any("0 of 1 Redis replica(s)" in w for w in page.warnings), page.warnings
 
         replica.client().replicaof("127.0.0.1", master.port)
         wait_for(lambda: linked(replica), timeout=10, what="the replica to sync again")
@@ -85,6 +93,7 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
             assert ticks == expected, f"{actor}: lost {sorted(set(expected) - set(ticks))}"
         assert len(app.warnings("do not acknowledge")) == 1, app.warnings()
         wait_for(lambda: app.warnings("acknowledge the cron scheduler's writes again"), timeout=5, what="recovery")
+        wait_for(lambda: control.replicas_lacking() is None, timeout=5, what="the record to go")
         assert not app.errors(), app.errors()
 
 

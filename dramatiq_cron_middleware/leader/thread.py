@@ -338,6 +338,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         if self.leadership is not None and self._unconfirmed.recovered() is not None:
             self.logger.warning("Redis replicas acknowledge the cron scheduler's writes again.")
             self.observer.replicas_confirmed(confirmed=True)
+            self.lease.report_replicas(None)
         fault = self._fault.recovered()
         if fault is not None:
             if fault == "unreachable":
@@ -371,6 +372,10 @@ class LeaderThread(threading.Thread, Generic[H]):
             self.stopping.wait(self.timing.retry_interval)
 
     def _report_unconfirmed(self, unconfirmed: Unconfirmed) -> None:
+        try:
+            self.lease.report_replicas(unconfirmed)  # refreshed at each retry, for operators
+        except (*_FAULTS, redis.RedisError):
+            pass  # a replica answered, or Redis went away: the WARNING below still says it
         if self._unconfirmed.failing("unconfirmed"):
             self.logger.warning(
                 "Redis replicas do not acknowledge the cron scheduler's writes (%s): nothing fires until they "

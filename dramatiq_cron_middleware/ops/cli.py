@@ -341,6 +341,17 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     if undeclared:
         line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
     lines.append(line)
+    lacking = app.control.replicas_lacking()
+    data["replicas_lacking"] = None
+    if lacking is not None:
+        data["replicas_lacking"] = {
+            "host": lacking.host,
+            "pid": lacking.pid,
+            "acked": lacking.acked,
+            "required": lacking.required,
+            "since": iso(lacking.since_ms),
+        }
+        lines.append(f"Replicas:   {lacking.describe(now)}")
     if not healthy:
         lines.append("Status:     NO LEADER - no process renewed the lease within its length")
     _emit(args, data, "\n".join(lines))

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
+from .durability import Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed
 from .ledger import Claim, ClaimReply, Settled, SyncEntry, SyncReply
@@ -91,6 +92,11 @@ class LeaseStore(Protocol):
         """Delete the lease if it still holds ``token`` and its ``field``
         (``"seq"``: the renewal count; ``"conn"``: the presence connection)
         still reads ``seen``; True when deleted."""
+
+    def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
+        """Record for operators that this candidate's writes lack replica
+        acknowledgements (``unconfirmed``), or with None that a leader's
+        writes are acknowledged again (the record is dropped)."""
 
     def depose_if_gone(self) -> bool:
         """Fast takeover: delete the lease if its holder registered a

@@ -30,7 +30,7 @@ from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
-from .durability import Durability
+from .durability import Durability, Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed, parse_schedule_set
 from .ledger import (
@@ -138,6 +138,8 @@ class MemoryServer:
         self.runtime_revs: dict[str, int] = {}
         self.runtime_version = 0
         self.runtime_changes: dict[str, int] = {}
+        #: The operators' record of writes lacking replicas (keys.replicas).
+        self.replicas_report: dict[str, Any] | None = None
 
     # -- faults ----------------------------------------------------------------
 
@@ -422,6 +424,19 @@ class _MemoryLease:
             return True
 
         return bool(self.server._call("depose", run))
+
+    def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
+        def run() -> None:
+            s = self.server
+            if unconfirmed is None:
+                s.replicas_report = None
+                return
+            since = s.replicas_report["since"] if s.replicas_report else s.now_ms()
+            s.replicas_report = dict(
+                member=self.member, acked=unconfirmed.acked, required=unconfirmed.required, since=since
+            )
+
+        self.server._call("report_replicas", run)
 
     def depose_if_gone(self) -> bool:
         lease = self.server._call("depose_if_gone", self.server.lease_fields)

@@ -91,6 +91,13 @@ class Keys:
         (for ``overlap="skip"``), with a TTL so a crash cannot block it."""
         return f"{self.tag}:running:{schedule_id}"
 
+    @property
+    def replicas(self) -> str:
+        """Hash: the last candidate whose writes too few replicas
+        acknowledged (member, acked, required, since, at); PEXPIREd to
+        three leases, deleted when a leader's writes are acknowledged."""
+        return f"{self.tag}:replicas"
+
     def enqueued(self, message_id: str) -> str:
         """On the broker's Redis: the mark that a tick's message was pushed
         (idempotent enqueue), kept at least a catch-up window."""

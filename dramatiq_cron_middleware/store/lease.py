@@ -20,7 +20,7 @@ import redis
 from .clock import ServerClock
 from .codes import Corrupt, Reply, decode, load_script
 from .connection import pool_for
-from .durability import Durability
+from .durability import Durability, Unconfirmed
 from .keys import Keys
 from .timing import Timing
 
@@ -232,6 +232,23 @@ class Lease:
             return str(self.presence_client.client_id())
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return ""
+
+    def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
+        """Tell operators (``status``, the dashboard) that this candidate's
+        writes lack replicas (refreshed at each retry), or, with None, that
+        a leader's writes are acknowledged again."""
+        if unconfirmed is None:
+            self._client.delete(self.keys.replicas)
+            return
+        now = str(self.clock.now_ms())
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hsetnx(self.keys.replicas, "since", now)
+        pipe.hset(
+            self.keys.replicas,
+            mapping={"member": self.member, "acked": unconfirmed.acked, "required": unconfirmed.required, "at": now},
+        )
+        pipe.pexpire(self.keys.replicas, 3 * self.ttl_ms)
+        pipe.execute()
 
     def depose_if_gone(self) -> bool:
         """Fast takeover: if the leader registered a presence connection and
