@@ -108,6 +108,11 @@ class Proxy:
         """Stop forwarding anything, in both directions, on every connection."""
         self._flowing.clear()
 
+    def retarget(self, upstream_port: int) -> None:
+        """Forward new connections to another loopback port from now on (a
+        virtual address moving to a promoted replica); open ones stay."""
+        self.upstream = ("127.0.0.1", upstream_port)
+
     def hold_replication(self) -> None:
         """Stop forwarding on replicas' links only (replication lag that
         grows until :meth:`heal`); clients keep being served."""
