@@ -18,11 +18,16 @@ from datetime import datetime
 import pytest
 
 from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.durability import Durability, Unconfirmed, required_replicas
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Held, Lease
 from dramatiq_cron_middleware.web.pages import overview
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
-from tests.support.redis_topologies import SentinelGroup
+from tests.support.redis_topologies import ClusterGroup, SentinelGroup
 
 ACTORS = {"job0": "* * * * * *", "job1": "* * * * * *"}
 #: Lease 2 s: the firing deadline is 1.33 s after the last confirmed renewal.
@@ -149,3 +154,31 @@ def test_a_master_crash_with_three_seconds_of_replication_lag_fires_no_tick_twic
     assert not verdict.losses, verdict.summary()
     for instance in (first, second):
         assert "Traceback" not in instance.log(), instance.log()[-3000:]
+
+
+def test_on_redis_cluster_the_wait_goes_to_the_node_of_the_schedulers_slot(cluster: ClusterGroup) -> None:
+    """Given a cluster whose masters have no replica, a lease that requires
+    one: the acquisition runs on the node owning ``{prefix}`` and ``WAIT``
+    on that same connection answers 0, so it is unconfirmed (not a
+    cross-slot or routing error); with none required it leads."""
+    client, blocking = scheduler_clients(cluster.url(), op_timeout_ms=1000, block_timeout_ms=2000)
+    keys = Keys("durable")
+
+    def lease(replicas: int) -> Lease:
+        return Lease(
+            client=client,
+            blocking_client=blocking,
+            keys=keys,
+            ttl_ms=60_000,
+            clock=ServerClock(),
+            host="test",
+            pid=1,
+            durability=Durability(replicas=replicas, wait_ms=50),
+        )
+
+    assert required_replicas(client, sentinel=False, key=keys.lease) == 0
+    with pytest.raises(Unconfirmed, match="0 of 1"):
+        lease(1).acquire()
+    assert isinstance(lease(0).acquire(), Held)  # the unconfirmed acquisition did take it on the master
+    client.close()
+    blocking.close()
