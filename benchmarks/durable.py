@@ -9,9 +9,9 @@ the same Redis:
 
 - ``off`` (``replicas=0``): the claim script enqueues the messages itself
   (in-claim boundary), one round trip;
-- ``on`` (``replicas=1``): the claim script and ``WAIT 1`` in one pipeline,
-  then, once confirmed, the idempotent push of the messages (one pipelined
-  round trip).
+- ``on`` (``replicas=1``): the claim script stages the messages in the
+  outbox, ``WAIT 1`` follows in the same pipeline, then, once confirmed,
+  the publish script pushes them (one more round trip).
 
 Prints p50 and p99 in milliseconds per case.
 """
@@ -61,8 +61,6 @@ def measure(master: RedisServer, *, replicas: int, size: int, rounds: int) -> di
     broker = RedisBroker(url=master.url)
     dramatiq.actor(lambda: None, actor_name="job", broker=broker)
     boundary = BrokerBoundary(broker, Boundary.IN_CLAIM, keys=keys, mark_ms=900_000)
-    if durability.on:
-        boundary.confirm_first()
     schedules = [
         bind_schedule(
             "job",
@@ -86,14 +84,11 @@ def measure(master: RedisServer, *, replicas: int, size: int, rounds: int) -> di
             Claim(schedule_id=s.id, tick_ms=tick, outcome="fired", fire=True, actor_name="job", message_id=m.message_id)
             for s, m in zip(schedules, messages, strict=True)
         ]
+        payloads: list[Any] = [boundary.payload(m, None, now_ms=tick) for m in messages]
         started = time.perf_counter()
-        if durability.on:
-            reply = ledger.claim(lease.token, acquired.epoch, uuid.uuid4().hex, claims)
-            failed = boundary.send([(m, None) for m in messages], now_ms=tick)
-            assert not any(failed), failed[:1]
-        else:
-            payloads: list[Any] = [boundary.payload(m, None, now_ms=tick) for m in messages]
-            reply = ledger.claim(lease.token, acquired.epoch, uuid.uuid4().hex, claims, payloads)
+        reply = ledger.claim(lease.token, acquired.epoch, uuid.uuid4().hex, claims, payloads)
+        if ledger.stages:
+            assert all(ledger.publish(payloads))
         out.append((time.perf_counter() - started) * 1000)
         assert all(int(r) == 1 for r in reply.results), reply.results[:3]
     broker.close()

@@ -379,7 +379,7 @@ class CronMiddleware(Middleware):
                 observer=self._observer,
                 fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
-                boot_check=lambda: self._boot_check(client, durability, boundary, where=where),
+                boot_check=lambda: self._boot_check(client, durability, where=where),
                 declared_actors=lambda name: name in broker.actors,
                 hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
             )
@@ -393,7 +393,7 @@ class CronMiddleware(Middleware):
             self.leader.start()
             return self.leader
 
-    def _boot_check(self, client: Redis, durability: Durability, boundary: BrokerBoundary, *, where: str) -> None:
+    def _boot_check(self, client: Redis, durability: Durability, *, where: str) -> None:
         """At the first turn that reaches Redis, before any write: the
         eviction policy, and how many replicas must confirm a write."""
         check_eviction_policy(client, self.logger, where=where)
@@ -401,13 +401,11 @@ class CronMiddleware(Middleware):
             sentinel = isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
             durability.replicas = required_replicas(client, sentinel=sentinel, key=self.keys.lease)
         if durability.on:
-            boundary.confirm_first()
             self.logger.info(
                 "Cron claims and renewals wait for %d Redis replica(s) to acknowledge them (up to %d ms each); "
-                "enqueue %s.",
+                "a granted message is enqueued only then.",
                 durability.replicas,
                 durability.wait_ms,
-                boundary.mode.value.replace("_", " "),
             )
 
     def _mark_ms(self) -> int:

@@ -15,19 +15,25 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
 
+import dramatiq
 import pytest
+from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.codes import ClaimResult
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability, Unconfirmed, required_replicas
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Held, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Held, Lease
+from dramatiq_cron_middleware.store.ledger import Claim
 from dramatiq_cron_middleware.web.pages import overview
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.redis_topologies import ClusterGroup, SentinelGroup
+from tests.support.stores import RedisHarness
 
 ACTORS = {"job0": "* * * * * *", "job1": "* * * * * *"}
 #: Lease 2 s: the firing deadline is 1.33 s after the last confirmed renewal.
@@ -182,3 +188,87 @@ def test_on_redis_cluster_the_wait_goes_to_the_node_of_the_schedulers_slot(clust
     assert isinstance(lease(0).acquire(), Held)  # the unconfirmed acquisition did take it on the master
     client.close()
     blocking.close()
+
+
+# -- a RedisBroker on the lease's Redis: staged, confirmed, published ---------
+
+
+def queued_ids(master: RedisServer) -> list[str]:
+    return [str(i) for i in master.client().lrange("dramatiq:default", 0, -1)]
+
+
+def test_a_staged_claims_messages_reach_the_queue_only_when_published_and_only_once(
+    master_and_replica: tuple[RedisServer, RedisServer],
+) -> None:
+    """Given durable claims with a RedisBroker on the same master: a claim
+    no replica set can confirm (two required, one attached) stages its
+    message in the outbox and pushes nothing; once a settle is confirmed,
+    publishing pushes it once, and publishing again pushes nothing."""
+    master, _ = master_and_replica
+    broker = RedisBroker(url=master.url)
+    dramatiq.actor(lambda: None, actor_name="job", broker=broker)
+    harness = RedisHarness(master)
+    confirmed, unconfirmable = harness.candidate("a", ttl_ms=60_000, replicas=1), harness.candidate("b", replicas=2)
+    keys = harness.keys
+    acquired = confirmed.lease.acquire()
+    assert isinstance(acquired, Acquired) and confirmed.lease.token is not None
+    token, epoch = confirmed.lease.token, acquired.epoch
+    base = confirmed.clock.now_ms() - 60_000
+    confirmed.ledger.sync(token, epoch, ["job"], now_ms=base)
+    message = dramatiq.Message(queue_name="default", actor_name="job", args=(), kwargs={}, options={})
+    payload = BrokerBoundary(broker, Boundary.IN_CLAIM, keys=keys, mark_ms=60_000).payload(message, None, now_ms=base)
+    claim = Claim(schedule_id="job", tick_ms=base + 1000, outcome="fired", fire=True, message_id=message.message_id)
+
+    with pytest.raises(Unconfirmed):
+        unconfirmable.ledger.claim(token, epoch, "b1", [claim], [payload])
+    assert queued_ids(master) == [] and master.client().hexists(keys.outbox, message.message_id)
+    assert confirmed.ledger.settle("b1", epoch=epoch, claims=[claim]).results == [ClaimResult.FIRE]
+    assert confirmed.ledger.publish([payload]) == [True]
+    assert confirmed.ledger.publish([payload]) == [False]
+    assert queued_ids(master) == [message.message_id] and not master.client().exists(keys.outbox)
+    assert master.client().hget("dramatiq:default.msgs", message.message_id) == payload.body
+    broker.close()
+    harness.close()
+
+
+def test_with_a_redis_broker_on_the_same_master_each_message_is_published_once(
+    master_and_replica: tuple[RedisServer, RedisServer],
+) -> None:
+    """Given durable claims and a RedisBroker on the lease's master (the
+    in-claim boundary): every granted message reaches the queue once,
+    the broker's after_enqueue hooks run once per message, and nothing
+    stays in the outbox."""
+    master, _ = master_and_replica
+    broker = RedisBroker(url=master.url)
+    with in_process_app(None, ACTORS, lock_ttl=TTL_MS, broker=broker) as app:
+        assert app.leader.boundary.mode == Boundary.IN_CLAIM
+        wait_for(lambda: len(queued_ids(master)) >= 6, timeout=15, what="messages")
+        app.middleware.stop()
+        ids = queued_ids(master)
+        assert len(ids) == len(set(ids)), [i for i, n in Counter(ids).items() if n > 1]
+        assert sorted(m for _, _, m in app.sent()) == sorted(ids)
+        assert not master.client().exists(app.keys.outbox)
+        assert not app.errors(), app.errors()
+
+
+def test_messages_a_dead_claimer_left_staged_are_published_by_the_next_leader(
+    master_and_replica: tuple[RedisServer, RedisServer],
+) -> None:
+    """A claimer that died after its claim was confirmed and before it
+    published leaves its messages in the outbox: the next leader publishes
+    them once it leads on acknowledged writes."""
+    master, _ = master_and_replica
+    broker = RedisBroker(url=master.url)
+    with in_process_app(None, ACTORS, lock_ttl=TTL_MS, broker=broker, start=False) as app:
+        message = dramatiq.Message(
+            queue_name="default", actor_name="job0", args=(), kwargs={}, options={"cron_tick": "left"}
+        )
+        body = message.copy(options={"redis_message_id": message.message_id}).encode().decode()
+        staged = f"dramatiq:default\ndramatiq:default.msgs\n{body}"
+        master.client().hset(app.keys.outbox, message.message_id, staged)
+        app.middleware.start(broker)
+        wait_for(lambda: message.message_id in queued_ids(master), timeout=10, what="the staged message")
+        assert master.client().hlen(app.keys.outbox) == 0
+        assert queued_ids(master).count(message.message_id) == 1
+        assert master.client().hget("dramatiq:default.msgs", message.message_id) == body
+        assert ("job0", "left", message.message_id) in app.sent()

@@ -195,6 +195,20 @@ class LedgerStore(Protocol):
           BadRequest: the batch is malformed (nothing written).
         """
 
+    @property
+    def stages(self) -> bool:
+        """Whether :meth:`claim` stages the messages it grants (durable
+        claims) instead of pushing them: :meth:`publish` pushes them once
+        replicas hold the claim."""
+
+    def publish(self, payloads: Sequence[Payload]) -> list[bool]:
+        """Push staged messages into their queues, each at most once
+        whoever calls; per payload whether this call pushed it."""
+
+    def staged(self, limit: int) -> list[Payload]:
+        """Up to ``limit`` messages still staged (their claimer died or its
+        publish failed)."""
+
     def settle(self, batch_id: str, *, epoch: int, claims: Sequence[Claim]) -> Settled:
         """Learn what became of a claim whose reply was lost: its results if
         it ran; otherwise void the batch, so a copy still in flight is

@@ -82,14 +82,6 @@ class BrokerBoundary:
         self._client: redis.Redis | None = getattr(broker, "client", None) if mode != Boundary.PLAIN else None
         self._enqueue_script = load_script(self._client, "enqueue") if self._client is not None else None
 
-    def confirm_first(self) -> None:
-        """Claims are confirmed on replicas before their messages may
-        become visible (see durability.py): no message goes in inside the
-        claim; the idempotent push follows the confirmation instead.  Called
-        before the first claim."""
-        if self.mode == Boundary.IN_CLAIM:
-            self.mode = Boundary.IDEMPOTENT
-
     def payload(self, message: Message[Any], delay: int | None, *, now_ms: int) -> Payload:
         """Encode a message as ``RedisBroker.enqueue`` would, with the
         message id as its redis message id."""

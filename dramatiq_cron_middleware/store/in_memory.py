@@ -706,6 +706,16 @@ class _MemoryLedger:
         self.durability.check(self.server.replicas_acking)
         return reply
 
+    @property
+    def stages(self) -> bool:
+        return False  # the memory store enqueues no messages (see claim)
+
+    def publish(self, payloads: Sequence[Payload]) -> list[bool]:
+        return [False] * len(payloads)
+
+    def staged(self, limit: int) -> list[Payload]:
+        return []
+
     def settle(self, batch_id: str, *, epoch: int, claims: Sequence[Claim]) -> Settled:
         def run() -> Settled:
             s = self.server

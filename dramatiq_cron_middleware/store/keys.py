@@ -92,6 +92,14 @@ class Keys:
         return f"{self.tag}:running:{schedule_id}"
 
     @property
+    def outbox(self) -> str:
+        """Hash (durable claims with a RedisBroker on this Redis): redis
+        message id -> '<queue key>\\n<message hash key>\\n<body>' of granted
+        messages staged by a claim until replicas hold it; published (and
+        removed) by the claimer, or by the next leader."""
+        return f"{self.tag}:outbox"
+
+    @property
     def replicas(self) -> str:
         """Hash: the last candidate whose writes too few replicas
         acknowledged (member, acked, required, since, at); PEXPIREd to

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import redis
+from dramatiq import Message
 from redis.cluster import RedisCluster
 
 from ..schedules.schedule import BoundSchedule
@@ -185,6 +186,14 @@ class Ledger:
         self._claim = load_script(client, "claim")
         self._settle = load_script(client, "settle")
         self._register = load_script(client, "register")
+        self._publish = load_script(client, "publish")
+
+    @property
+    def stages(self) -> bool:
+        """Whether a claim stages the messages it grants in the outbox
+        instead of pushing them (durable claims): :meth:`publish` pushes
+        them once replicas hold the claim."""
+        return self.durability.on
 
     def sync(
         self,
@@ -288,7 +297,8 @@ class Ledger:
     ) -> ClaimReply:
         """Decide a batch of ticks in one round trip; one result per claim.
         With ``payloads`` (a RedisBroker on this Redis), the script also
-        enqueues each granted claim's message, in the same atomic step.
+        enqueues each granted claim's message, in the same atomic step, or
+        when :attr:`stages`, stages it in the outbox for :meth:`publish`.
 
         Raises:
           NotLeader: if the lease no longer holds ``token`` (nothing was
@@ -354,6 +364,7 @@ class Ledger:
             BATCH_RECORD_MS,
             entries,
             self.clock.trusted_ms(),
+            index(self.keys.outbox) if self.stages and payloads is not None and any(payloads) else 0,
         ]
         reply = self._run(self._claim, keys, args, confirm=True)
         return ClaimReply(
@@ -383,6 +394,37 @@ class Ledger:
         if not reply.ok:
             return Settled(None, record_corrupt=corrupt)
         return Settled([ClaimResult(int(r)) for r in str(reply.payload[0]).split(",") if r], record_corrupt=corrupt)
+
+    def publish(self, payloads: Sequence[Payload]) -> list[bool]:
+        """Push staged messages into their queues (idempotent: a message no
+        longer staged is skipped); per payload whether this call pushed it.
+        Only for claims replicas hold."""
+        if not payloads:
+            return []
+        keys = [self.keys.outbox]
+        for p in payloads:
+            keys += [p.queue_key, p.messages_key]
+        reply = decode(self._publish(keys=keys, args=[p.redis_message_id for p in payloads]))
+        return [int(v) == 1 for v in reply.payload]
+
+    def staged(self, limit: int) -> list[Payload]:
+        """Up to ``limit`` messages still staged in the outbox (a claimer
+        that died, or whose publish failed, left them), to :meth:`publish`
+        once this leader's writes are durable."""
+        found: Any = self._client.hscan(self.keys.outbox, 0, count=limit)[1]
+        out, unusable = [], []
+        for message_id, value in list(found.items())[:limit]:
+            queue_key, _, rest = str(value).partition("\n")
+            messages_key, _, body = rest.partition("\n")
+            try:
+                message = Message.decode(body.encode("utf-8"))
+            except Exception:  # a stray write: no message to publish
+                unusable.append(message_id)
+                continue
+            out.append(Payload(message, None, queue_key, messages_key, str(message_id), body))
+        if unusable:
+            self._client.hdel(self.keys.outbox, *unusable)
+        return out
 
     def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[Reply]:
         """Several calls of one script in one pipeline: Redis runs the next

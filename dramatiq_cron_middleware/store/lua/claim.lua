@@ -31,6 +31,11 @@
 --           hash (0 and 0 without), its redis message id and its body
 -- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
 --           future only after both it and the server's time
+-- ARGV[8] - 0: push the granted messages into their queues; else the index
+--           in KEYS of the outbox hash to stage them in instead (durable
+--           claims: publish.lua pushes them once replicas hold the claim),
+--           each as redis message id -> '<queue key>\n<message hash key>\n<body>'
+--           (optional: 0 when absent)
 -- Returns {OK, now, flags, result...} (one result per entry, ClaimResult),
 -- {DECLINED, now, flags} when the lease holds another token,
 -- {BAD_REQUEST, now, 0, message} for a malformed request.
@@ -54,6 +59,10 @@ for i, e in ipairs(entries) do
                          or type(e[13]) ~= 'string' or type(e[14]) ~= 'string')) then
     return {ST_BAD_REQUEST, now, 0, 'entry ' .. i .. ' is malformed'}
   end
+end
+local outbox = tonumber(ARGV[8] or '0') or -1
+if outbox ~= 0 and (outbox < 7 or KEYS[outbox] == nil) then
+  return {ST_BAD_REQUEST, now, 0, 'the outbox index is malformed'}
 end
 if usable(KEYS[5], 'string') then
   local prior = redis.call('GET', KEYS[5])
@@ -163,14 +172,19 @@ for _, ev in ipairs(events) do
              'epoch', epoch, 'detail', ev[4], 'message_id', ev[5])
 end
 -- The granted messages, in dramatiq's layout: recorded as fired if and
--- only if in the queue.
+-- only if in the queue (or staged in the outbox, from which they reach the
+-- queue once the claim is durable).
 -- One HSET and one RPUSH per queue, in chunks of 500: a burst of a
 -- thousand messages costs a few calls, not two thousand.
 local bodies, ids, hashes, queues = {}, {}, {}, {}
 local function flush(q)
   if #ids[q] > 0 then
-    redis.call('HSET', KEYS[hashes[q]], unpack(bodies[q]))
-    redis.call('RPUSH', KEYS[q], unpack(ids[q]))
+    if outbox ~= 0 then
+      redis.call('HSET', KEYS[outbox], unpack(bodies[q]))
+    else
+      redis.call('HSET', KEYS[hashes[q]], unpack(bodies[q]))
+      redis.call('RPUSH', KEYS[q], unpack(ids[q]))
+    end
     bodies[q], ids[q] = {}, {}
   end
 end
@@ -182,7 +196,11 @@ for _, e in ipairs(pushes) do
   end
   local b, i = bodies[q], ids[q]
   b[#b + 1] = e[13]
-  b[#b + 1] = e[14]
+  if outbox ~= 0 then
+    b[#b + 1] = KEYS[q] .. '\n' .. KEYS[e[12]] .. '\n' .. e[14]
+  else
+    b[#b + 1] = e[14]
+  end
   i[#i + 1] = e[13]
   if #i >= 500 then flush(q) end
 end
