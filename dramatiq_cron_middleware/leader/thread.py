@@ -116,8 +116,9 @@ class LeaderThread(threading.Thread, Generic[H]):
         self._stopped = False
         self._fault: Episode[str] = Episode()
         #: Writes too few replicas acknowledged: reported apart from the
-        #: faults above, and over only once this process leads on
-        #: confirmed writes (a follower's turns confirm nothing).
+        #: faults above.  A turn that completes after one made a confirmed
+        #: write (the renewal retried, the settle, or a follower's
+        #: acquisition, which always writes), so it ends the episode.
         self._unconfirmed: Episode[str] = Episode()
         declared = {s.id: s for s in schedules}
         reports, losses = OnceReports(logger), Flapping()
@@ -237,7 +238,7 @@ class LeaderThread(threading.Thread, Generic[H]):
             if self.store.clock.observations != replies:  # Redis answered this turn
                 self._healthy()
         except Unconfirmed as exc:
-            self._faulty(exc, refused=None, unconfirmed=exc)
+            self._faulty(exc, unconfirmed=exc)
         except NotLeader:
             self._step_down("Redis holds another leader's token")
         except Expired as exc:
@@ -335,7 +336,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.firing.forget()
 
     def _healthy(self) -> None:
-        if self.leadership is not None and self._unconfirmed.recovered() is not None:
+        if self._unconfirmed.recovered() is not None:
             self.logger.warning("Redis replicas acknowledge the cron scheduler's writes again.")
             self.observer.replicas_confirmed(confirmed=True)
             self.lease.report_replicas(None)

@@ -354,8 +354,7 @@ class _MemoryLease:
 
         result = self._observe("acquire", run)
         assert isinstance(result, Acquired | Held)
-        if isinstance(result, Acquired):
-            self.durability.check(self.server.replicas_acking)  # a retry finds it ours
+        self.durability.check(self.server.replicas_acking)  # a won lease: a retry finds it ours
         self._attempt = None
         self.token = token if isinstance(result, Acquired) else None
         return result

@@ -127,8 +127,9 @@ class Lease:
         """Try once to take the lease.
 
         Raises:
-          Unconfirmed: the lease is ours on the master, but too few replicas
-            hold it yet (a retry finds it ours).
+          Unconfirmed: too few replicas hold the attempt (it always writes:
+            the candidate's entry); if it took the lease on the master, a
+            retry finds it ours.
         """
         # An attempt whose reply was lost (a timeout, a stalled Redis) may
         # have taken the lease anyway; retrying with the same token finds
@@ -150,8 +151,8 @@ class Lease:
                 self._timing.candidate_forgotten_ms,
             ],
         )
+        self.durability.check(acked)
         if result.ok:
-            self.durability.check(acked)
             self._attempt = None
             epoch, fresh = result.payload
             self.token = token
