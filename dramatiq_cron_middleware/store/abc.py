@@ -25,6 +25,13 @@ Guarantees every implementation keeps (the contract suite checks them):
   lost raises a timeout (``redis.TimeoutError`` or :class:`TimeoutError`)
   and may have run.  A lost claim reply is settled with
   :meth:`LedgerStore.settle`.
+- **Durability.** A store that requires replicas raises
+  :class:`~.durability.Unconfirmed` from ``acquire``, ``renew``, ``claim``
+  and ``settle`` after the call ran when fewer replicas acknowledged it
+  (each of them writes, so the acknowledgement is about that call): the
+  caller treats it as a lost reply, a failed renewal or a failed
+  acquisition.  Messages a claim stages (:attr:`LedgerStore.stages`) reach
+  their queues only through :meth:`LedgerStore.publish`, once each.
 """
 
 from __future__ import annotations
@@ -95,7 +102,7 @@ class LeaseStore(Protocol):
 
     def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
         """Record for operators that this candidate's writes lack replica
-        acknowledgements (``unconfirmed``), or with None that a leader's
+        acknowledgements (``unconfirmed``), or with None that its
         writes are acknowledged again (the record is dropped)."""
 
     def depose_if_gone(self) -> bool:

@@ -103,7 +103,7 @@ class Keys:
     def replicas(self) -> str:
         """Hash: the last candidate whose writes too few replicas
         acknowledged (member, acked, required, since, at); PEXPIREd to
-        three leases, deleted when a leader's writes are acknowledged."""
+        three leases, deleted when a candidate's writes are acknowledged."""
         return f"{self.tag}:replicas"
 
     def enqueued(self, message_id: str) -> str:

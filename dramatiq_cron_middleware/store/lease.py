@@ -237,7 +237,7 @@ class Lease:
     def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
         """Tell operators (``status``, the dashboard) that this candidate's
         writes lack replicas (refreshed at each retry), or, with None, that
-        a leader's writes are acknowledged again."""
+        writes are acknowledged again."""
         if unconfirmed is None:
             self._client.delete(self.keys.replicas)
             return
