@@ -2,21 +2,22 @@
 holds its claim, and a leader whose writes no replica acknowledges stops
 firing.
 
-Real redis-server processes on loopback: a master with a replica, or a
-Sentinel group whose replicas replicate through a proxy that can hold
-replication back.  Judged by the enqueues: no tick twice, and none lost
-(the catch-up fires what fell in the outage, once, when replicas are back).
+Real redis-server processes on loopback: a master with a replica (the
+Sentinel crash and partition scenarios are in tests/chaos/test_replication.py).
+Judged by the enqueues: no tick twice, and none lost (the catch-up fires
+what fell in the outage, once, when replicas are back).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 
 import dramatiq
 import pytest
+import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware.ops.control import Control
@@ -30,9 +31,9 @@ from dramatiq_cron_middleware.store.lease import Acquired, Held, Lease
 from dramatiq_cron_middleware.store.ledger import Claim
 from dramatiq_cron_middleware.web.pages import overview
 from tests.support.inprocess import InProcessApp, in_process_app
-from tests.support.instances import History, Instance, now_ms, wait_for
-from tests.support.redis_server import RedisServer
-from tests.support.redis_topologies import ClusterGroup, SentinelGroup
+from tests.support.instances import now_ms, wait_for
+from tests.support.redis_server import RedisServer, replicas_online
+from tests.support.redis_topologies import ClusterGroup
 from tests.support.stores import RedisHarness
 
 ACTORS = {"job0": "* * * * * *", "job1": "* * * * * *"}
@@ -40,6 +41,9 @@ ACTORS = {"job0": "* * * * * *", "job1": "* * * * * *"}
 TTL_MS = 2000
 #: How long the replica stays detached (a declared outage).
 DETACHED_S = 3.0
+#: The detach test's lease: its WAIT waits 500 ms, which a replica on a
+#: loaded machine answers in time (166 ms, a 2 s lease's, it may miss).
+DETACH_TTL_MS = 6000
 
 
 def tick_ms(cron_tick: str) -> int:
@@ -51,7 +55,13 @@ def enqueued_ticks(app: InProcessApp) -> list[tuple[str, int]]:
 
 
 def linked(replica: RedisServer) -> bool:
-    return replica.client().info("replication").get("master_link_status") == "up"
+    """The replica is in sync and its master counts it (online)."""
+    master_port = int(replica.client().info("replication").get("master_port", 0))
+    up = replica.client().info("replication").get("master_link_status") == "up"
+    if not up:
+        return False
+    with redis.Redis(port=master_port, socket_timeout=5) as master:
+        return replicas_online(master) >= 1
 
 
 @pytest.fixture
@@ -69,7 +79,7 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
     one WARNING says why; once it is back, the ticks of the outage are
     caught up, each once, and one WARNING says it recovered."""
     master, replica = master_and_replica
-    with in_process_app(master.url, ACTORS, lock_ttl=TTL_MS) as app:
+    with in_process_app(master.url, ACTORS, lock_ttl=DETACH_TTL_MS) as app:
         wait_for(lambda: app.logged("wait for 1 Redis replica"), timeout=5, what="durable claims on")
         start = now_ms()
         wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=15, what="ticks")
@@ -86,7 +96,7 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         control = Control(client=master.client(), keys=app.keys)
         lacking = control.replicas_lacking()
         assert lacking is not None and (lacking.acked, lacking.required) == (0, 1), lacking
-        page = overview(control, where=master.url, schedules=2, runtime=None, lock_ttl=TTL_MS)
+        page = overview(control, where=master.url, schedules=2, runtime=None, lock_ttl=DETACH_TTL_MS)
         assert any("0 of 1 Redis replica(s)" in w for w in page.warnings), page.warnings
 
         replica.client().replicaof("127.0.0.1", master.port)
@@ -102,7 +112,10 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
             ticks = sorted(t for a, t in sent if a == actor)
             expected = list(range(ticks[0], ticks[-1] + 1, 1000))
             assert ticks == expected, f"{actor}: lost {sorted(set(expected) - set(ticks))}"
-        assert len(app.warnings("do not acknowledge")) == 1, app.warnings()
+        # One WARNING for the detach (a loaded machine may also have held a
+        # replica's acknowledgement past the wait before it: a state of its own).
+        since = [r.getMessage() for r in app.records() if r.created * 1000 >= detached and r.levelno >= 30]
+        assert len([m for m in since if "do not acknowledge" in m]) == 1, since
         wait_for(lambda: app.warnings("acknowledge the cron scheduler's writes again"), timeout=5, what="recovery")
         wait_for(lambda: control.replicas_lacking() is None, timeout=5, what="the record to go")
         assert not app.errors(), app.errors()
@@ -120,46 +133,6 @@ def test_replicas_zero_fires_without_waiting_for_replicas(
         wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=15, what="ticks")
         assert not app.logged("wait for"), app.logged("wait for")
         assert not app.warnings(), app.warnings()
-
-
-# -- Sentinel: a master crash with replication held back ----------------------
-
-
-@pytest.mark.slow
-def test_a_master_crash_with_three_seconds_of_replication_lag_fires_no_tick_twice(
-    proxied_sentinel_group: SentinelGroup, instances: Callable[..., Instance], history: History, record_dir: str
-) -> None:
-    """Given two dramatiq instances on a Sentinel-managed master, when
-    replication is held back for 3 s and the master is then killed: the
-    ticks granted in the lag window were never confirmed, so none reached
-    the broker; the leader on the new master fires them once (catch-up)."""
-    group = proxied_sentinel_group
-    assert group.replication is not None
-    env = {
-        "DRAMATIQ_CRON_REDIS_URL": group.url(),
-        "CRON_APP_RECORD": record_dir,
-        "CRON_APP_TTL": str(TTL_MS),
-        "CRON_APP_ACTORS": "2",
-    }
-    first, second = instances(env), instances(env)
-    start = now_ms()
-    wait_for(lambda: len([t for t in history.ticks() if t > start]) >= 4, timeout=20, what="ticks")
-    old_port = group.master_port()
-
-    group.replication.hold_replication()
-    held = now_ms()
-    time.sleep(3.0)  # the declared replication lag
-    group.master.stop()  # kill -9
-    wait_for(lambda: group.master_port() != old_port, timeout=30, what="the sentinels to promote a replica")
-    resumed = now_ms()
-    wait_for(lambda: len([t for t in history.ticks() if t > resumed + 2000]) >= 4, timeout=30, what="ticks again")
-
-    schedules = ["tick_0", "tick_1"]
-    verdict = history.judge(schedules=schedules, start_ms=start, end_ms=now_ms() - 1500, outages=[(held, resumed)])
-    assert not verdict.duplicates, verdict.summary()
-    assert not verdict.losses, verdict.summary()
-    for instance in (first, second):
-        assert "Traceback" not in instance.log(), instance.log()[-3000:]
 
 
 def test_on_redis_cluster_the_wait_goes_to_the_node_of_the_schedulers_slot(cluster: ClusterGroup) -> None:

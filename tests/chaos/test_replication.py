@@ -1,4 +1,11 @@
-"""Split brain under Sentinel: a partition puts the leader with the old
+"""Redis replication under Sentinel, with durable claims (the default).
+
+A master crash after replication lag: the ticks granted in the lag were
+never acknowledged by a replica, so none reached the broker, and the
+leader on the new master fires them once (6 duplicates for 3 s of lag
+before, issue 21).
+
+Split brain: a partition puts the leader with the old
 master, and the sentinels, the replicas and the other worker on the other
 side.  Sentinel promotes a replica and the other worker leads there; the
 old leader's claims on the isolated master are never acknowledged by a
@@ -27,18 +34,24 @@ PARTITION_S = 15.0 if PROFILE == "full" else 6.0
 LEASE = "{dramatiq-cron}:lease"
 
 
-def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice(
-    proxied_sentinel_group: SentinelGroup, instances: Callable[..., Instance], history: History, record_dir: str
-) -> None:
-    group = proxied_sentinel_group
-    assert group.replication is not None
+def two_instances(group: SentinelGroup, instances: Callable[..., Instance], record_dir: str) -> list[Instance]:
+    """Two dramatiq instances of the test app on the group's service,
+    two per-second schedules each."""
     env = {
         "DRAMATIQ_CRON_REDIS_URL": group.url(),
         "CRON_APP_RECORD": record_dir,
         "CRON_APP_TTL": str(TTL_MS),
         "CRON_APP_ACTORS": "2",
     }
-    pair = [instances(env), instances(env)]
+    return [instances(env), instances(env)]
+
+
+def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice(
+    proxied_sentinel_group: SentinelGroup, instances: Callable[..., Instance], history: History, record_dir: str
+) -> None:
+    group = proxied_sentinel_group
+    assert group.replication is not None
+    pair = two_instances(group, instances, record_dir)
     start = now_ms()
     wait_for(lambda: len([t for t in history.ticks() if t > start]) >= 3, timeout=20, what="ticks")
     master = group.master.client()
@@ -72,3 +85,33 @@ def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice
     log = old_leader.log()
     assert len(re.findall(r"do not acknowledge the cron scheduler's writes", log)) == 1, log[-4000:]
     assert "Traceback" not in log, log[-4000:]
+
+
+def test_a_master_crash_with_three_seconds_of_replication_lag_fires_no_tick_twice(
+    proxied_sentinel_group: SentinelGroup, instances: Callable[..., Instance], history: History, record_dir: str
+) -> None:
+    """Given two dramatiq instances on a Sentinel-managed master, when
+    replication is held back for 3 s and the master is then killed: the
+    ticks granted in the lag window were never confirmed, so none reached
+    the broker; the leader on the new master fires them once (catch-up)."""
+    group = proxied_sentinel_group
+    assert group.replication is not None
+    first, second = two_instances(group, instances, record_dir)
+    start = now_ms()
+    wait_for(lambda: len([t for t in history.ticks() if t > start]) >= 4, timeout=20, what="ticks")
+    old_port = group.master_port()
+
+    group.replication.hold_replication()
+    held = now_ms()
+    time.sleep(3.0)  # the declared replication lag
+    group.master.stop()  # kill -9
+    wait_for(lambda: group.master_port() != old_port, timeout=30, what="the sentinels to promote a replica")
+    resumed = now_ms()
+    wait_for(lambda: len([t for t in history.ticks() if t > resumed + 2000]) >= 4, timeout=30, what="ticks again")
+
+    schedules = ["tick_0", "tick_1"]
+    verdict = history.judge(schedules=schedules, start_ms=start, end_ms=now_ms() - 1500, outages=[(held, resumed)])
+    assert not verdict.duplicates, verdict.summary()
+    assert not verdict.losses, verdict.summary()
+    for instance in (first, second):
+        assert "Traceback" not in instance.log(), instance.log()[-3000:]

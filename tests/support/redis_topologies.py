@@ -62,7 +62,8 @@ class RedisProcess:
         self.config_path = os.path.join(self.dir, "redis.conf")
         lines = [f"port {self.port}", "bind 127.0.0.1", f"dir {self.dir}", f"logfile {self.log_path}"]
         if not sentinel:
-            lines += ['save ""', "appendonly no"]
+            # A replica's first sync starts at once (no diskless-sync wait).
+            lines += ['save ""', "appendonly no", "repl-diskless-sync-delay 0"]
         Path(self.config_path).write_text("\n".join([*lines, *config]) + "\n")
         self.sentinel = sentinel
         self.proc: subprocess.Popen[bytes] | None = None

@@ -29,7 +29,7 @@ from dramatiq_cron_middleware.store.lease import Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from dramatiq_cron_middleware.store.redis_store import RedisStore
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, replicas_online
 
 __all__ = ["FakeTime", "MemoryHarness", "RedisHarness", "StoreHarness", "runtime_schedule"]
 
@@ -245,7 +245,7 @@ class RedisHarness(StoreHarness):
             pid=os.getpid(),
             fingerprint=fingerprint,
             version=version,
-            durability=Durability(replicas=replicas, wait_ms=100),
+            durability=Durability(replicas=replicas, wait_ms=500),  # half the op timeout, as Timing has it
         )
         ledger = Ledger(client=client, keys=self.keys, clock=clock, durability=lease.durability)
         return RedisStore(lease=lease, ledger=ledger, runtime=self._runtime())
@@ -255,7 +255,7 @@ class RedisHarness(StoreHarness):
         replica = self._replica.client()
         self._clients.append(replica)
         deadline = time.monotonic() + 10
-        while replica.info("replication").get("master_link_status") != "up":
+        while replicas_online(self.client) < 1:
             if time.monotonic() > deadline:
                 raise AssertionError("the replica did not sync within 10 s")
             time.sleep(0.02)
