@@ -39,6 +39,9 @@ class CronConfig:
     history_length: int
     fast_takeover: int | None
     app_version: str | None
+    #: Replicas that must hold a claim before it is enqueued (None: decided
+    #: per topology when the worker starts; see store/durability.py).
+    replicas: int | None = None
     lead: bool = True
     one_shot_retention: int = 86_400_000
     #: Whether this process may lead: ``lead`` and ``DRAMATIQ_CRON_LEAD``
@@ -59,6 +62,7 @@ class CronConfig:
         _require("history_length", _is_int(self.history_length, 1), "a positive int", self.history_length)
         ms = self.fast_takeover
         _require("fast_takeover", ms is None or _is_int(ms, 50), "None or an int of at least 50 ms", ms)
+        _require("replicas", self.replicas is None or _is_int(self.replicas, 0), "None or an int >= 0", self.replicas)
         version = self.app_version
         well_formed = version is None or (isinstance(version, str) and "|" not in version and len(version) <= 100)
         _require("app_version", well_formed, "a string of at most 100 characters without '|'", version)

@@ -76,7 +76,9 @@ class CronMetrics(Middleware):
     ``run_duration_seconds`` and ``last_success_timestamp_seconds``; and
     from the leading process, what ``dramatiq-cron check`` reports: per
     ``schedule`` and ``state``, ``health`` (1 for the schedule's health, 0
-    for the other states).
+    for the other states),
+    and ``replicas_unconfirmed`` (1 in a process whose writes too few Redis
+    replicas acknowledge: nothing fires).
 
     Parameters:
       host(str): Address the exposition server binds when dramatiq's
@@ -392,7 +394,14 @@ class _Observer(LeaderObserver):
             registry=registry,
             multiprocess_mode="max",
         )
+        self.unconfirmed = prom.Gauge(
+            "dramatiq_cron_replicas_unconfirmed",
+            "1 while too few Redis replicas acknowledge this process's writes (nothing fires).",
+            registry=registry,
+            multiprocess_mode="liveall",
+        )
         self.leader.set(0)
+        self.unconfirmed.set(0)
 
     def leadership_changed(self, *, epoch: int, leading: bool) -> None:
         """Set the leader gauge and count the change."""
@@ -419,6 +428,10 @@ class _Observer(LeaderObserver):
     def _enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.lag.labels(schedule_id).observe(max(lag_ms, 0) / 1000)
         self.last_fire.labels(schedule_id).set((tick_ms + max(lag_ms, 0)) / 1000)
+
+    def replicas_confirmed(self, *, confirmed: bool) -> None:
+        """Set the unconfirmed-writes gauge."""
+        self._guard(self.unconfirmed.set, 0 if confirmed else 1)
 
 
 def serve_metrics() -> int:

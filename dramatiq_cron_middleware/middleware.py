@@ -21,6 +21,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis import Redis
+from redis.sentinel import SentinelConnectionPool
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
@@ -60,6 +61,7 @@ from .store.connection import (
     scheduler_clients,
     url_from_environment,
 )
+from .store.durability import Durability, required_replicas
 from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
@@ -162,6 +164,15 @@ class CronMiddleware(Middleware):
         JSON (``schedule``, ``actor``, ``name``, ``state``, ``previous``,
         ``tick``, ``at``, ``error``), retried with back-off until it answers
         2xx.  Defaults to None.
+      replicas(int): How many Redis replicas must acknowledge (``WAIT``) a
+        claim before its messages are enqueued, and a renewal before it
+        counts, so that a failover never loses a granted tick to fire it
+        twice, and a leader cut off from its replicas stops firing.  While
+        fewer replicas acknowledge, nothing fires (one WARNING).  0 fires
+        without waiting: availability over safety (a failover can then
+        fire a tick twice).  Defaults to None, meaning 1 on Sentinel or on
+        a master that has replicas connected when the worker starts, and 0
+        on a single Redis.
     """
 
     def __init__(
@@ -184,6 +195,7 @@ class CronMiddleware(Middleware):
         run_history: int = DEFAULT_RUN_HISTORY,
         on_alert: Callable[[Alert], object] | None = None,
         alert_webhook: str | None = None,
+        replicas: int | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         #: The checked arguments; read them through the properties below.
@@ -199,6 +211,7 @@ class CronMiddleware(Middleware):
             app_version=app_version,
             lead=lead,
             one_shot_retention=one_shot_retention,
+            replicas=replicas,
         )
         #: The run monitoring arguments, checked.
         self.monitor_config = MonitorConfig(
@@ -508,6 +521,7 @@ class CronMiddleware(Middleware):
             timing = self.timing
             where = describe(client)
             clock = ServerClock(on_step=lambda step: self.logger.warning("%s", step.describe()))
+            durability = Durability(replicas=self.config.replicas or 0, wait_ms=timing.replica_wait_ms)
             lease = Lease(
                 client=client,
                 blocking_client=blocking,
@@ -523,8 +537,11 @@ class CronMiddleware(Middleware):
                     if self.config.fast_takeover
                     else None
                 ),
+                durability=durability,
             )
-            ledger = Ledger(client=client, keys=self.keys, clock=clock, history_length=self.history_length)
+            ledger = Ledger(
+                client=client, keys=self.keys, clock=clock, history_length=self.history_length, durability=durability
+            )
             # The signal path releases on a connection of its own, outside
             # any pool: the leader thread may be mid-command on the pooled ones.
             shutdown_client = scheduler_clients(
@@ -550,7 +567,7 @@ class CronMiddleware(Middleware):
                 observer=HealthObserver(monitoring.monitor, self._observer),
                 fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
                 identify_server=lambda: identify(client),
-                boot_check=lambda: check_eviction_policy(client, self.logger, where=where),
+                boot_check=lambda: self._boot_check(client, durability, where=where),
                 declared_actors=lambda name: name in broker.actors,
                 hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
                 one_shot_retention_ms=self.config.one_shot_retention,
@@ -610,6 +627,21 @@ class CronMiddleware(Middleware):
             timing=self.timing,
             logger=self.logger,
         )
+
+    def _boot_check(self, client: Redis, durability: Durability, *, where: str) -> None:
+        """At the first turn that reaches Redis, before any write: the
+        eviction policy, and how many replicas must confirm a write."""
+        check_eviction_policy(client, self.logger, where=where)
+        if self.config.replicas is None:
+            sentinel = isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
+            durability.replicas = required_replicas(client, sentinel=sentinel, key=self.keys.lease)
+        if durability.on:
+            self.logger.info(
+                "Cron claims and renewals wait for %d Redis replica(s) to acknowledge them (up to %d ms each); "
+                "a granted message is enqueued only then.",
+                durability.replicas,
+                durability.wait_ms,
+            )
 
     def _mark_ms(self) -> int:
         """How long an idempotent enqueue's mark is kept: longer than any

@@ -11,7 +11,7 @@ from hypothesis import settings
 
 from tests.support.instances import History, Instance, kill_all
 from tests.support.redis_server import RedisServer
-from tests.support.redis_topologies import ClusterGroup
+from tests.support.redis_topologies import ClusterGroup, SentinelGroup
 
 # CI replays the same examples every run (a red build must be reproducible);
 # locally hypothesis explores new ones, and anything it finds is kept in its
@@ -60,6 +60,18 @@ def app_env(redis_server: RedisServer, record_dir: str) -> dict[str, str]:
         "CRON_APP_RECORD": record_dir,
         "CRON_APP_TTL": "2000",
     }
+
+
+@pytest.fixture
+def proxied_sentinel_group() -> Iterator[SentinelGroup]:
+    """A Sentinel group whose master everyone reaches through a proxy that
+    can hold replication or partition processes: two replicas, three
+    sentinels."""
+    group = SentinelGroup(replicas=2, replication_proxy=True)
+    try:
+        yield group.start()
+    finally:
+        group.close()
 
 
 @pytest.fixture

@@ -333,3 +333,20 @@ def test_status_exits_non_zero_once_no_leader_renewed_within_the_lease(
     assert "NO LEADER" in result.stdout
     data = json.loads(cli(env, "status", APP, "--json").stdout)
     assert data["healthy"] is False and data["leader"] is None
+
+
+def test_status_says_when_no_replica_acknowledges_the_schedulers_writes(
+    redis_server: RedisServer, record_dir: str
+) -> None:
+    """Given the record a candidate whose writes lack replicas refreshes
+    (durable claims), status prints why nothing fires, and --json has it."""
+    env = app_env(redis_server, record_dir)
+    now = int(redis_server.client().time()[0]) * 1000
+    fields = {"member": "web-1|4242|abc", "acked": 0, "required": 1, "since": now - 12_000, "at": now}
+    redis_server.client().hset("{dramatiq-cron}:replicas", mapping=fields)
+    result = cli(env, "status", APP)
+    assert "Replicas:   0 of 1 Redis replica(s) acknowledge the writes of web-1 pid 4242" in result.stdout, (
+        result.stdout
+    )
+    data = json.loads(cli(env, "status", APP, "--json").stdout)
+    assert data["replicas_lacking"]["required"] == 1 and data["replicas_lacking"]["pid"] == 4242

@@ -87,6 +87,9 @@ def test_metrics_show_the_leader_and_move_as_ticks_fire(
     assert len(gauges) == 2 and set(gauges) <= {str(pid) for pid in instance.worker_pids()}, gauges
     assert {pid for pid, v in gauges.items() if v == 1.0} == {str(leader_pid)}, gauges
     assert value(samples, "dramatiq_cron_leadership_changes_total", change="gained") == 1
+    # A single Redis: no replica is required, so no process lacks one.
+    assert any(n == "dramatiq_cron_replicas_unconfirmed" for n, _ in samples)
+    assert value(samples, "dramatiq_cron_replicas_unconfirmed") == 0
     assert value(samples, "dramatiq_cron_fire_lag_seconds_count", schedule=SCHEDULE) >= 2
     assert value(samples, "dramatiq_cron_fire_lag_seconds_bucket", schedule=SCHEDULE, le="+Inf") >= 2
     last_fire = value(samples, "dramatiq_cron_last_fire_timestamp_seconds", schedule=SCHEDULE)

@@ -20,8 +20,10 @@ LEASE = "{dramatiq-cron}:lease"
 
 @pytest.fixture
 def sentinel_group() -> Iterator[SentinelGroup]:
-    """Master, replica and three sentinels (redis-server --sentinel)."""
-    group = SentinelGroup()
+    """Master, two replicas and three sentinels (redis-server --sentinel):
+    the promoted replica still has one, so claims are confirmed after a
+    failover (durable by default on Sentinel)."""
+    group = SentinelGroup(replicas=2)
     try:
         yield group.start()
     finally:

@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import redis
+
 from ..schedules.planner import jitter_ms
 from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
@@ -72,6 +74,10 @@ class LeaderObserver:
 
     def enqueued(self, *, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         """A granted tick was enqueued ``lag_ms`` after it fell due."""
+
+    def replicas_confirmed(self, *, confirmed: bool) -> None:
+        """Redis replicas stopped (False) or resumed (True) acknowledging
+        this process's writes: nothing fires meanwhile."""
 
 
 @dataclasses.dataclass
@@ -156,10 +162,15 @@ class Firing:
             else None
         )
         self._unsettled: _Unsettled | None = None
+        #: Staged messages may wait in the outbox (durable claims): a
+        #: claimer died or its publish failed.  Drained while leading.
+        self._outbox_pending = False
 
     def forget(self) -> None:
         """A term begins or ends: read the ledger (and every runtime
-        schedule) again before the next fire."""
+        schedule) again before the next fire, and look for staged
+        messages a previous leader left."""
+        self._outbox_pending = self.ledger.stages
         self.queue.invalidate()
         if self.feed is not None:
             self.feed.forget()  # a follower holds no runtime schedules
@@ -182,6 +193,8 @@ class Firing:
         if self.monotonic() >= term.fire_not_before:
             self._fire_due(term)
         self._renew_if_due(term)
+        if self._outbox_pending and self._unsettled is None:
+            self._drain_outbox()
         if self.feed is not None:
             self.feed.follow(term.token, term.epoch)
         self.owed.pay()
@@ -304,6 +317,7 @@ class Firing:
     ) -> None:
         granted: list[Owed] = []
         enqueued: list[Owed] = []
+        staged: list[Payload] = []
         for index, (item, result) in enumerate(zip(batch, results, strict=True)):
             claim = item.claim
             if result in _RECORDED:
@@ -316,11 +330,17 @@ class Firing:
             if result == ClaimResult.FIRE and item.message is not None:
                 owed = Owed(schedule=item.schedule, tick_ms=claim.tick_ms, message=item.message)
                 payload = payloads[index] if payloads is not None else None
-                if payload is not None:  # the claim script enqueued it
-                    self.boundary.after(payload)
+                if payload is not None:  # the claim script enqueued (or staged) it
+                    if self.ledger.stages:
+                        staged.append(payload)
+                    else:
+                        self.boundary.after(payload)
                     enqueued.append(owed)
                 else:
                     granted.append(owed)
+        # Staged messages of a claim replicas hold: into their queues now
+        # (whoever publishes one first runs its hooks).
+        self._publish(staged)
         # What Redis granted is this process's alone to enqueue, whatever
         # the tick queue knows by now (a lost reply may be settled after a
         # step-down emptied it): the broker first, the bookkeeping after.
@@ -329,6 +349,35 @@ class Firing:
         # (one pipelined round trip for a RedisBroker; see boundary.py).
         self.owed.send(granted)
         self.queue.decided(batch, results, server_ms)
+
+    def _publish(self, staged: list[Payload]) -> None:
+        """Publish staged messages, running the broker's ``after_enqueue``
+        hooks for those this call pushed; on a fault they stay staged, for
+        the outbox drain."""
+        if not staged:
+            return
+        try:
+            published = self.ledger.publish(staged)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self._outbox_pending = True
+            return
+        for payload, pushed in zip(staged, published, strict=True):
+            if pushed:
+                self.boundary.after(payload)
+
+    def _drain_outbox(self) -> None:
+        """Publish messages staged by durable claims that nobody published
+        (this leader's writes are acknowledged by replicas, and so is
+        everything written before them)."""
+        staged = self.ledger.staged(BATCH_LIMIT)
+        self._outbox_pending = len(staged) == BATCH_LIMIT
+        now = self.clock.now_ms()
+
+        def with_delay(payload: Payload) -> Payload:  # a jittered message's delay, as the hooks see it
+            eta = payload.message.options.get("eta")
+            return dataclasses.replace(payload, delay=max(eta - now, 0) or None) if isinstance(eta, int) else payload
+
+        self._publish([with_delay(p) for p in staged])
 
     def settle(self) -> None:
         """Learn what became of a claim whose reply was lost.  The batch ran

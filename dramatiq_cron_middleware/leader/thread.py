@@ -28,6 +28,7 @@ from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
 from ..store.codes import Corrupt
 from ..store.connection import redact, refusal
+from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
 from ..store.timing import Timing
@@ -118,6 +119,11 @@ class LeaderThread(threading.Thread, Generic[H]):
         self._released = False
         self._stopped = False
         self._fault: Episode[str] = Episode()
+        #: Writes too few replicas acknowledged: reported apart from the
+        #: faults above.  A turn that completes after one made a confirmed
+        #: write (the renewal retried, the settle, or a follower's
+        #: acquisition, which always writes), so it ends the episode.
+        self._unconfirmed: Episode[str] = Episode()
         declared = {s.id: s for s in schedules}
         reports, losses = OnceReports(logger), Flapping()
         self.owed = OwedQueue(
@@ -236,6 +242,8 @@ class LeaderThread(threading.Thread, Generic[H]):
             self._turn()
             if self.store.clock.observations != replies:  # Redis answered this turn
                 self._healthy()
+        except Unconfirmed as exc:
+            self._faulty(exc, unconfirmed=exc)
         except NotLeader:
             self._step_down("Redis holds another leader's token")
         except Expired as exc:
@@ -333,6 +341,10 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.firing.forget()
 
     def _healthy(self) -> None:
+        if self._unconfirmed.recovered() is not None:
+            self.logger.warning("Redis replicas acknowledge the cron scheduler's writes again.")
+            self.observer.replicas_confirmed(confirmed=True)
+            self.lease.report_replicas(None)
         fault = self._fault.recovered()
         if fault is not None:
             if fault == "unreachable":
@@ -342,11 +354,46 @@ class LeaderThread(threading.Thread, Generic[H]):
             else:
                 self.logger.warning("Cron leader loop works again.")
 
-    def _faulty(self, exc: BaseException, *, refused: str | None = "") -> None:
+    def _faulty(self, exc: BaseException, *, refused: str | None = "", unconfirmed: Unconfirmed | None = None) -> None:
         """Report a fault once per state change and wait before the next
         turn.  ``refused``: "" for an unreachable Redis, the refusal for a
         reachable one that refuses (one WARNING per kind, whichever command
-        met it), None for anything else (a bug: ERROR with traceback)."""
+        met it), None for anything else (a bug: ERROR with traceback).
+        ``unconfirmed``: Redis answered, but too few replicas acknowledged."""
+        if unconfirmed is not None:
+            self._report_unconfirmed(unconfirmed)
+        else:
+            self._report_fault(exc, refused)
+        leadership = self.leadership
+        if leadership is not None:
+            try:
+                leadership.check(self.store.clock.monotonic(), self.timing)
+                # Retry the renewal soon, but keep firing nothing past the deadline.
+                leadership.retry_renewal(self.store.clock.monotonic())
+            except Expired as expired:
+                self._step_down(str(expired))
+        self.queue.invalidate()
+        self.owed.pay_quietly()
+        if self.pace:
+            self.stopping.wait(self.timing.retry_interval)
+
+    def _report_unconfirmed(self, unconfirmed: Unconfirmed) -> None:
+        try:
+            self.lease.report_replicas(unconfirmed)  # refreshed at each retry, for operators
+        except (*_FAULTS, redis.RedisError):
+            pass  # a replica answered, or Redis went away: the WARNING below still says it
+        if self._unconfirmed.failing("unconfirmed"):
+            self.logger.warning(
+                "Redis replicas do not acknowledge the cron scheduler's writes (%s): nothing fires until they "
+                "do (a claim made meanwhile is settled then); a leader steps down after %d ms; retrying every "
+                "%d ms.",
+                unconfirmed,
+                int(self.timing.fire_deadline * 1000),
+                int(self.timing.retry_interval * 1000),
+            )
+            self.observer.replicas_confirmed(confirmed=False)
+
+    def _report_fault(self, exc: BaseException, refused: str | None) -> None:
         if refused is None:
             key = f"{type(exc).__name__}: {exc}"
         else:
@@ -366,18 +413,6 @@ class LeaderThread(threading.Thread, Generic[H]):
                     redact(f"{type(exc).__name__}: {exc}"),
                     int(self.timing.retry_interval * 1000),
                 )
-        leadership = self.leadership
-        if leadership is not None:
-            try:
-                leadership.check(self.store.clock.monotonic(), self.timing)
-                # Retry the renewal soon, but keep firing nothing past the deadline.
-                leadership.retry_renewal(self.store.clock.monotonic())
-            except Expired as expired:
-                self._step_down(str(expired))
-        self.queue.invalidate()
-        self.owed.pay_quietly()
-        if self.pace:
-            self.stopping.wait(self.timing.retry_interval)
 
     def _report_enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.observer.enqueued(schedule_id=schedule_id, tick_ms=tick_ms, lag_ms=lag_ms)

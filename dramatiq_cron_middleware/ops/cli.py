@@ -507,6 +507,17 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     counts = report.counts()
     data["health"] = counts
     lines.append("Health:     " + (", ".join(f"{n} {state}" for state, n in counts.items()) or "no schedules"))
+    lacking = app.control.replicas_lacking()
+    data["replicas_lacking"] = None
+    if lacking is not None:
+        data["replicas_lacking"] = {
+            "host": lacking.host,
+            "pid": lacking.pid,
+            "acked": lacking.acked,
+            "required": lacking.required,
+            "since": iso(lacking.since_ms),
+        }
+        lines.append(f"Replicas:   {lacking.describe(now)}")
     if not healthy:
         lines.append("Status:     NO LEADER - no process renewed the lease within its length")
     _emit(args, data, "\n".join(lines))

@@ -32,7 +32,7 @@ from ..targets import (
     paused_by,
     resolve_target,
 )
-from .format import duration_ms, instant_ms, iso
+from .format import duration_ms, instant_ms, iso, span
 
 __all__ = [
     "AmbiguousTarget",
@@ -42,6 +42,7 @@ __all__ = [
     "HistoryPage",
     "LastDecision",
     "LeaderInfo",
+    "ReplicasLacking",
     "RuntimeCatalogue",
     "Target",
     "TriggerRefused",
@@ -70,6 +71,26 @@ class LeaderInfo:
     ttl_ms: int
     remaining_ms: int
     candidate: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicasLacking:
+    """A candidate whose writes too few Redis replicas acknowledged (so
+    nothing fires): the record it refreshes at each retry."""
+
+    host: str
+    pid: int
+    acked: int
+    required: int
+    since_ms: int
+    at_ms: int
+
+    def describe(self, now_ms: int) -> str:
+        """One line for people."""
+        return (
+            f"{self.acked} of {self.required} Redis replica(s) acknowledge the writes of {self.host} pid {self.pid} "
+            f"(for {span(now_ms - self.since_ms)}): nothing fires until they do"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +186,23 @@ class Control:
             remaining_ms=max(int(remaining), 0),
             candidate=fields.get("candidate", ""),
         )
+
+    def replicas_lacking(self) -> ReplicasLacking | None:
+        """The last candidate whose writes lacked replicas, if recent (see
+        ``CronMiddleware(replicas=...)``); None when none did."""
+        fields: Any = self.client.hgetall(self.keys.replicas)
+        try:
+            host, pid, _ = str(fields["member"]).split("|", 2)
+            return ReplicasLacking(
+                host=host,
+                pid=int(pid),
+                acked=int(fields["acked"]),
+                required=int(fields["required"]),
+                since_ms=int(fields["since"]),
+                at_ms=int(fields["at"]),
+            )
+        except (KeyError, ValueError):
+            return None
 
     def candidates(self, *, since_ms: int) -> list[Candidate]:
         """Candidates seen at or after ``since_ms`` (server time), newest first."""

@@ -25,6 +25,13 @@ Guarantees every implementation keeps (the contract suite checks them):
   lost raises a timeout (``redis.TimeoutError`` or :class:`TimeoutError`)
   and may have run.  A lost claim reply is settled with
   :meth:`LedgerStore.settle`.
+- **Durability.** A store that requires replicas raises
+  :class:`~.durability.Unconfirmed` from ``acquire``, ``renew``, ``claim``
+  and ``settle`` after the call ran when fewer replicas acknowledged it
+  (each of them writes, so the acknowledgement is about that call): the
+  caller treats it as a lost reply, a failed renewal or a failed
+  acquisition.  Messages a claim stages (:attr:`LedgerStore.stages`) reach
+  their queues only through :meth:`LedgerStore.publish`, once each.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Any, Protocol
 from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
+from .durability import Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed
 from .ledger import Claim, ClaimReply, Settled, SyncEntry, SyncReply
@@ -92,6 +100,11 @@ class LeaseStore(Protocol):
         """Delete the lease if it still holds ``token`` and its ``field``
         (``"seq"``: the renewal count; ``"conn"``: the presence connection)
         still reads ``seen``; True when deleted."""
+
+    def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
+        """Record for operators that this candidate's writes lack replica
+        acknowledgements (``unconfirmed``), or with None that its
+        writes are acknowledged again (the record is dropped)."""
 
     def depose_if_gone(self) -> bool:
         """Fast takeover: delete the lease if its holder registered a
@@ -189,6 +202,20 @@ class LedgerStore(Protocol):
           NotLeader: the lease holds another token (nothing written).
           BadRequest: the batch is malformed (nothing written).
         """
+
+    @property
+    def stages(self) -> bool:
+        """Whether :meth:`claim` stages the messages it grants (durable
+        claims) instead of pushing them: :meth:`publish` pushes them once
+        replicas hold the claim."""
+
+    def publish(self, payloads: Sequence[Payload]) -> list[bool]:
+        """Push staged messages into their queues, each at most once
+        whoever calls; per payload whether this call pushed it."""
+
+    def staged(self, limit: int) -> list[Payload]:
+        """Up to ``limit`` messages still staged (their claimer died or its
+        publish failed)."""
 
     def settle(self, batch_id: str, *, epoch: int, claims: Sequence[Claim]) -> Settled:
         """Learn what became of a claim whose reply was lost: its results if

@@ -30,6 +30,7 @@ __all__ = [
     "SENTINEL_SCHEME",
     "MasterChanged",
     "describe",
+    "node_client",
     "pool_for",
     "presence_client",
     "credentials_refused",
@@ -418,6 +419,15 @@ def pool_for(client: Any, key: str) -> Any:
         node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
         return node.redis_connection.connection_pool
     return client.connection_pool
+
+
+def node_client(client: Any, key: str) -> redis.Redis:
+    """The client of the server that holds ``key``: the client itself, or
+    on Redis Cluster the node owning the key's slot (a command that must
+    follow a script on its connection, such as ``WAIT``, goes there)."""
+    if isinstance(client, RedisCluster):
+        return cast(redis.Redis, client.get_node_from_key(key).redis_connection)  # type: ignore[no-untyped-call]
+    return cast(redis.Redis, client)
 
 
 def presence_client(source: Any, *, op_timeout_ms: int) -> redis.Redis | None:

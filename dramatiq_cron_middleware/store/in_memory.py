@@ -11,7 +11,9 @@ Faults are injected at the store boundary, per operation name (the
 protocol's method names): :meth:`MemoryServer.lose_reply` lets the next
 call run and then raises :class:`TimeoutError` (a lost reply),
 :meth:`MemoryServer.refuse` raises :class:`ConnectionRefusedError` before
-it runs (nothing written).  Keys holding a foreign type are not modelled:
+it runs (nothing written); :attr:`MemoryServer.replicas_acking` says how
+many replicas acknowledge writes now (a store that requires more raises
+:class:`~.durability.Unconfirmed` after its write ran).  Keys holding a foreign type are not modelled:
 the corrupt flags stay empty but for unusable batch records.
 """
 
@@ -29,6 +31,7 @@ from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
+from .durability import Durability, Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed, parse_schedule_set
 from .ledger import (
@@ -107,6 +110,9 @@ class MemoryServer:
         self.wait = wait
         #: Open presence connections (FLUSHALL keeps them).
         self.connections: set[str] = set()
+        #: How many replicas acknowledge writes (WAIT's answer): detach
+        #: them by setting 0.
+        self.replicas_acking = 0
         self.flushall()
         self._lose: dict[str, int] = {}
         self._refuse: dict[str, int] = {}
@@ -145,6 +151,8 @@ class MemoryServer:
         self.health: dict[str, str] = {}
         self.health_cursor: str | None = None
         self.alerts: list[str] = []
+        #: The operators' record of writes lacking replicas (keys.replicas).
+        self.replicas_report: dict[str, Any] | None = None
 
     # -- faults ----------------------------------------------------------------
 
@@ -295,8 +303,10 @@ class _MemoryLease:
         fingerprint: str,
         version: str,
         presence: bool,
+        durability: Durability,
     ) -> None:
         self.server = server
+        self.durability = durability
         self.ttl_ms = ttl_ms
         self._timing = Timing.for_lease(ttl_ms)
         self.clock = clock
@@ -363,6 +373,7 @@ class _MemoryLease:
 
         result = self._observe("acquire", run)
         assert isinstance(result, Acquired | Held)
+        self.durability.check(self.server.replicas_acking)  # a won lease: a retry finds it ours
         self._attempt = None
         self.token = token if isinstance(result, Acquired) else None
         return result
@@ -394,6 +405,8 @@ class _MemoryLease:
         assert renewed is None or isinstance(renewed, Renewed)
         if renewed is None:
             self.token = None
+        else:
+            self.durability.check(self.server.replicas_acking)
         return renewed
 
     def release(self) -> bool:
@@ -429,6 +442,19 @@ class _MemoryLease:
             return True
 
         return bool(self.server._call("depose", run))
+
+    def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
+        def run() -> None:
+            s = self.server
+            if unconfirmed is None:
+                s.replicas_report = None
+                return
+            since = s.replicas_report["since"] if s.replicas_report else s.now_ms()
+            s.replicas_report = dict(
+                member=self.member, acked=unconfirmed.acked, required=unconfirmed.required, since=since
+            )
+
+        self.server._call("report_replicas", run)
 
     def depose_if_gone(self) -> bool:
         lease = self.server._call("depose_if_gone", self.server.lease_fields)
@@ -514,10 +540,13 @@ class _MemoryLedger:
     """:class:`~.abc.LedgerStore` on a :class:`MemoryServer` (sync.lua,
     register.lua, claim.lua, settle.lua)."""
 
-    def __init__(self, server: MemoryServer, *, clock: ServerClock, history_length: int) -> None:
+    def __init__(
+        self, server: MemoryServer, *, clock: ServerClock, history_length: int, durability: Durability
+    ) -> None:
         self.server = server
         self.clock = clock
         self.history_length = history_length
+        self.durability = durability
 
     def _fenced(self, operation: str, token: str, run: Callable[[int], object]) -> object:
         sent = self.clock.monotonic()
@@ -707,7 +736,18 @@ class _MemoryLedger:
 
         reply = self.server._call("claim", run)
         assert isinstance(reply, ClaimReply)
+        self.durability.check(self.server.replicas_acking)
         return reply
+
+    @property
+    def stages(self) -> bool:
+        return False  # the memory store enqueues no messages (see claim)
+
+    def publish(self, payloads: Sequence[Payload]) -> list[bool]:
+        return [False] * len(payloads)
+
+    def staged(self, limit: int) -> list[Payload]:
+        return []
 
     def settle(self, batch_id: str, *, epoch: int, claims: Sequence[Claim]) -> Settled:
         def run() -> Settled:
@@ -742,6 +782,7 @@ class _MemoryLedger:
 
         settled = self.server._call("settle", run)
         assert isinstance(settled, Settled)
+        self.durability.check(self.server.replicas_acking)
         return settled
 
 
@@ -822,6 +863,8 @@ class InMemoryStore:
       presence: Register a presence connection (fast takeover).  Default False.
       history_length: Cap of the history.  Defaults to 10000.
       prefix: The key prefix the names in reports use.  Defaults to "cron".
+      replicas: How many replicas must acknowledge an acquisition, a
+        renewal, a claim or a settle (see durability.py).  Defaults to 0.
     """
 
     def __init__(
@@ -837,9 +880,11 @@ class InMemoryStore:
         presence: bool = False,
         history_length: int = 10_000,
         prefix: str = "cron",
+        replicas: int = 0,
     ) -> None:
         self.server = server
         self._keys = Keys(prefix)
+        durability = Durability(replicas=replicas)
         self._clock = clock
         self._lease = _MemoryLease(
             server,
@@ -850,8 +895,9 @@ class InMemoryStore:
             fingerprint=fingerprint,
             version=version,
             presence=presence,
+            durability=durability,
         )
-        self._ledger = _MemoryLedger(server, clock=clock, history_length=history_length)
+        self._ledger = _MemoryLedger(server, clock=clock, history_length=history_length, durability=durability)
         self._runtime = _MemoryRuntime(server, history_length=history_length)
         self._runs = MemoryRuns(server, events_length=history_length)
 

@@ -107,6 +107,21 @@ class Keys:
         (for ``overlap="skip"``), with a TTL so a crash cannot block it."""
         return f"{self.tag}:running:{schedule_id}"
 
+    @property
+    def outbox(self) -> str:
+        """Hash (durable claims with a RedisBroker on this Redis): redis
+        message id -> '<queue key>\\n<message hash key>\\n<body>' of granted
+        messages staged by a claim until replicas hold it; published (and
+        removed) by the claimer, or by the next leader."""
+        return f"{self.tag}:outbox"
+
+    @property
+    def replicas(self) -> str:
+        """Hash: the last candidate whose writes too few replicas
+        acknowledged (member, acked, required, since, at); PEXPIREd to
+        three leases, deleted when a candidate's writes are acknowledged."""
+        return f"{self.tag}:replicas"
+
     def enqueued(self, message_id: str) -> str:
         """On the broker's Redis: the mark that a tick's message was pushed
         (idempotent enqueue), kept at least a catch-up window."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -21,6 +20,7 @@ import redis
 from .clock import ServerClock
 from .codes import Corrupt, Reply, decode, load_script
 from .connection import pool_for
+from .durability import Durability, Unconfirmed
 from .keys import Keys
 from .timing import Timing
 
@@ -83,6 +83,8 @@ class Lease:
       presence_client: For fast takeover: a single-connection client whose
         ``CLIENT ID`` is registered in the lease while leading, so followers
         can tell when the leader's process is gone.  None disables it.
+      durability: How many replicas must acknowledge an acquisition or a
+        renewal before it counts.  Defaults to none.
     """
 
     def __init__(
@@ -98,8 +100,10 @@ class Lease:
         fingerprint: str = "",
         version: str = "",
         presence_client: redis.Redis | None = None,
+        durability: Durability | None = None,
     ) -> None:
         self.keys = keys
+        self.durability = durability or Durability()
         self.ttl_ms = ttl_ms
         self._timing = Timing.for_lease(ttl_ms)
         self.clock = clock
@@ -120,13 +124,19 @@ class Lease:
         self.presence_client = presence_client
 
     def acquire(self) -> Acquired | Held:
-        """Try once to take the lease."""
+        """Try once to take the lease.
+
+        Raises:
+          Unconfirmed: too few replicas hold the attempt (it always writes:
+            the candidate's entry); if it took the lease on the master, a
+            retry finds it ours.
+        """
         # An attempt whose reply was lost (a timeout, a stalled Redis) may
         # have taken the lease anyway; retrying with the same token finds
         # that "ghost" lease ours instead of waiting a whole TTL for it.
         token = self.token or self._attempt or f"{self.candidate_id}-{uuid.uuid4().hex[:8]}"
         self._attempt = token
-        result = self._call(
+        result, acked = self._call(
             self._acquire,
             [self.keys.lease, self.keys.epoch, self.keys.candidates, self.keys.ticks, self.keys.candidate_info],
             [
@@ -141,22 +151,29 @@ class Lease:
                 self._timing.candidate_forgotten_ms,
             ],
         )
-        self._attempt = None
+        self.durability.check(acked)
         if result.ok:
+            self._attempt = None
             epoch, fresh = result.payload
             self.token = token
             return Acquired(
                 epoch=int(epoch), server_ms=result.server_ms, epoch_was_missing=bool(int(fresh)), corrupt=result.corrupt
             )
+        self._attempt = None
         self.token = None
         remaining, holder, renewals = result.payload
         return Held(remaining_ms=int(remaining), token=str(holder), renewals=str(renewals), corrupt=result.corrupt)
 
     def renew(self) -> Renewed | None:
-        """Extend the lease; None when Redis no longer holds our token."""
+        """Extend the lease; None when Redis no longer holds our token.
+
+        Raises:
+          Unconfirmed: extended on the master, but too few replicas hold
+            the renewal: it does not count.
+        """
         if self.token is None:
             return None
-        result = self._call(
+        result, acked = self._call(
             self._renew,
             [self.keys.lease, self.keys.candidates, self.keys.candidate_info],
             [self.token, self.ttl_ms, self.member, self.presence_id(), self._timing.candidate_live_ms],
@@ -164,6 +181,7 @@ class Lease:
         if not result.ok:
             self.token = None
             return None
+        self.durability.check(acked)
         live = []
         for info in result.payload:
             fingerprint, _, version = str(info).partition("|")
@@ -215,6 +233,23 @@ class Lease:
             return str(self.presence_client.client_id())
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return ""
+
+    def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
+        """Tell operators (``status``, the dashboard) that this candidate's
+        writes lack replicas (refreshed at each retry), or, with None, that
+        writes are acknowledged again."""
+        if unconfirmed is None:
+            self._client.delete(self.keys.replicas)
+            return
+        now = str(self.clock.now_ms())
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hsetnx(self.keys.replicas, "since", now)
+        pipe.hset(
+            self.keys.replicas,
+            mapping={"member": self.member, "acked": unconfirmed.acked, "required": unconfirmed.required, "at": now},
+        )
+        pipe.pexpire(self.keys.replicas, 3 * self.ttl_ms)
+        pipe.execute()
 
     def depose_if_gone(self) -> bool:
         """Fast takeover: if the leader registered a presence connection and
@@ -310,8 +345,10 @@ class Lease:
         pipe.pexpire(key, self.ttl_ms)
         pipe.execute()
 
-    def _call(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> Reply:
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Reply, int]:
+        """The script's reply, and how many replicas acknowledged it."""
         sent = self.clock.monotonic()
-        reply = decode(script(keys=keys, args=args))
+        raw, acked = self.durability.run(self._client, script, keys, args)
+        reply = decode(raw)
         self.clock.observe(reply.server_ms, sent, self.clock.monotonic())
-        return reply
+        return reply, acked

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import redis
+from dramatiq import Message
 from redis.cluster import RedisCluster
 
 from ..schedules.schedule import BoundSchedule
@@ -33,6 +34,7 @@ from .codes import (
     load_script,
     whole_actor,
 )
+from .durability import Durability
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -162,6 +164,8 @@ class Ledger:
       clock: The leader's :class:`ServerClock`, which every reply's server
         time updates.
       history_length: Approximate cap of the history stream.
+      durability: How many replicas must acknowledge a claim or a settle
+        before its granted ticks may be enqueued.  Defaults to none.
     """
 
     def __init__(
@@ -171,8 +175,10 @@ class Ledger:
         keys: Keys,
         clock: ServerClock,
         history_length: int = 10_000,
+        durability: Durability | None = None,
     ) -> None:
         self.keys = keys
+        self.durability = durability or Durability()
         self.clock = clock
         self.history_length = history_length
         self._client = client
@@ -180,6 +186,14 @@ class Ledger:
         self._claim = load_script(client, "claim")
         self._settle = load_script(client, "settle")
         self._register = load_script(client, "register")
+        self._publish = load_script(client, "publish")
+
+    @property
+    def stages(self) -> bool:
+        """Whether a claim stages the messages it grants in the outbox
+        instead of pushing them (durable claims): :meth:`publish` pushes
+        them once replicas hold the claim."""
+        return self.durability.on
 
     def sync(
         self,
@@ -283,13 +297,16 @@ class Ledger:
     ) -> ClaimReply:
         """Decide a batch of ticks in one round trip; one result per claim.
         With ``payloads`` (a RedisBroker on this Redis), the script also
-        enqueues each granted claim's message, in the same atomic step.
+        enqueues each granted claim's message, in the same atomic step, or
+        when :attr:`stages`, stages it in the outbox for :meth:`publish`.
 
         Raises:
           NotLeader: if the lease no longer holds ``token`` (nothing was
             written).
           BadRequest: if the script found the batch malformed (nothing was
             written).
+          Unconfirmed: the batch ran, but too few replicas hold it: like a
+            lost reply, settle it (nothing of it may be enqueued before).
         """
         keys = [
             self.keys.lease,
@@ -348,8 +365,9 @@ class Ledger:
             BATCH_RECORD_MS,
             entries,
             self.clock.trusted_ms(),
+            index(self.keys.outbox) if self.stages and payloads is not None and any(payloads) else 0,
         ]
-        reply = self._run(self._claim, keys, args)
+        reply = self._run(self._claim, keys, args, confirm=True)
         return ClaimReply(
             results=[ClaimResult(int(r)) for r in reply.payload],
             server_ms=reply.server_ms,
@@ -361,15 +379,53 @@ class Ledger:
         when that batch never ran; from then on it never will (a copy of it
         still in flight is refused).  An unusable batch record is replaced,
         and the results are read back from the ledger (what ``epoch`` was
-        granted of ``claims``)."""
+        granted of ``claims``).
+
+        Raises:
+          Unconfirmed: too few replicas hold the answer (the batch record
+            and the ledger entries it stands for): settle again later.
+        """
         entries = json.dumps([[c.schedule_id, c.tick_ms, int(c.fire)] for c in claims], separators=(",", ":"))
-        reply = decode(
-            self._settle(keys=[self.keys.batch(batch_id), self.keys.ticks], args=[BATCH_RECORD_MS, epoch, entries])
+        raw, acked = self.durability.run(
+            self._client, self._settle, [self.keys.batch(batch_id), self.keys.ticks], [BATCH_RECORD_MS, epoch, entries]
         )
+        reply = decode(raw)
+        self.durability.check(acked)
         corrupt = bool(reply.corrupt & Corrupt.BATCH)
         if not reply.ok:
             return Settled(None, record_corrupt=corrupt)
         return Settled([ClaimResult(int(r)) for r in str(reply.payload[0]).split(",") if r], record_corrupt=corrupt)
+
+    def publish(self, payloads: Sequence[Payload]) -> list[bool]:
+        """Push staged messages into their queues (idempotent: a message no
+        longer staged is skipped); per payload whether this call pushed it.
+        Only for claims replicas hold."""
+        if not payloads:
+            return []
+        keys = [self.keys.outbox]
+        for p in payloads:
+            keys += [p.queue_key, p.messages_key]
+        reply = decode(self._publish(keys=keys, args=[p.redis_message_id for p in payloads]))
+        return [int(v) == 1 for v in reply.payload]
+
+    def staged(self, limit: int) -> list[Payload]:
+        """Up to ``limit`` messages still staged in the outbox (a claimer
+        that died, or whose publish failed, left them), to :meth:`publish`
+        once this leader's writes are durable."""
+        found: Any = self._client.hscan(self.keys.outbox, 0, count=limit)[1]
+        out, unusable = [], []
+        for message_id, value in list(found.items())[:limit]:
+            queue_key, _, rest = str(value).partition("\n")
+            messages_key, _, body = rest.partition("\n")
+            try:
+                message = Message.decode(body.encode("utf-8"))
+            except Exception:  # a stray write: no message to publish
+                unusable.append(message_id)
+                continue
+            out.append(Payload(message, None, queue_key, messages_key, str(message_id), body))
+        if unusable:
+            self._client.hdel(self.keys.outbox, *unusable)
+        return out
 
     def _run_many(self, script: Any, keys: list[str], calls: list[list[Any]]) -> list[Reply]:
         """Several calls of one script in one pipeline: Redis runs the next
@@ -386,8 +442,16 @@ class Ledger:
         self.clock.observe(int(results[-1][1]), sent, self.clock.monotonic())
         return [_granted(result) for result in results]
 
-    def _run(self, script: Callable[..., Any], keys: list[str], args: list[Any]) -> Reply:
+    def _run(self, script: Any, keys: list[str], args: list[Any], *, confirm: bool = False) -> Reply:
+        """One fenced script call; with ``confirm``, confirmed on replicas
+        (see durability.py) once Redis granted it."""
         sent = self.clock.monotonic()
-        result = script(keys=keys, args=args)
+        if confirm:
+            result, acked = self.durability.run(self._client, script, keys, args)
+        else:
+            result, acked = script(keys=keys, args=args), 0
         self.clock.observe(int(result[1]), sent, self.clock.monotonic())
-        return _granted(result)
+        reply = _granted(result)
+        if confirm:
+            self.durability.check(acked)
+        return reply

@@ -55,6 +55,9 @@ class Timing:
     candidate_listed_ms: int
     #: When an acquisition forgets a candidate that stopped touching the set.
     candidate_forgotten_ms: int
+    #: How long a durable write waits for replicas to acknowledge it
+    #: (``WAIT``): half the op timeout, so the reply still arrives in time.
+    replica_wait_ms: int = 0
 
     @classmethod
     def for_lease(cls, lease_ms: int) -> Timing:
@@ -73,4 +76,5 @@ class Timing:
             candidate_live_ms=2 * lease_ms,
             candidate_listed_ms=3 * lease_ms,
             candidate_forgotten_ms=10 * lease_ms,
+            replica_wait_ms=op_timeout_ms // 2,
         )

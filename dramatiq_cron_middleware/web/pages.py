@@ -434,6 +434,7 @@ def overview(
         ineligible = control.ineligible(since_ms=now - Timing.for_lease(ttl).candidate_listed_ms)
         paused = len(control.paused())
         policy = control.maxmemory_policy()
+        lacking = control.replicas_lacking()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         return Overview(
             where=where,
@@ -468,6 +469,8 @@ def overview(
         )
     elif not candidates:
         warnings.append("No candidate was seen recently: are the workers running?")
+    if lacking is not None:
+        warnings.append(lacking.describe(now) + ".")
     if len(fingerprints) > 1:
         warnings.append(
             f"Candidates declare different schedule sets ({len(fingerprints)} fingerprints): "

@@ -157,6 +157,11 @@ class Cluster(Lifecycle):
         clock can then be stepped through ``cluster.clock_shim``).
       env: Extra app environment for every instance; ``per_instance`` adds
         environment for instance ``i``.
+      replica: Give the lease Redis a replica, replicating through
+        :attr:`replication` (a :class:`Proxy` that can hold it back);
+        :meth:`fail_over` promotes it.  The instances then wait for it to
+        acknowledge their claims (durable claims, the default with a
+        replica).
       leader_wall_clock: Run instance 0 on a :class:`WallClockShim` (its
         wall clock can then be stepped through ``cluster.wall_clock``),
         consuming no queue: it only competes for the lease, so the actors'
@@ -178,6 +183,7 @@ class Cluster(Lifecycle):
         env: dict[str, str] | None = None,
         per_instance: dict[int, dict[str, str]] | None = None,
         leader_wall_clock: bool = False,
+        replica: bool = False,
     ) -> None:
         self.size = size
         self.ttl_ms = ttl_ms
@@ -190,6 +196,8 @@ class Cluster(Lifecycle):
             persistence=persistence, extra=redis_extra, env=self.clock_shim.env() if self.clock_shim else None
         )
         self.broker_redis = RedisServer()
+        self.replication = Proxy(self.redis.port, max_lifetime=4 * 3600) if replica else None
+        self.replica = self._replica_of(self.replication) if self.replication is not None else None
         self.proxy: Proxy | None = None
         self._use_proxy = proxy
         self._env = {"CRON_APP_ACTORS": str(actors), **(env or {})}
@@ -210,6 +218,9 @@ class Cluster(Lifecycle):
         parallel, they boot in about a second each)."""
         self.redis.start()
         self.broker_redis.start()
+        if self.replication is not None and self.replica is not None:
+            self.replication.start()
+            self._link(self.replica.start())
         if self._use_proxy:
             self.proxy = Proxy(self.redis.port, max_lifetime=4 * 3600).start()
         self._client = self.redis.client()
@@ -233,6 +244,10 @@ class Cluster(Lifecycle):
             self._client.close()
         self.redis.close()
         self.broker_redis.close()
+        if self.replica is not None:
+            self.replica.close()
+        if self.replication is not None:
+            self.replication.stop()
         if os.environ.get("CRON_KEEP_LOGS") != "1":
             for instance in self.instances + self.retired:
                 try:
@@ -272,6 +287,42 @@ class Cluster(Lifecycle):
             t.join()
         if errors:
             raise errors[0]
+
+    def _replica_of(self, replication: Proxy, *, port: int | None = None) -> RedisServer:
+        return RedisServer(
+            port=port,
+            persistence=self.redis.persistence,
+            extra=["--replicaof", "127.0.0.1", str(replication.port)],
+        )
+
+    @staticmethod
+    def _link(replica: RedisServer) -> None:
+        probe = replica.client()
+        wait_for(lambda: probe.info("replication").get("master_link_status") == "up", timeout=30, what="a replica")
+        probe.close()
+
+    def fail_over(self) -> None:
+        """Kill -9 the lease Redis and promote its replica at the same
+        address (the scheduler's proxy now forwards there, as a virtual IP
+        moves); the old master's port comes back as the new replica, empty,
+        replicating through :attr:`replication`.  Whatever the replica had
+        not received is lost."""
+        assert self.replica is not None and self.replication is not None and self.proxy is not None
+        old_port = self.redis.port
+        self.redis.stop()
+        promoted = self.replica
+        promoted.client().replicaof("NO", "ONE")
+        self.proxy.retarget(promoted.port)
+        self.proxy.reset_all()
+        self.redis.close()
+        self.replication.heal()
+        self.replication.retarget(promoted.port)
+        self.replication.reset_all()
+        self.redis, self.replica = promoted, self._replica_of(self.replication, port=old_port)
+        if self._client is not None:
+            self._client.close()
+        self._client = self.redis.client()
+        self._link(self.replica.start())
 
     def replace(self, instance: Instance) -> Instance:
         """Start a fresh instance in place of a stopped or killed one."""

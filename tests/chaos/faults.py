@@ -233,6 +233,20 @@ def redis_restart_empty(cluster: Cluster) -> Fault:
     return cluster.record(fault)
 
 
+def replication_lag_master_kill(cluster: Cluster) -> Fault:
+    """Hold replication back past the lease, then kill -9 the master and
+    promote its replica: what the leader claimed in the lag is not on the
+    new master.  No outage is declared: unconfirmed claims were never
+    enqueued, and the ticks fire once after the failover."""
+    assert cluster.replication is not None, "this fault needs a cluster with a replica"
+    fault = Fault("replication_lag_master_kill", now_ms(), detail=f"{_hold(cluster):.2f} s of lag")
+    cluster.replication.hold_replication()
+    cluster.wait_job_processed()
+    pause(_hold(cluster))
+    cluster.fail_over()
+    return cluster.record(fault)
+
+
 def proxy_latency(cluster: Cluster) -> Fault:
     """Add latency beyond the renew interval to every scheduler packet."""
     assert cluster.proxy is not None
@@ -853,6 +867,7 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
         redis_sigstop,
         redis_restart_persistent,
         redis_restart_empty,
+        replication_lag_master_kill,
         proxy_latency,
         proxy_blackhole,
         proxy_reset,
@@ -874,8 +889,15 @@ FAULTS: dict[str, Callable[[Cluster], Fault]] = {
 KNOWN_BUGS: dict[str, str] = {}
 
 #: Faults that need a cluster of their own: an evicting ``maxmemory-policy``,
-#: a lease Redis on a clock shim, or a leader on a wall clock of its own.
-NEEDS_OWN_CLUSTER = {"eviction_pressure", "redis_clock_forward", "redis_clock_back", "leader_wall_clock_off"}
+#: a lease Redis on a clock shim, a leader on a wall clock of its own, or a
+#: lease Redis with a replica (the soak has one).
+NEEDS_OWN_CLUSTER = {
+    "eviction_pressure",
+    "redis_clock_forward",
+    "redis_clock_back",
+    "leader_wall_clock_off",
+    "replication_lag_master_kill",
+}
 
 #: The faults the mixed sequence draws from (a cluster with a proxy and
 #: persistence supports them all).

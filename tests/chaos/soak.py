@@ -27,6 +27,10 @@ from tests.support.instances import now_ms, wait_for
 from .cluster import Cluster, Report, assert_sound
 from .faults import FAULTS, MIXABLE
 
+#: The soak's lease Redis has a replica: every mixable fault, and the
+#: failover after replication lag.
+KINDS = [*MIXABLE, "replication_lag_master_kill"]
+
 
 def markdown(report: Report, *, command: str, seed: int, minutes: float) -> str:
     """The summary as a Markdown table, for docs/reliability.md."""
@@ -70,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {command}", flush=True)
     shim = WallClockShim()
     try:
-        with Cluster(size=3, proxy=True, persistence=True, per_instance={0: shim.env()}) as cluster:
+        with Cluster(size=3, proxy=True, persistence=True, replica=True, per_instance={0: shim.env()}) as cluster:
             start = cluster.first_tick()
             began = time.monotonic()
             deadline = began + args.minutes * 60
             while time.monotonic() < deadline:
                 if shim.offset_s == 0 and time.monotonic() - began >= 30:
                     shim.step_to(3600)  # one instance's wall clock jumps an hour ahead
-                kind = rng.choice(MIXABLE)
+                kind = rng.choice(KINDS)
                 FAULTS[kind](cluster)
                 cluster.wait_fired_after(now_ms())
                 n = cluster.send_job()

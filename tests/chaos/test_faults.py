@@ -94,6 +94,17 @@ def test_no_duplicate_and_no_loss_outside_declared_outages_under(kind: str, shar
     assert_sound(report)
 
 
+def test_replication_lag_then_a_master_kill_fires_no_tick_twice() -> None:
+    """Given a lease Redis with a replica (claims durable by default), when
+    replication is held back past the lease and the master is then killed
+    and its replica promoted, then the ticks claimed in the lag (never
+    acknowledged, so never enqueued) fire once after the failover."""
+    with Cluster(proxy=True, persistence=True, replica=True) as cluster:
+        report = run_faults(cluster, ["replication_lag_master_kill"] * REPEATS)
+    print(f"\n[chaos] replication_lag_master_kill: {report.line()}")
+    assert_sound(report)
+
+
 def test_a_wall_clock_jump_on_the_workers_changes_nothing() -> None:
     """Given two instances on wall-clock shims (every reader of the
     process's wall clock moves, whatever bound ``time.time`` at import; the

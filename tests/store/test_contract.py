@@ -13,6 +13,7 @@ from dramatiq_cron_middleware.errors import CronScheduleError
 from dramatiq_cron_middleware.store.abc import Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
+from dramatiq_cron_middleware.store.durability import Unconfirmed
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
 from dramatiq_cron_middleware.store.lease import Acquired, Held
 from dramatiq_cron_middleware.store.ledger import Claim, NotLeader, SyncEntry
@@ -651,3 +652,37 @@ def test_a_runtime_write_or_removal_wakes_a_leader_waiting_for_changes(harness: 
     a.lease.wake_self()
     popped = a.lease.wait_for_push(notify, 1000, bound_ms=2000)
     assert popped is not None and popped != notify
+
+
+# -- durable writes (replicas) --------------------------------------------------
+
+
+def test_writes_too_few_replicas_acknowledge_are_unconfirmed_until_a_replica_holds_them(
+    harness: StoreHarness,
+) -> None:
+    """Given a candidate that requires one replica and none attached: its
+    acquisition ran on the master but does not count; once a replica holds
+    the writes, the retry finds the lease its own (same epoch)."""
+    a = harness.candidate("a", replicas=1, ttl_ms=60_000)  # outlives starting a replica
+    with pytest.raises(Unconfirmed):
+        a.lease.acquire()
+    assert a.lease.token is None
+    harness.attach_replica()
+    acquired = a.lease.acquire()
+    assert isinstance(acquired, Acquired) and acquired.epoch == 1
+
+
+def test_an_unconfirmed_claim_ran_and_is_settled_once_a_replica_acknowledges(harness: StoreHarness) -> None:
+    """A claim too few replicas acknowledge is a lost reply: it ran (its
+    tick decided), and its settle answers the results only once a replica
+    holds them."""
+    harness.attach_replica()
+    a = harness.candidate("a", replicas=1)
+    token, epoch, base = synced(harness, a, SID)
+    b = harness.candidate("b", replicas=2)  # asks more replicas than there are: never confirmed
+    with pytest.raises(Unconfirmed):
+        b.ledger.claim(token, epoch, "u-1", [fire(base + 1000)])
+    with pytest.raises(Unconfirmed):
+        b.ledger.settle("u-1", epoch=epoch, claims=[fire(base + 1000)])
+    assert harness.ledger_value(SID) == f"{base + 1000}:{epoch}:{int(FIRE)}"
+    assert a.ledger.settle("u-1", epoch=epoch, claims=[fire(base + 1000)]).results == [FIRE]

@@ -3,6 +3,8 @@ and a fake clock: in-process, no thread, no Redis."""
 
 from __future__ import annotations
 
+import pytest
+
 from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.leader.tick_queue import TickQueue
 from dramatiq_cron_middleware.schedules.schedule import bind_schedule
@@ -93,3 +95,78 @@ def test_a_runtime_add_whose_fenced_sync_fails_is_read_again_at_the_next_turn() 
     assert added.id not in queue.schedules
     feed.follow(token, epoch)
     assert added.id in queue.schedules and queue.last(added.id) is not None
+
+
+def test_a_leader_whose_writes_no_replica_acknowledges_enqueues_nothing_and_steps_down_in_its_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Given a leader on the memory store that requires one replica, when
+    replicas stop acknowledging: its claims are not enqueued, it steps down
+    once its firing deadline passes (one WARNING for the replicas, one for
+    the step-down); when they acknowledge again, the claim made meanwhile
+    is settled and every tick is enqueued exactly once."""
+    import logging
+    from collections import Counter
+
+    import dramatiq
+    from dramatiq.brokers.stub import StubBroker
+
+    from dramatiq_cron_middleware.leader.thread import LeaderThread
+    from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
+    from dramatiq_cron_middleware.store.clock import ServerClock
+    from dramatiq_cron_middleware.store.in_memory import InMemoryStore
+    from dramatiq_cron_middleware.store.timing import Timing
+
+    harness = MemoryHarness()
+    harness.server.replicas_acking = 1
+    lease_ms = 6_000
+    timing = Timing.for_lease(lease_ms)
+    broker = StubBroker()
+    dramatiq.actor(lambda: None, actor_name="job", broker=broker)
+    schedule = bind_schedule(
+        "job", "default", Schedule("* * * * * *"), timezone="UTC", catch_up="each", catch_up_window=300_000
+    )
+    clock = ServerClock(monotonic=harness.time.monotonic, wall=harness.time.wall)
+    store = InMemoryStore(harness.server, clock=clock, ttl_ms=lease_ms, replicas=1)
+    logger = logging.getLogger("test.durable.memory")
+    caplog.set_level(logging.INFO, logger=logger.name)
+    leader: LeaderThread = LeaderThread(
+        store=store,
+        boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=lease_ms),
+        schedules=[schedule],
+        timing=timing,
+        logger=logger,
+        pace=False,
+    )
+
+    def turns(seconds: int) -> None:
+        for _ in range(seconds * 4):
+            harness.pass_time(250)
+            leader.step()
+
+    turns(3)
+    assert leader.leading and len(_messages(broker)) >= 2
+    harness.server.replicas_acking = 0
+    cut = len(_messages(broker))
+    turns(int(timing.fire_deadline) + 2)
+    assert not leader.leading
+    assert len(_messages(broker)) <= cut + 1  # a tick claimed and confirmed at the cut
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len([w for w in warnings if "do not acknowledge" in w]) == 1, warnings
+    assert len([w for w in warnings if "Lost cron leadership" in w]) == 1, warnings
+
+    harness.server.replicas_acking = 1
+    turns(int(timing.lease_ms / 1000) + 4)
+    assert leader.leading
+    ids = _messages(broker)
+    assert not [i for i, n in Counter(ids).items() if n > 1]
+    fired = sorted(h.tick_ms for h in harness.server.history if h.outcome in ("fired", "caught_up"))
+    assert len(ids) == len(fired) and fired == list(range(fired[0], fired[-1] + 1, 1000))
+
+
+def _messages(broker: object) -> list[str]:
+    """Message ids of everything enqueued on a StubBroker, in order."""
+    from dramatiq import Message
+
+    queue = broker.queues["default"]  # type: ignore[attr-defined]
+    return [Message.decode(item).message_id for item in list(queue.queue)]

@@ -79,6 +79,10 @@ class InProcessApp:
         """ERROR (and worse) lines, and lines logged with a traceback."""
         return [r.getMessage() for r in self._log.records if r.levelno >= logging.ERROR or r.exc_info]
 
+    def records(self) -> list[logging.LogRecord]:
+        """Every record the scheduler logged, in order."""
+        return list(self._log.records)
+
     def logged(self, containing: str) -> list[str]:
         return [r.getMessage() for r in self._log.records if containing in r.getMessage()]
 

@@ -5,8 +5,10 @@ upstream.  A test can add latency (each chunk is delivered ``delay_ms``
 after it was read, so throughput is kept and only latency grows), blackhole
 traffic (nothing is forwarded and new connections hang, as in a network
 partition; what was sent meanwhile is delivered late once it lifts, as TCP
-retransmission would), or reset connections (RST on every open connection,
-and optionally on every new one).
+retransmission would), hold only replication (the connections a Redis
+replica opened to replicate: what the master streams waits in the proxy
+while clients are served), or reset connections (RST on every open
+connection, and optionally on every new one).
 
 It is bounded: at most ``max_connections`` at once, four daemon threads
 each, and it stops by itself after ``max_lifetime`` seconds so a crashed
@@ -16,6 +18,7 @@ test cannot leave it running.
 from __future__ import annotations
 
 import collections
+import os
 import socket
 import struct
 import threading
@@ -39,6 +42,9 @@ class _Pipe:
     queue: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
     ready: threading.Condition = field(default_factory=threading.Condition)
     done: bool = False
+    #: Shared by both directions of a connection: a replica's link
+    #: (it sent ``REPLCONF``/``PSYNC``).
+    link: dict[str, bool] = field(default_factory=dict)
 
 
 class Proxy:
@@ -58,6 +64,11 @@ class Proxy:
         self.reset_new = False
         self._flowing = threading.Event()
         self._flowing.set()
+        self._replicating = threading.Event()
+        self._replicating.set()
+        #: While partitioned: the pids whose connections still flow.
+        self._kept_pids: set[int] | None = None
+        self._links: dict[socket.socket, dict[str, bool]] = {}
         self._lock = threading.Lock()
         self._conns: list[tuple[socket.socket, socket.socket]] = []
         self._stopped = threading.Event()
@@ -97,12 +108,36 @@ class Proxy:
         """Stop forwarding anything, in both directions, on every connection."""
         self._flowing.clear()
 
+    def retarget(self, upstream_port: int) -> None:
+        """Forward new connections to another loopback port from now on (a
+        virtual address moving to a promoted replica); open ones stay."""
+        self.upstream = ("127.0.0.1", upstream_port)
+
+    def hold_replication(self) -> None:
+        """Stop forwarding on replicas' links only (replication lag that
+        grows until :meth:`heal`); clients keep being served."""
+        self._replicating.clear()
+
+    def partition(self, *, keep_pids: set[int]) -> None:
+        """A network partition with the processes ``keep_pids`` on the
+        upstream's side: every other connection (open or new) is held, as
+        :meth:`blackhole` holds them; those of ``keep_pids`` (found through
+        /proc, Linux) still flow."""
+        with self._lock:
+            self._kept_pids = set(keep_pids)
+            for client, _ in self._conns:
+                link = self._links.get(client)
+                if link is not None:
+                    link["kept"] = _opened_by(client, self._kept_pids)
+
     def heal(self) -> None:
-        """Undo blackhole, delay and reset-on-connect."""
+        """Undo blackhole, partition, held replication, delay and reset-on-connect."""
+        self._kept_pids = None
         self.delay_ms = 0
         self.reply_delay_ms = 0
         self.reset_new = False
         self._flowing.set()
+        self._replicating.set()
 
     def reset_all(self) -> int:
         """Send RST on every open connection, both sides; returns how many."""
@@ -125,6 +160,7 @@ class Proxy:
         """Stop accepting, close every connection, release the threads."""
         self._stopped.set()
         self._flowing.set()
+        self._replicating.set()
         self.reset_all()
         try:
             self._listener.close()
@@ -169,9 +205,13 @@ class Proxy:
             _reset(client)
             return
         upstream.settimeout(None)
+        link: dict[str, bool] = {}
         with self._lock:
             self._conns.append((client, upstream))
-        for pipe in (_Pipe(client, upstream), _Pipe(upstream, client, replies=True)):
+            self._links[client] = link
+            if self._kept_pids is not None:
+                link["kept"] = _opened_by(client, self._kept_pids)
+        for pipe in (_Pipe(client, upstream, link=link), _Pipe(upstream, client, replies=True, link=link)):
             threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
             threading.Thread(target=self._write, args=(pipe,), daemon=True).start()
 
@@ -181,6 +221,8 @@ class Proxy:
                 data = pipe.source.recv(_CHUNK)
                 if not data:
                     break
+                if not pipe.replies and (b"REPLCONF" in data.upper() or b"PSYNC" in data.upper()):
+                    pipe.link["replica"] = True
                 with pipe.ready:
                     delay = self.delay_ms + (self.reply_delay_ms if pipe.replies else 0)
                     pipe.queue.append((time.monotonic() + delay / 1000, data))
@@ -204,6 +246,8 @@ class Proxy:
                 if pause > 0:
                     time.sleep(pause)
                 self._flowing.wait()
+                while self._held(pipe) and not self._stopped.wait(0.05):
+                    pass
                 if self._stopped.is_set():
                     break
                 pipe.target.sendall(data)
@@ -217,14 +261,47 @@ class Proxy:
                 pass
         self._forget(pipe)
 
+    def _held(self, pipe: _Pipe) -> bool:
+        """Whether a partition or held replication holds this connection."""
+        if pipe.link.get("replica") and not self._replicating.is_set():
+            return True
+        return self._kept_pids is not None and not pipe.link.get("kept")
+
     def _forget(self, pipe: _Pipe) -> None:
         with self._lock:
             self._conns = [c for c in self._conns if pipe.source not in c]
+            self._links.pop(pipe.source, None)
         for sock in (pipe.source, pipe.target):
             try:
                 sock.close()
             except OSError:
                 pass
+
+
+def _opened_by(client: socket.socket, pids: set[int]) -> bool:
+    """Whether the peer of an accepted loopback connection is a socket of
+    one of ``pids`` (its inode in /proc/net/tcp, among their fds)."""
+    try:
+        port = client.getpeername()[1]
+        ours = client.getsockname()[1]
+        with open("/proc/net/tcp") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+    except OSError:
+        return False
+    inodes = {row[9] for row in rows if int(row[1].split(":")[1], 16) == port and int(row[2].split(":")[1], 16) == ours}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return True
+    return False
 
 
 def _reset(sock: socket.socket) -> None:

@@ -85,6 +85,18 @@ def server_knows(binary: str, directive: str, value: str = "0") -> bool:
     return refused[0].startswith(f">>> '{probe} ")
 
 
+def replicas_online(master: redis.Redis) -> int:
+    """How many replicas the master counts as online (a replica that just
+    synced is put online by its first acknowledgement, up to a second
+    later: a ``WAIT`` before then answers 0)."""
+    info = master.info("replication")
+    return sum(
+        1
+        for key, value in info.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
@@ -163,6 +175,10 @@ class RedisServer(Lifecycle):
             "yes" if self.persistence else "no",
             "--logfile",
             self.log_path,
+            # A replica's first sync starts at once, not after Redis's
+            # default 5 s wait for more replicas (diskless sync).
+            "--repl-diskless-sync-delay",
+            "0",
         ]
         if self.version >= (7,):
             args += ["--enable-debug-command", "local"]

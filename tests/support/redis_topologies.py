@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from tests.support.proxy import Proxy
 from tests.support.redis_server import (
     free_port,
     free_port_with_bus,
@@ -61,7 +62,8 @@ class RedisProcess:
         self.config_path = os.path.join(self.dir, "redis.conf")
         lines = [f"port {self.port}", "bind 127.0.0.1", f"dir {self.dir}", f"logfile {self.log_path}"]
         if not sentinel:
-            lines += ['save ""', "appendonly no"]
+            # A replica's first sync starts at once (no diskless-sync wait).
+            lines += ['save ""', "appendonly no", "repl-diskless-sync-delay 0"]
         Path(self.config_path).write_text("\n".join([*lines, *config]) + "\n")
         self.sentinel = sentinel
         self.proc: subprocess.Popen[bytes] | None = None
@@ -192,20 +194,37 @@ class TlsRedis:
 
 
 class SentinelGroup:
-    """A master, a replica and three sentinels watching them as ``service``.
+    """A master, ``replicas`` replicas and three sentinels watching them as
+    ``service``.
 
     Sentinels are tuned for a test: the master is judged down after
     ``down_after_ms`` and a failover may be retried after a few seconds.
+    With ``replication_proxy`` the master is known to everyone (sentinels,
+    replicas, clients) at the address of :attr:`replication`, a
+    :class:`Proxy` whose ``hold_replication`` holds the replicas' links
+    back while clients and sentinels are still served.  (Sentinels
+    reconfigure a replica that replicates from another address than the
+    one they monitor, so the proxy cannot sit on the replicas' side only.)
     """
 
-    def __init__(self, *, service: str = "cronmaster", down_after_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        *,
+        service: str = "cronmaster",
+        down_after_ms: int = 1000,
+        replicas: int = 1,
+        replication_proxy: bool = False,
+    ) -> None:
         self.service = service
         self.master = RedisProcess([])
-        self.replica = RedisProcess([f"replicaof 127.0.0.1 {self.master.port}"])
+        self.replication = Proxy(self.master.port, max_lifetime=600) if replication_proxy else None
+        source = self.replication.port if self.replication is not None else self.master.port
+        self.replicas = [RedisProcess([f"replicaof 127.0.0.1 {source}"]) for _ in range(replicas)]
+        self.replica = self.replicas[0]
         self.sentinels = [
             RedisProcess(
                 [
-                    f"sentinel monitor {service} 127.0.0.1 {self.master.port} 2",
+                    f"sentinel monitor {service} 127.0.0.1 {source} 2",
                     f"sentinel down-after-milliseconds {service} {down_after_ms}",
                     f"sentinel failover-timeout {service} 5000",
                     f"sentinel parallel-syncs {service} 1",
@@ -239,23 +258,32 @@ class SentinelGroup:
     def start(self) -> SentinelGroup:
         """Start everything and wait until the replica is in sync and every
         sentinel sees the replica and its two peers."""
-        for process in (self.master, self.replica, *self.sentinels):
+        if self.replication is not None:
+            self.replication.start()
+        for process in (self.master, *self.replicas, *self.sentinels):
             process.start()
         self.master.wait_ready()
-        self.replica.wait_ready(lambda: self.replica.client().info("replication").get("master_link_status") == "up")
+        for replica in self.replicas:
+
+            def linked(replica: RedisProcess = replica) -> bool:
+                return replica.client().info("replication").get("master_link_status") == "up"
+
+            replica.wait_ready(linked)
         for sentinel in self.sentinels:
 
             def settled(sentinel: RedisProcess = sentinel) -> bool:
                 info = sentinel.client().sentinel_master(self.service)
-                return int(info["num-slaves"]) >= 1 and int(info["num-other-sentinels"]) >= 2
+                return int(info["num-slaves"]) >= len(self.replicas) and int(info["num-other-sentinels"]) >= 2
 
             sentinel.wait_ready(settled, timeout=20)
         return self
 
     def close(self) -> None:
         """Stop every process."""
-        for process in (*self.sentinels, self.master, self.replica):
+        for process in (*self.sentinels, self.master, *self.replicas):
             process.close()
+        if self.replication is not None:
+            self.replication.stop()
 
 
 # -- Cluster --------------------------------------------------------------------

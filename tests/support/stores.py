@@ -24,6 +24,7 @@ from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_sche
 from dramatiq_cron_middleware.store.abc import RunStore, Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.durability import Durability
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryRuns, MemoryServer
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Lease
@@ -31,7 +32,7 @@ from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from dramatiq_cron_middleware.store.redis_store import RedisStore
 from dramatiq_cron_middleware.store.runs import RedisRuns
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, replicas_online
 
 __all__ = ["FakeTime", "MemoryHarness", "RedisHarness", "StoreHarness", "runtime_schedule"]
 
@@ -85,7 +86,13 @@ class StoreHarness:
 
     name = ""
 
-    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+    def candidate(
+        self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
+    ) -> Store:
+        raise NotImplementedError
+
+    def attach_replica(self) -> None:
+        """From now on one replica acknowledges every write."""
         raise NotImplementedError
 
     def now_ms(self) -> int:
@@ -159,7 +166,9 @@ class MemoryHarness(StoreHarness):
         self.time = FakeTime()
         self.server = MemoryServer(now_ms=self.time.now_ms)
 
-    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+    def candidate(
+        self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
+    ) -> Store:
         clock = ServerClock(monotonic=self.time.monotonic, wall=self.time.wall)
         return InMemoryStore(
             self.server,
@@ -169,7 +178,11 @@ class MemoryHarness(StoreHarness):
             pid=os.getpid(),
             fingerprint=fingerprint,
             version=version,
+            replicas=replicas,
         )
+
+    def attach_replica(self) -> None:
+        self.server.replicas_acking = 1
 
     def now_ms(self) -> int:
         return self.time.ms
@@ -243,8 +256,11 @@ class RedisHarness(StoreHarness):
         self.client.flushall()
         self.keys = Keys(PREFIX)
         self._clients: list[redis.Redis] = [self.client]
+        self._replica: RedisServer | None = None
 
-    def candidate(self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "") -> Store:
+    def candidate(
+        self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
+    ) -> Store:
         client, blocking = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=ttl_ms)
         self._clients += [client, blocking]
         clock = ServerClock()
@@ -258,10 +274,20 @@ class RedisHarness(StoreHarness):
             pid=os.getpid(),
             fingerprint=fingerprint,
             version=version,
+            durability=Durability(replicas=replicas, wait_ms=500),  # half the op timeout, as Timing has it
         )
-        return RedisStore(
-            lease=lease, ledger=Ledger(client=client, keys=self.keys, clock=clock), runtime=self._runtime()
-        )
+        ledger = Ledger(client=client, keys=self.keys, clock=clock, durability=lease.durability)
+        return RedisStore(lease=lease, ledger=ledger, runtime=self._runtime())
+
+    def attach_replica(self) -> None:
+        self._replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(self.server.port)]).start()
+        replica = self._replica.client()
+        self._clients.append(replica)
+        deadline = time.monotonic() + 10
+        while replicas_online(self.client) < 1:
+            if time.monotonic() > deadline:
+                raise AssertionError("the replica did not sync within 10 s")
+            time.sleep(0.02)
 
     def _runtime(self) -> RuntimeSchedules:
         return RuntimeSchedules(
@@ -339,3 +365,5 @@ class RedisHarness(StoreHarness):
     def close(self) -> None:
         for client in self._clients:
             client.close()
+        if self._replica is not None:
+            self._replica.close()

@@ -34,6 +34,11 @@
 --           hash (0 and 0 without), its redis message id and its body
 -- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
 --           future only after both it and the server's time
+-- ARGV[8] - 0: push the granted messages into their queues; else the index
+--           in KEYS of the outbox hash to stage them in instead (durable
+--           claims: publish.lua pushes them once replicas hold the claim),
+--           each as redis message id -> '<queue key>\n<message hash key>\n<body>'
+--           (optional: 0 when absent)
 -- Returns {OK, now, flags, result...} (one result per entry, ClaimResult),
 -- {DECLINED, now, flags} when the lease holds another token,
 -- {BAD_REQUEST, now, 0, message} for a malformed request.
@@ -42,7 +47,9 @@ local flags = 0
 
 -- A batch runs at most once.  A retry after a lost reply gets the first
 -- run's answers (even if the lease moved on since); a batch the caller
--- has settled as never run ('void') is refused whole, writing nothing.
+-- has settled as never run ('void') is refused whole, writing nothing but
+-- the record's expiry (every granted answer writes, so that a WAIT the
+-- caller sends after it confirms the answer on replicas).
 local ok, entries = pcall(cjson.decode, ARGV[6])
 if not ok or type(entries) ~= 'table' then return {ST_BAD_REQUEST, now, 0, 'entries are not JSON'} end
 for i, e in ipairs(entries) do
@@ -56,9 +63,14 @@ for i, e in ipairs(entries) do
     return {ST_BAD_REQUEST, now, 0, 'entry ' .. i .. ' is malformed'}
   end
 end
+local outbox = tonumber(ARGV[8] or '0') or -1
+if outbox ~= 0 and (outbox < 7 or KEYS[outbox] == nil) then
+  return {ST_BAD_REQUEST, now, 0, 'the outbox index is malformed'}
+end
 if usable(KEYS[5], 'string') then
   local prior = redis.call('GET', KEYS[5])
   if prior == 'void' then
+    redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[5]))
     local out = {ST_OK, now, flags}
     for _ = 1, #entries do out[#out + 1] = R_REFUSED end
     return out
@@ -66,7 +78,10 @@ if usable(KEYS[5], 'string') then
   if prior and string.match(prior, '^[%-%d,]*$') then
     local out = {ST_OK, now, flags}
     for r in string.gmatch(prior, '[^,]+') do out[#out + 1] = tonumber(r) end
-    if #out - 3 == #entries then return out end
+    if #out - 3 == #entries then
+      redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[5]))
+      return out
+    end
   end
   if prior then flags = flags + C_BATCH end
 else
@@ -175,14 +190,19 @@ for _, ev in ipairs(events) do
              'epoch', epoch, 'detail', ev[4], 'message_id', ev[5])
 end
 -- The granted messages, in dramatiq's layout: recorded as fired if and
--- only if in the queue.
+-- only if in the queue (or staged in the outbox, from which they reach the
+-- queue once the claim is durable).
 -- One HSET and one RPUSH per queue, in chunks of 500: a burst of a
 -- thousand messages costs a few calls, not two thousand.
 local bodies, ids, hashes, queues = {}, {}, {}, {}
 local function flush(q)
   if #ids[q] > 0 then
-    redis.call('HSET', KEYS[hashes[q]], unpack(bodies[q]))
-    redis.call('RPUSH', KEYS[q], unpack(ids[q]))
+    if outbox ~= 0 then
+      redis.call('HSET', KEYS[outbox], unpack(bodies[q]))
+    else
+      redis.call('HSET', KEYS[hashes[q]], unpack(bodies[q]))
+      redis.call('RPUSH', KEYS[q], unpack(ids[q]))
+    end
     bodies[q], ids[q] = {}, {}
   end
 end
@@ -194,7 +214,11 @@ for _, e in ipairs(pushes) do
   end
   local b, i = bodies[q], ids[q]
   b[#b + 1] = e[13]
-  b[#b + 1] = e[14]
+  if outbox ~= 0 then
+    b[#b + 1] = KEYS[q] .. '\n' .. KEYS[e[12]] .. '\n' .. e[14]
+  else
+    b[#b + 1] = e[14]
+  end
   i[#i + 1] = e[13]
   if #i >= 500 then flush(q) end
 end

@@ -13,12 +13,20 @@
 -- Returns {OK, now, flags, results} when it ran (results joined by commas;
 -- flags has C_BATCH when the record was unusable and the results were read
 -- back from the ledger), {DECLINED, now, 0} when it never ran (now void).
+-- Every answer writes (at least the record's expiry), so that a WAIT the
+-- caller sends after it confirms the answer on replicas.
 local now = server_now()
 local record_ok = usable(KEYS[1], 'string')
 local v = nil
 if record_ok then v = redis.call('GET', KEYS[1]) end
-if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then return {ST_OK, now, 0, v} end
-if v == 'void' then return {ST_DECLINED, now, 0} end
+if v and v ~= 'void' and string.match(v, '^[%-%d,]*$') then
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+  return {ST_OK, now, 0, v}
+end
+if v == 'void' then
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+  return {ST_DECLINED, now, 0}
+end
 if not v and record_ok then
   redis.call('SET', KEYS[1], 'void', 'PX', tonumber(ARGV[1]))
   return {ST_DECLINED, now, 0}
