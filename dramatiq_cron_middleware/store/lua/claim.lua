@@ -64,7 +64,7 @@ for i, e in ipairs(entries) do
   end
 end
 local outbox = tonumber(ARGV[8] or '0') or -1
-if outbox ~= 0 and (outbox < 7 or KEYS[outbox] == nil) then
+if outbox ~= 0 and (outbox < 8 or KEYS[outbox] == nil) then
   return {ST_BAD_REQUEST, now, 0, 'the outbox index is malformed'}
 end
 if usable(KEYS[5], 'string') then
