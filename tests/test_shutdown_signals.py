@@ -18,16 +18,24 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import redis
 
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Acquired, Lease
 from tests.support.instances import Instance, alive, wait_for
 from tests.support.redis_server import RedisServer
 
 LEASE = "{dramatiq-cron}:lease"
+#: The list tests/apps/thread_signal.py's thread waits on.
+DELIVER = "{signal-test}:deliver"
 ROUNDS = 4
 
 
@@ -63,34 +71,31 @@ def _cpu_wait(pid: int) -> float | None:
         return None
 
 
-def test_signals_during_the_hand_over_still_release_at_once_and_exit(
-    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+def _hand_over_rounds(
+    env: dict[str, str],
+    app: str,
+    signal_worker: Callable[[Instance, int], object],
+    instances: Callable[..., Instance],
+    redis_server: RedisServer,
+    *,
+    rounds: int,
 ) -> None:
-    """Given a leading worker whose SIGTERM handler is interrupted by more
-    SIGTERMs (nested on the main thread), and a storm of SIGTERMs to its
-    process group, then every time the lease is deleted from Redis (a
-    release, not its expiry) within 100 ms of the first signal, not
-    counting the time the worker waited for a CPU, and the worker process
-    exits.  (A 10 s lease: a worker starved for seconds on a loaded
-    machine still releases it rather than see it expire.)"""
+    """For each round: start ``app``, wait for its worker to lead, signal
+    it (``signal_worker(instance, pid)``), and assert that the lease is
+    deleted (a release, not its expiry) within 100 ms of the signal, not
+    counting the time the worker's main thread waited for a CPU, and that
+    the worker process exits."""
     client = redis_server.client()
     listener = _lease_events(client)
-    env = {**app_env, "CRON_APP_TTL": "10000"}
-    for round_ in range(ROUNDS):
-        instance = instances(env, app="tests.apps.signal_storm")
-        pid = wait_for(lambda: client.hget(LEASE, "pid"), timeout=15, what="the worker to lead")
-        worker = int(pid)
+    for round_ in range(rounds):
+        instance = instances(env, app=app)
+        worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=15, what="the worker to lead"))
         assert worker in instance.worker_pids()
         while listener.get_message(timeout=0) is not None:  # the acquisition's events
             pass
         waited = _cpu_wait(worker)
         first = time.monotonic()
-        os.kill(worker, signal.SIGTERM)
-        for _ in range(20):
-            try:
-                os.killpg(instance.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                break
+        signal_worker(instance, worker)
         how = _lease_gone(listener, timeout=15) or "still held"
         released = time.monotonic() - first
         # Gone already: it ran to its exit, so it was not kept waiting.
@@ -111,6 +116,61 @@ def test_signals_during_the_hand_over_still_release_at_once_and_exit(
             wait_for(lambda proc=proc: proc.poll() is not None, timeout=10, what="the worker to exit")
         finally:
             instance.close()  # SIGKILL by pid to whatever is left of the group
+    listener.close()
+
+
+def _storm(instance: Instance, worker: int) -> None:
+    """SIGTERM to the worker, then twenty to its process group."""
+    os.kill(worker, signal.SIGTERM)
+    for _ in range(20):
+        try:
+            os.killpg(instance.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            break
+
+
+def test_signals_during_the_hand_over_still_release_at_once_and_exit(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker whose SIGTERM handler is interrupted by more
+    SIGTERMs (nested on the main thread), and a storm of SIGTERMs to its
+    process group, then every time the lease is deleted from Redis (a
+    release, not its expiry) within 100 ms of the first signal, not
+    counting the time the worker waited for a CPU, and the worker process
+    exits.  (A 10 s lease: a worker starved for seconds on a loaded
+    machine still releases it rather than see it expire.)"""
+    env = {**app_env, "CRON_APP_TTL": "10000"}
+    _hand_over_rounds(env, "tests.apps.signal_storm", _storm, instances, redis_server, rounds=ROUNDS)
+
+
+def test_a_storm_that_outlasts_every_retry_still_releases_at_once(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker whose SIGTERM handler gets two more SIGTERMs
+    before every command it sends (dramatiq exits at the second: before
+    the release is on the wire, at every retry), and the storm to its
+    group, then the lease is still released within 100 ms and the worker
+    exits: signals that come during the release are held until it is
+    answered, then delivered.  (It gave up after three tries and exited,
+    and the lease expired a lease later.)"""
+    env = {**app_env, "CRON_APP_TTL": "10000", "SIGNAL_STORM_BURST": "2"}
+    _hand_over_rounds(env, "tests.apps.signal_storm", _storm, instances, redis_server, rounds=2)
+
+
+def test_a_signal_to_another_thread_hands_over_at_once(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker whose SIGTERM goes to a thread other than
+    the main one (the kernel's choice) while the main thread sleeps in
+    dramatiq's one-second loop, then every time the lease is released
+    within 100 ms: the main thread is woken at once.  (The handler ran
+    when the sleep ended, up to a second later.)"""
+    client = redis_server.client()
+
+    def deliver(instance: Instance, worker: int) -> None:
+        client.rpush(DELIVER, 1)
+
+    _hand_over_rounds(app_env, "tests.apps.thread_signal", deliver, instances, redis_server, rounds=3)
 
 
 def test_a_stop_after_the_lease_lapsed_is_reported_once(
@@ -138,3 +198,41 @@ def test_a_stop_after_the_lease_lapsed_is_reported_once(
     assert len(warnings) == 1, "\n".join(mentions) or "nothing said about the lapsed lease"
     assert "not released" in warnings[0] or "no further ticks" in warnings[0], warnings[0]
     assert not any("Released cron leadership" in line for line in mentions), "\n".join(mentions)
+
+
+def test_the_hand_over_always_finds_a_token_while_an_acquire_may_have_won(redis_server: RedisServer) -> None:
+    """Given a candidate taking the lease, when a signal's hand-over reads
+    the release between any two lines of the acquire (a handler runs
+    between two bytecodes of whatever the main thread did, and the GIL
+    passes between threads the same way), then from the moment the
+    acquire may have won until it returns, the release names its token.
+    (The attempt was cleared a few lines before the token was set: a
+    hand-over there released nothing, and an exit left the lease to
+    expire.)"""
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=500, block_timeout_ms=2000)
+    lease = Lease(
+        client=client,
+        blocking_client=blocking,
+        keys=Keys("token-window"),
+        ttl_ms=2000,
+        clock=ServerClock(),
+        host="t",
+        pid=1,
+    )
+    seen: list[tuple[int, object]] = []
+    code = Lease.acquire.__code__
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code is code and event == "line":
+            seen.append((frame.f_lineno, lease.hand_over_commands()[0][7]))
+        return trace if frame.f_code is code else None
+
+    sys.settrace(trace)
+    try:
+        acquired = lease.acquire()
+    finally:
+        sys.settrace(None)
+    assert isinstance(acquired, Acquired)
+    sent = next(i for i, (_, token) in enumerate(seen) if token != "-")
+    nameless = [line for line, token in seen[sent:] if token == "-"]
+    assert not nameless, f"the hand-over would release no token at line(s) {nameless} of Lease.acquire"

@@ -141,13 +141,16 @@ class Lease:
                 self._timing.candidate_forgotten_ms,
             ],
         )
-        self._attempt = None
         if result.ok:
-            epoch, fresh = result.payload
+            # The token before the attempt is cleared: a signal's hand-over
+            # may read them between any two lines (see shutdown.py).
             self.token = token
+            self._attempt = None
+            epoch, fresh = result.payload
             return Acquired(
                 epoch=int(epoch), server_ms=result.server_ms, epoch_was_missing=bool(int(fresh)), corrupt=result.corrupt
             )
+        self._attempt = None
         self.token = None
         remaining, holder, renewals = result.payload
         return Held(remaining_ms=int(remaining), token=str(holder), renewals=str(renewals), corrupt=result.corrupt)
