@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import signal
+import socket
 import sys
 import threading
 import time
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from .leader.thread import LeaderThread
 
 __all__ = ["HandOver", "dedicated_connection", "install"]
+
+#: The signals whose handlers the hand-over chains.
+HANDLED = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGHUP", "SIGINT")) if s is not None)
 
 
 class HandOver:
@@ -62,6 +66,8 @@ class HandOver:
         self._epoch: int | None = None
         self._error: str | None = None
         self._reported = False
+        #: The release, read before the leader thread is told to stop.
+        self._commands: list[tuple[Any, ...]] | None = None
 
     def on_signal(self) -> None:
         """The signal handler's part: stop the leader thread and release.
@@ -69,6 +75,7 @@ class HandOver:
         if self._begun:
             return
         self._begun = True
+        self._take_token()
         self.leader.request_stop()
         if _gevent_patched():
             # Under gevent a handler runs in the hub, where a socket cannot
@@ -78,24 +85,39 @@ class HandOver:
             gevent.spawn(self._send)
             return
         # A nested signal runs dramatiq's handler, whose second call raises
-        # SystemExit out of whatever this frame is waiting in.  In a forked
-        # worker no atexit hook runs after that (multiprocessing ends the
-        # child with os._exit), so finish the release first, then exit.
+        # SystemExit out of whatever this frame is waiting in; in a storm,
+        # again at every retry.  In a forked worker no atexit hook runs
+        # after that (multiprocessing ends the child with os._exit).  So
+        # the signals that come meanwhile are held until the release is
+        # answered, then delivered (once each, as the kernel coalesces
+        # them); an exit that came before they were held is deferred.
+        held: list[int] = []
         deferred: BaseException | None = None
-        for _ in range(3):
-            try:
-                self._send()
-                break
-            except BaseException as exc:
-                deferred = deferred or exc
+        previous: dict[int, Any] = {}
+        try:
+            _hold(held, previous)
+        except BaseException as exc:
+            deferred = exc
+        try:
+            for _ in range(3):
+                try:
+                    self._send()
+                    break
+                except BaseException as exc:
+                    deferred = deferred or exc
+        finally:
+            _restore(previous)
         if deferred is not None:
             raise deferred
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
     def at_exit(self) -> None:
         """The ``atexit`` part: release if no handler finished doing so (an
         exit may interrupt one half-way), and report it unless the leader
         thread did."""
         self._begun = True
+        self._take_token()
         self.leader.request_stop()
         if self._released is None:
             self._send()
@@ -128,14 +150,19 @@ class HandOver:
         if self.connection is not None:
             self.connection.disconnect()
 
+    def _take_token(self) -> None:
+        """Read the release (its token) and the epoch now: once told to
+        stop, the leader thread releases too, and drops its token as it
+        sends; an exit may end that thread before its release is sent."""
+        if self._commands is None:
+            self._epoch = self.leader.epoch
+            self._commands = self.leader.lease.hand_over_commands()
+
     def _send(self) -> None:
         connection = self.connection
-        if connection is None:
+        commands = self._commands
+        if connection is None or commands is None:
             return
-        epoch = self.leader.epoch
-        if epoch is not None:
-            self._epoch = epoch
-        commands = self.leader.lease.hand_over_commands()
         for attempt in (1, 2):  # a connection the server closed while idle fails once
             try:
                 connection.send_packed_command(connection.pack_commands(commands))
@@ -184,10 +211,8 @@ def install(current: Callable[[], HandOver | None]) -> None:
             hand_over.at_exit()
 
     atexit.register(at_exit)
-    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
-        signum = getattr(signal, name, None)
-        if signum is None:
-            continue
+    _wake_main_thread_on_signals()
+    for signum in HANDLED:
         previous = signal.getsignal(signum)
         if not callable(previous) or getattr(previous, "_cron_chained", False):
             continue
@@ -203,6 +228,100 @@ def install(current: Callable[[], HandOver | None]) -> None:
             signal.signal(signum, handler)
         except (ValueError, OSError):  # not the main thread of the main interpreter
             return
+
+
+def _hold(held: list[int], previous: dict[int, Any]) -> None:
+    """Replace the handlers of the handled signals with one that only
+    notes the signal in ``held`` (an append: no lock), recording in
+    ``previous`` each handler as it is replaced."""
+
+    def note(signum: int, frame: Any) -> None:
+        held.append(signum)
+
+    for signum in HANDLED:
+        handler = signal.getsignal(signum)
+        if handler is None:  # installed outside Python: leave it
+            continue
+        previous[signum] = handler
+        signal.signal(signum, note)
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    """Put back the handlers :func:`_hold` replaced, every one even if a
+    signal's handler raises meanwhile (raised after)."""
+    deferred: BaseException | None = None
+    for signum, handler in previous.items():
+        for _ in range(3):
+            try:
+                signal.signal(signum, handler)
+                break
+            except BaseException as exc:  # a signal between two handlers: dramatiq's exit
+                deferred = deferred or exc
+    if deferred is not None:
+        raise deferred
+
+
+#: Interrupts the main thread's wait (see :func:`_wake_main_thread_on_signals`).
+WAKE = getattr(signal, "SIGRTMAX", 0) - 2
+
+
+def _wake_main_thread_on_signals() -> None:
+    """Have a handled signal interrupt the main thread at once, whichever
+    thread the kernel delivered it to.
+
+    The kernel gives a process's signal to any thread that does not block
+    it.  CPython runs the Python-level handler on the main thread, at its
+    next bytecode; if the signal went to another thread, a main thread
+    blocked in ``time.sleep(1)`` (dramatiq's worker loop) runs it only when
+    the sleep ends, up to a second late.  CPython's C-level handler writes
+    the signal's number to the wakeup fd at once on whichever thread got
+    it: a small thread reads it and sends the main thread ``WAKE``, whose
+    no-op handler interrupts the sleep, and the pending handlers run.
+    Nothing is done where there is no ``WAKE`` (no real-time signals),
+    under gevent, or when the wakeup fd is someone else's (an event loop).
+    """
+    if WAKE <= 0 or not hasattr(signal, "pthread_kill") or _gevent_patched():
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    try:
+        taken = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        taken = None
+    if taken != -1:
+        if taken is not None:
+            signal.set_wakeup_fd(taken)
+        reader.close()
+        writer.close()
+        return
+    signal.signal(WAKE, _wake)
+    main = threading.main_thread().ident
+    assert main is not None
+    relay = threading.Thread(target=_relay, args=(reader, writer, main), name="dramatiq-cron-signals", daemon=True)
+    relay.start()
+
+
+def _wake(signum: int, frame: Any) -> None:
+    """``WAKE``'s handler: its delivery alone interrupts the main thread."""
+
+
+def _relay(reader: socket.socket, writer: socket.socket, main: int) -> None:
+    """Wake the main thread for every handled signal written to the wakeup
+    fd (``writer``, kept open as long as the relay runs)."""
+    handled = set(HANDLED)
+    signal.pthread_sigmask(signal.SIG_BLOCK, handled)  # let the kernel pick another thread
+    while True:
+        try:
+            data = reader.recv(256)
+        except OSError:
+            return
+        if not data:
+            return
+        if handled.intersection(data):
+            try:
+                signal.pthread_kill(main, WAKE)
+            except OSError:  # the main thread is gone
+                return
 
 
 def _gevent_patched() -> bool:

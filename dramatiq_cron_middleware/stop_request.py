@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import select
 import socket
+import time
+from collections.abc import Callable
 
 __all__ = ["StopRequest"]
 
 
 class StopRequest:
-    """Set once, from any thread or a signal handler; waited on by one thread."""
+    """Set once, from any thread or a signal handler; waited on by one thread.
 
-    def __init__(self) -> None:
+    Parameters:
+      clock: Stamps :attr:`at` (monotonic seconds; injected in tests).
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        #: When the stop was first requested (by ``clock``); None before.
+        self.at: float | None = None
         self._set = False
         self._reader, self._writer = socket.socketpair()
         self._reader.setblocking(False)
@@ -26,7 +35,9 @@ class StopRequest:
 
     def set(self) -> None:
         """Request the stop and wake a :meth:`wait` at once (signal safe:
-        an assignment and a non-blocking send)."""
+        assignments and a non-blocking send)."""
+        if self.at is None:
+            self.at = self._clock()
         self._set = True
         try:
             self._writer.send(b"\0")

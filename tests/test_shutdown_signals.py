@@ -4,21 +4,129 @@ Real ``dramatiq`` processes run tests/apps/signal_storm.py, which raises
 SIGTERM again from inside the worker's own handler at the moments a
 locking handler deadlocks (inside ``Event.set`` with its lock held, and
 just before a Redis command is sent), while the test sends a storm of
-SIGTERMs to the whole process group.  The lease is watched in Redis.
+SIGTERMs to the whole process group.  The lease is watched in Redis
+through keyspace notifications: the watcher sleeps until Redis reports
+the key deleted (a release) or expired (no release), so it takes no CPU
+from the worker it times (a polling loop, four copies at once on two
+cores, kept the signalled worker off the CPU until the lease expired).
+No code releases anything while the kernel runs other processes: the
+bound is on the worker's own time, the wall time less what its main
+thread spent runnable but waiting for a CPU (the kernel's schedstat).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
-from tests.support.instances import Instance, wait_for
+import redis
+
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from tests.support.instances import Instance, alive, wait_for
 from tests.support.redis_server import RedisServer
 
 LEASE = "{dramatiq-cron}:lease"
+#: The list tests/apps/thread_signal.py's thread waits on.
+DELIVER = "{signal-test}:deliver"
 ROUNDS = 4
+
+
+def _lease_events(client: redis.Redis) -> Any:
+    """A subscription to the lease key's ``del`` and ``expired`` events
+    (and renewals' ``expire``), confirmed before it returns."""
+    client.config_set("notify-keyspace-events", "Kgx")
+    listener = client.pubsub()  # type: ignore[no-untyped-call]
+    listener.subscribe(f"__keyspace@0__:{LEASE}")
+    confirmed = listener.get_message(timeout=5)
+    assert confirmed is not None and confirmed["type"] == "subscribe", confirmed
+    return listener
+
+
+def _lease_gone(listener: Any, *, timeout: float) -> str:
+    """Block until Redis reports the lease deleted or expired; return which
+    ("" after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        message = listener.get_message(timeout=left)
+        if message is not None and message["type"] == "message" and message["data"] in ("del", "expired"):
+            return str(message["data"])
+    return ""
+
+
+def _cpu_wait(pid: int) -> float | None:
+    """Seconds the main thread of ``pid`` has spent runnable but waiting
+    for a CPU, from the kernel's schedstat; None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _hand_over_rounds(
+    env: dict[str, str],
+    app: str,
+    signal_worker: Callable[[Instance, int], object],
+    instances: Callable[..., Instance],
+    redis_server: RedisServer,
+    *,
+    rounds: int,
+) -> None:
+    """For each round: start ``app``, wait for its worker to lead, signal
+    it (``signal_worker(instance, pid)``), and assert that the lease is
+    deleted (a release, not its expiry) within 100 ms of the signal, not
+    counting the time the worker's main thread waited for a CPU, and that
+    the worker process exits."""
+    client = redis_server.client()
+    listener = _lease_events(client)
+    for round_ in range(rounds):
+        instance = instances(env, app=app)
+        worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=15, what="the worker to lead"))
+        assert worker in instance.worker_pids()
+        while listener.get_message(timeout=0) is not None:  # the acquisition's events
+            pass
+        waited = _cpu_wait(worker)
+        first = time.monotonic()
+        signal_worker(instance, worker)
+        how = _lease_gone(listener, timeout=15) or "still held"
+        released = time.monotonic() - first
+        # Gone already: it ran to its exit, so it was not kept waiting.
+        now_waited = _cpu_wait(worker)
+        starved = now_waited - waited if now_waited is not None and waited is not None else 0.0
+        print(
+            f"round {round_}: lease {how} {released * 1000:.1f} ms after the first signal "
+            f"({starved * 1000:.1f} ms of it waiting for a CPU)"
+        )
+        assert how == "del", f"round {round_}: the lease was not released ({how} after {released:.1f} s)"
+        assert released - starved < 0.1, (
+            f"round {round_}: the lease was released {released * 1000:.0f} ms after SIGTERM, "
+            f"{starved * 1000:.0f} ms of it waiting for a CPU"
+        )
+        proc = instance.proc
+        assert proc is not None
+        try:
+            wait_for(lambda proc=proc: proc.poll() is not None, timeout=10, what="the worker to exit")
+        finally:
+            instance.close()  # SIGKILL by pid to whatever is left of the group
+    listener.close()
+
+
+def _storm(instance: Instance, worker: int) -> None:
+    """SIGTERM to the worker, then twenty to its process group."""
+    os.kill(worker, signal.SIGTERM)
+    for _ in range(20):
+        try:
+            os.killpg(instance.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            break
 
 
 def test_signals_during_the_hand_over_still_release_at_once_and_exit(
@@ -26,29 +134,105 @@ def test_signals_during_the_hand_over_still_release_at_once_and_exit(
 ) -> None:
     """Given a leading worker whose SIGTERM handler is interrupted by more
     SIGTERMs (nested on the main thread), and a storm of SIGTERMs to its
-    process group, then every time the lease is gone from Redis within
-    100 ms of the first signal and the worker process exits."""
+    process group, then every time the lease is deleted from Redis (a
+    release, not its expiry) within 100 ms of the first signal, not
+    counting the time the worker waited for a CPU, and the worker process
+    exits.  (A 10 s lease: a worker starved for seconds on a loaded
+    machine still releases it rather than see it expire.)"""
+    env = {**app_env, "CRON_APP_TTL": "10000"}
+    _hand_over_rounds(env, "tests.apps.signal_storm", _storm, instances, redis_server, rounds=ROUNDS)
+
+
+def test_a_storm_that_outlasts_every_retry_still_releases_at_once(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker whose SIGTERM handler gets two more SIGTERMs
+    before every command it sends (dramatiq exits at the second: before
+    the release is on the wire, at every retry), and the storm to its
+    group, then the lease is still released within 100 ms and the worker
+    exits: signals that come during the release are held until it is
+    answered, then delivered.  (It gave up after three tries and exited,
+    and the lease expired a lease later.)"""
+    env = {**app_env, "CRON_APP_TTL": "10000", "SIGNAL_STORM_BURST": "2"}
+    _hand_over_rounds(env, "tests.apps.signal_storm", _storm, instances, redis_server, rounds=2)
+
+
+def test_a_signal_to_another_thread_hands_over_at_once(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker whose SIGTERM goes to a thread other than
+    the main one (the kernel's choice) while the main thread sleeps in
+    dramatiq's one-second loop, then every time the lease is released
+    within 100 ms: the main thread is woken at once.  (The handler ran
+    when the sleep ended, up to a second later.)"""
     client = redis_server.client()
-    for round_ in range(ROUNDS):
-        instance = instances(app_env, app="tests.apps.signal_storm")
-        pid = wait_for(lambda: client.hget(LEASE, "pid"), timeout=15, what="the worker to lead")
-        worker = int(pid)
-        assert worker in instance.worker_pids()
-        first = time.monotonic()
-        os.kill(worker, signal.SIGTERM)
-        for _ in range(20):
-            try:
-                os.killpg(instance.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                break
-        while client.exists(LEASE) and time.monotonic() - first < 5:
-            pass
-        released = time.monotonic() - first
-        print(f"round {round_}: lease gone {released * 1000:.1f} ms after the first signal")
-        assert released < 0.1, f"round {round_}: the lease was still held {released * 1000:.0f} ms after SIGTERM"
-        proc = instance.proc
-        assert proc is not None
-        try:
-            wait_for(lambda proc=proc: proc.poll() is not None, timeout=10, what="the worker to exit")
-        finally:
-            instance.close()  # SIGKILL by pid to whatever is left of the group
+
+    def deliver(instance: Instance, worker: int) -> None:
+        client.rpush(DELIVER, 1)
+
+    _hand_over_rounds(app_env, "tests.apps.thread_signal", deliver, instances, redis_server, rounds=3)
+
+
+def test_a_stop_after_the_lease_lapsed_is_reported_once(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker held off the CPU (SIGSTOP, as a starved or
+    paused process is) until its lease expired, when it is told to stop
+    (SIGTERM, handled as it runs again), then the hand-over cannot release
+    the lease, and the worker says so: one WARNING naming the epoch (it
+    used to say nothing, as if it had handed over)."""
+    client = redis_server.client()
+    listener = _lease_events(client)
+    instance = instances(app_env)
+    worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=15, what="the worker to lead"))
+    epoch = client.hget(LEASE, "epoch")
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        assert _lease_gone(listener, timeout=10) == "expired"
+        os.kill(worker, signal.SIGTERM)  # pending until it runs again
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    wait_for(lambda: not alive(worker), timeout=15, what="the worker to exit")
+    mentions = [line for line in instance.log().splitlines() if f"(epoch {epoch})" in line]
+    warnings = [line for line in mentions if "[WARNING]" in line]
+    assert len(warnings) == 1, "\n".join(mentions) or "nothing said about the lapsed lease"
+    assert "not released" in warnings[0] or "no further ticks" in warnings[0], warnings[0]
+    assert not any("Released cron leadership" in line for line in mentions), "\n".join(mentions)
+
+
+def test_the_hand_over_always_finds_a_token_while_an_acquire_may_have_won(redis_server: RedisServer) -> None:
+    """Given a candidate taking the lease, when a signal's hand-over reads
+    the release between any two lines of the acquire (a handler runs
+    between two bytecodes of whatever the main thread did, and the GIL
+    passes between threads the same way), then from the moment the
+    acquire may have won until it returns, the release names its token.
+    (The attempt was cleared a few lines before the token was set: a
+    hand-over there released nothing, and an exit left the lease to
+    expire.)"""
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=500, block_timeout_ms=2000)
+    lease = Lease(
+        client=client,
+        blocking_client=blocking,
+        keys=Keys("token-window"),
+        ttl_ms=2000,
+        clock=ServerClock(),
+        host="t",
+        pid=1,
+    )
+    seen: list[tuple[int, object]] = []
+    code = Lease.acquire.__code__
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code is code and event == "line":
+            seen.append((frame.f_lineno, lease.hand_over_commands()[0][7]))
+        return trace if frame.f_code is code else None
+
+    sys.settrace(trace)
+    try:
+        acquired = lease.acquire()
+    finally:
+        sys.settrace(None)
+    assert isinstance(acquired, Acquired)
+    sent = next(i for i, (_, token) in enumerate(seen) if token != "-")
+    nameless = [line for line, token in seen[sent:] if token == "-"]
+    assert not nameless, f"the hand-over would release no token at line(s) {nameless} of Lease.acquire"

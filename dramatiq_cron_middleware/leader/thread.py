@@ -110,7 +110,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.timing = timing
         self.logger = logger
         self.observer = observer or LeaderObserver()
-        self.stopping = StopRequest()
+        self.stopping = StopRequest(clock=store.clock.monotonic)
         self.pace = pace
         #: The current term; None while following.
         self.leadership: Leadership | None = None
@@ -315,18 +315,42 @@ class LeaderThread(threading.Thread, Generic[H]):
             # A signal's hand-over may have released it first (or be at it).
             if epoch is not None and (released or self._handed_over()):
                 self.logger.info("Released cron leadership (epoch %s).", epoch)
+            elif leadership is not None and self._lapsed_before_stop(leadership):
+                self._report_lapse(leadership)
         finally:
             self._release_lock.release()
 
     def _handed_over(self) -> bool:
         return self.hand_over is not None and self.hand_over.claim_report(wait=0.2)
 
+    def _lapsed_before_stop(self, leadership: Leadership) -> bool:
+        """Whether the stop came after the firing deadline: no renewal for
+        that long (the process got no CPU, or was paused), so the lease
+        may have expired before the hand-over could release it."""
+        asked = self.stopping.at
+        return asked is not None and asked >= leadership.deadline
+
+    def _report_lapse(self, leadership: Leadership) -> None:
+        asked = self.stopping.at
+        assert asked is not None
+        renewed = leadership.deadline - self.timing.fire_deadline
+        self.logger.warning(
+            "Lost cron leadership (epoch %s) before the shutdown hand-over: told to stop %d ms after the last "
+            "successful renewal (the process got no CPU or was paused), so the lease was not released: "
+            "followers take over when it expires (%d ms after that renewal).",
+            leadership.epoch,
+            int((asked - renewed) * 1000),
+            self.timing.lease_ms,
+        )
+
     # -- faults and reports ---------------------------------------------------
 
     def _step_down(self, reason: str) -> None:
         leadership, self.leadership = self.leadership, None
         if leadership is not None:
-            if self.stopping.is_set():  # the shutdown hand-over released it
+            if self.stopping.is_set() and self._lapsed_before_stop(leadership):
+                self._report_lapse(leadership)
+            elif self.stopping.is_set():  # the shutdown hand-over released it
                 self.logger.debug("Cron leadership (epoch %s) ends: stopping.", leadership.epoch)
             elif self._losses.first_loss_of_lead():
                 self.logger.warning(

@@ -153,9 +153,11 @@ class Lease:
         )
         self.durability.check(acked)
         if result.ok:
+            # The token before the attempt is cleared: a signal's hand-over
+            # may read them between any two lines (see shutdown.py).
+            self.token = token
             self._attempt = None
             epoch, fresh = result.payload
-            self.token = token
             return Acquired(
                 epoch=int(epoch), server_ms=result.server_ms, epoch_was_missing=bool(int(fresh)), corrupt=result.corrupt
             )

@@ -10,10 +10,16 @@ then dramatiq's handler has run once, so this one exits the process).
 The nested handler runs on the same thread, as it does when systemd,
 ``timeout`` or ``kill -TERM -<pgid>`` and dramatiq's forwarding deliver
 signals a few microseconds apart.
+
+``SIGNAL_STORM_BURST=N`` also raises N SIGTERMs just before *every*
+command a connection sends in that handler: a storm that outlasts any
+number of retries (dramatiq exits at its second signal, before the
+release is on the wire, every time).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -30,6 +36,7 @@ __all__ = ["broker"]
 
 _depth = 0
 _raised: set[str] = set()
+_BURST = int(os.environ.get("SIGNAL_STORM_BURST", "0"))
 
 
 def _raise_nested(where: str) -> None:
@@ -46,6 +53,9 @@ _read = redis.connection.AbstractConnection.read_response
 
 def _send_with_signal(self: Any, command: Any, check_health: bool = True) -> None:
     _raise_nested("send")
+    if _BURST and _depth == 1 and threading.current_thread() is threading.main_thread():
+        for _ in range(_BURST):
+            signal.raise_signal(signal.SIGTERM)
     _send(self, command, check_health)
 
 
