@@ -106,7 +106,7 @@ def instances() -> Iterator[Callable[..., Instance]]:
 # dramatiq processes), so the in-process tests fill the workers at the end.
 
 #: Shared fixture name -> how many groups its tests are split into.
-SHARDS = {"shared_cluster": 3}
+SHARDS = {"shared_cluster": 4}
 
 
 def _wide_fixtures(item: pytest.Item) -> set[str]:
