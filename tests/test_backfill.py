@@ -254,3 +254,29 @@ def test_the_progress_bar_goes_to_stderr_only_on_a_terminal(redis_server: RedisS
     assert b"Backfilling tick_0 [" in shown and b"] 300/300" in shown
     piped = cli(env, *args[:-4], "--from", str(start + 300_000), "--to", str(start + 400_000))
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_how_far_back_the_history_reaches_is_known_on_every_redis(redis_server: RedisServer) -> None:
+    """Given a history stream capped at 50 entries (as every script writes
+    it, ``MAXLEN ~``): while it holds fewer, it was never trimmed and every
+    tick since the start is known (Redis 7 counts what was added; on 6.2 the
+    length below the cap tells it); once trimmed, ticks before its first
+    entry are unknown (they need ``--include-fired``)."""
+    client = redis_server.client()
+    keys = Keys("reach")
+    backfill = Backfill(Control(client=client, keys=keys, history_length=50), prefix="reach")
+    start = 1_700_000_000_000
+    for i in range(10):
+        client.xadd(keys.history, {"schedule": "job", "tick": str(start + i)}, id=f"{start + 1000 + i}-0", maxlen=50)
+    assert backfill._reach(start) is None
+    for i in range(10, 500):
+        client.xadd(
+            keys.history,
+            {"schedule": "job", "tick": str(start + i)},
+            id=f"{start + 1000 + i}-0",
+            maxlen=50,
+            approximate=True,
+        )
+    first_ms = int(str(client.xrange(keys.history, count=1)[0][0]).split("-")[0])
+    assert first_ms > start + 1000
+    assert backfill._reach(start) == first_ms

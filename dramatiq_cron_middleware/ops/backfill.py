@@ -286,8 +286,16 @@ class Backfill:
             info: Any = client.xinfo_stream(key)
         except redis.ResponseError:  # no stream yet: nothing was ever recorded
             return None
-        if info.get("entries-added") is not None and int(info["entries-added"]) == int(info.get("length", -1)):
-            return None  # never trimmed (Redis 7 says so; on 6.2 the oldest entry is all we know)
+        length = int(info.get("length", -1))
+        if info.get("entries-added") is not None:
+            if int(info["entries-added"]) == length:
+                return None  # never trimmed: Redis 7 says so
+        elif 0 <= length < self.control.history_length:
+            # Redis 6.2 does not count what was added; but every write caps
+            # the stream at history_length (MAXLEN ~), and a trim leaves at
+            # least that many entries: a shorter stream was never trimmed
+            # (unless history_length was raised since: see design.md).
+            return None
         first = info.get("first-entry")
         if not first:
             return None
