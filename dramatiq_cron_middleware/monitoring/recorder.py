@@ -32,32 +32,13 @@ from typing import Protocol
 from dramatiq.broker import MessageProxy
 
 from ..leader.reports import Episode
+from ..store.abc import RunStore
 from ..store.connection import redact
 
-__all__ = ["ERROR_LENGTH", "RunRecorder", "RunRecords", "RunSink", "describe_error", "tick_of"]
+__all__ = ["ERROR_LENGTH", "RunRecorder", "RunSink", "describe_error", "tick_of"]
 
 #: A failed run's error is cut to about this many characters.
 ERROR_LENGTH = 500
-
-
-class RunRecords(Protocol):
-    """The storage a :class:`RunRecorder` writes to (``store.runs.RedisRuns``,
-    or the in-memory store's)."""
-
-    def record_run(
-        self,
-        mode: str,
-        schedule_id: str,
-        tick_ms: int,
-        *,
-        attempt: int,
-        token: str,
-        host: str,
-        pid: int,
-        outcome: str = "",
-        error: str = "",
-    ) -> bool:
-        """Record a ``"start"`` or ``"finish"``."""
 
 
 class RunSink(Protocol):
@@ -97,7 +78,7 @@ class RunRecorder:
     def __init__(
         self,
         *,
-        runs_factory: Callable[[], RunRecords],
+        runs_factory: Callable[[], RunStore],
         logger: logging.Logger,
         retry_after: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -108,7 +89,7 @@ class RunRecorder:
         self._failed_at: float | None = None
         self._factory = runs_factory
         self._lock = threading.Lock()
-        self._runs: RunRecords | None = None
+        self._runs: RunStore | None = None
         self._failing: Episode[str] = Episode()
         self._host = socket.gethostname()
         # A worker thread runs one message at a time, start to settling:
@@ -194,7 +175,7 @@ class RunRecorder:
             # process has one; a Redis outage should not double them all).
             self.logger.info("Recording runs works again.")
 
-    def _get_runs(self) -> RunRecords:
+    def _get_runs(self) -> RunStore:
         with self._lock:
             if self._runs is None:
                 self._runs = self._factory()
