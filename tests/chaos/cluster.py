@@ -312,6 +312,10 @@ class Cluster(Lifecycle):
         self.redis.stop()
         promoted = self.replica
         promoted.client().replicaof("NO", "ONE")
+        # A master from now on, also when a later fault restarts it (as
+        # Sentinel rewrites a promoted replica's config).
+        at = promoted.extra.index("--replicaof")
+        promoted.extra = promoted.extra[:at] + promoted.extra[at + 3 :]  # "--replicaof HOST PORT"
         self.proxy.retarget(promoted.port)
         self.proxy.reset_all()
         self.redis.close()
