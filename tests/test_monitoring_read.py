@@ -18,6 +18,18 @@ from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 
 
+def run_queue(broker: StubBroker, queue_name: str) -> None:
+    """Run a real dramatiq Worker until ``queue_name`` is drained (failed
+    messages included), then stop it."""
+    worker = dramatiq.Worker(broker, worker_timeout=50)
+    worker.start()
+    try:
+        broker.join(queue_name, fail_fast=False)
+        worker.join()
+    finally:
+        worker.stop()
+
+
 def _app(redis_server: RedisServer, **options: object) -> tuple[CronMiddleware, StubBroker]:
     broker = StubBroker()
     cron = CronMiddleware(redis=redis_server.url, prefix="mon", **options)  # type: ignore[arg-type]
@@ -67,13 +79,9 @@ def test_a_worker_records_each_run_with_its_outcome_newest_first(redis_server: R
     for i, tick in enumerate(ticks):
         message = message_for(schedule, tick, prefix=cron.prefix)
         broker.enqueue(message.copy(kwargs={"fail": i == 3}))
-    worker = dramatiq.Worker(broker, worker_timeout=50)
-    worker.start()
     try:
-        broker.join(schedule.queue_name, fail_fast=False)
-        worker.join()
+        run_queue(broker, schedule.queue_name)
     finally:
-        worker.stop()
         cron.stop()
 
     client, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
@@ -121,12 +129,8 @@ def test_a_run_that_failed_for_good_clears_its_overlap_mark(redis_server: RedisS
     client = redis_server.client()
     client.set(cron.keys.running(schedule.id), message.message_id, px=600_000)
     broker.enqueue(message)
-    worker = dramatiq.Worker(broker, worker_timeout=50)
-    worker.start()
     try:
-        broker.join(schedule.queue_name, fail_fast=False)
-        worker.join()
+        run_queue(broker, schedule.queue_name)
     finally:
-        worker.stop()
         cron.stop()
     assert not client.exists(cron.keys.running(schedule.id))
