@@ -490,17 +490,18 @@ def _status(app: _App, args: argparse.Namespace) -> int:
     if undeclared:
         line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
     lines.append(line)
-    runtime_page = app.runtime.list(limit=1000).items
-    described = [s for s in [*app.schedules, *(r.schedule for r in runtime_page)] if s.description]
+    # One read of the runtime schedules, for the descriptions (the first
+    # 1,000) and the health counts.
+    runtime = [r.schedule for r in app.runtime.list(limit=10_000).items]
+    described = [s for s in [*app.schedules, *runtime[:1000]] if s.description]
     data["descriptions"] = {s.id: s.description for s in described}
     if described:
         lines.append("Schedules:")
         lines += [f"  {s.id}: {s.description}" for s in described]
-    page = app.runtime.list(limit=10_000)
     report = read_health(
         app.control.client,
         app.middleware.keys,
-        [*app.schedules, *(r.schedule for r in page.items)],
+        [*app.schedules, *runtime],
         now_ms=now,
         policy=app.middleware.health_policy,
     )
