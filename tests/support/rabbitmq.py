@@ -118,7 +118,7 @@ class RabbitmqServer(Lifecycle):
             "RABBITMQ_PID_FILE": str(d / "rabbitmq.pid"),
         }
 
-    def start(self, timeout: float = 60.0) -> RabbitmqServer:
+    def start(self, timeout: float = 180.0) -> RabbitmqServer:
         """Start epmd and the node; wait until the node completes an AMQP
         protocol handshake (or fail with the log's tail)."""
         env = self._env()

@@ -97,28 +97,58 @@ def replicas_online(master: redis.Redis) -> int:
     )
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
+#: Ports the tests' servers listen on: below Linux's ephemeral range
+#: (32768-60999), from which the kernel picks the local port of every
+#: outgoing connection.  A port found free in that range can be taken by a
+#: client's connection before the server binds it, or while a test restarts
+#: its server on the same port ("Connection refused" to a server that
+#: never came back).  Each pytest-xdist worker draws from a slice of its
+#: own, so two workers never pick the same port; a cluster node's bus port
+#: (port + 10000) stays below the ephemeral range too.
+PORTS = range(12_000, 22_000)
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    size = len(PORTS) // max(count, 1)
+    start = PORTS.start + (index % max(count, 1)) * size
+    return range(start, start + size)
+
+
+_next_port: list[int] = []
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, from this test process's
+    own slice of :data:`PORTS` (taken in turn, so a port a test just
+    released is not handed out again at once)."""
+    ports = _port_slice()
+    if not _next_port:
+        _next_port.append(ports.start + os.getpid() % len(ports))
+    for _ in range(len(ports)):
+        port = ports.start + (_next_port[0] - ports.start) % len(ports)
+        _next_port[0] = port + 1
+        if _bindable(port) and _bindable(port + 10_000):
+            return port
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def free_port_with_bus() -> int:
     """A free port for a cluster node of a server without ``cluster-port``,
-    whose cluster bus is always port + 10000: both free right now, and the
-    bus port a valid one (ephemeral ports go up to 60999 on Linux)."""
-    for _ in range(1000):
-        port = free_port()
-        if port + 10_000 > 65_535:
-            continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10_000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port below 55536 with a free port 10000 above it")
+    whose cluster bus is always port + 10000: both free right now (see
+    :func:`free_port`)."""
+    return free_port()
 
 
 class RedisServer(Lifecycle):
@@ -159,7 +189,7 @@ class RedisServer(Lifecycle):
         """A plain client for test assertions and fault injection."""
         return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=5, **kwargs)  # type: ignore[arg-type]
 
-    def start(self, timeout: float = 10.0) -> RedisServer:
+    def start(self, timeout: float = 60.0) -> RedisServer:
         """Start the server and wait until it answers PING."""
         args = [
             self.binary,

@@ -80,7 +80,7 @@ class RedisProcess:
         """A plain client for assertions and fault injection."""
         return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=5, **kwargs)
 
-    def wait_ready(self, probe: Callable[[], Any] | None = None, timeout: float = 10.0) -> None:
+    def wait_ready(self, probe: Callable[[], Any] | None = None, timeout: float = 60.0) -> None:
         """Wait until ``probe`` (PING by default) succeeds."""
 
         def check() -> Any:
@@ -275,7 +275,7 @@ class SentinelGroup:
                 info = sentinel.client().sentinel_master(self.service)
                 return int(info["num-slaves"]) >= len(self.replicas) and int(info["num-other-sentinels"]) >= 2
 
-            sentinel.wait_ready(settled, timeout=20)
+            sentinel.wait_ready(settled, timeout=60)
         return self
 
     def close(self) -> None:
@@ -330,7 +330,7 @@ class ClusterGroup:
         )
         for node in self.nodes:
             node.wait_ready(
-                lambda node=node: "cluster_state:ok" in node.client().execute_command("CLUSTER", "INFO"), timeout=20
+                lambda node=node: "cluster_state:ok" in node.client().execute_command("CLUSTER", "INFO"), timeout=60
             )
         return self
 
