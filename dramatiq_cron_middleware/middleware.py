@@ -354,6 +354,8 @@ class CronMiddleware(Middleware):
 
     def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record that a cron message's run starts (run monitoring)."""
+        if "cron_tick" not in message.options:  # every other message: this one test
+            return
         runs = self._runs(broker, message)
         if runs is not None:
             runs.started(message)
@@ -371,6 +373,8 @@ class CronMiddleware(Middleware):
         for good is cleared at :meth:`after_nack`: ``Retries`` decides only
         after this hook, dramatiq calling these hooks in reverse order; a
         retry keeps it)."""
+        if "cron_tick" not in message.options:
+            return
         runs = self._runs(broker, message)
         if runs is not None:
             runs.processed(message, exception)
@@ -380,6 +384,8 @@ class CronMiddleware(Middleware):
     def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record a cron message that will not run (dropped by ``AgeLimit``
         for its ``max_age``, or as a duplicate), and clear its running mark."""
+        if "cron_tick" not in message.options:
+            return
         runs = self._runs(broker, message)
         if runs is not None:
             runs.dropped(message)
@@ -389,6 +395,8 @@ class CronMiddleware(Middleware):
         """Record the finish of a cron message's run: succeeded, or failed
         and requeued by ``Retries`` (which runs after this middleware's
         ``after_process_message``, so only now is a retry known)."""
+        if "cron_tick" not in message.options:
+            return
         runs = self._runs(broker, message)
         if runs is not None:
             runs.settled(message, rejected=False)
@@ -396,6 +404,8 @@ class CronMiddleware(Middleware):
     def after_nack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record the finish of a cron message's run that failed for good,
         and clear its schedule's running mark."""
+        if "cron_tick" not in message.options:
+            return
         runs = self._runs(broker, message)
         if runs is not None:
             runs.settled(message, rejected=True)
