@@ -295,6 +295,7 @@ class History:
         step_ms: int = 1000,
         outages: Iterable[tuple[int, int] | Outage] = (),
         runs: bool = False,
+        settle_s: float = 60.0,
     ) -> Verdict:
         """Judge every expected (schedule, tick) with ``start_ms < tick <=
         end_ms`` on a fixed ``step_ms`` grid: more than one enqueue is a
@@ -304,7 +305,36 @@ class History:
         early fire.  Duplicates and early fires are judged over the whole
         history, not just the window.  With ``runs``, the actors' runs are
         judged instead of the enqueues (a message a consumer dropped is
-        lost)."""
+        lost).
+
+        A loaded leader may still be catching up the window's last ticks
+        when a test judges it (the on-time ticks first, then the backlog
+        oldest first), so a verdict with losses is taken again until
+        ``settle_s`` have passed: a tick still missing then is lost."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            verdict = self._verdict(
+                schedules=list(schedules),
+                start_ms=start_ms,
+                end_ms=end_ms,
+                step_ms=step_ms,
+                outages=list(outages),
+                runs=runs,
+            )
+            if not verdict.losses or time.monotonic() >= deadline:
+                return verdict
+            time.sleep(0.25)
+
+    def _verdict(
+        self,
+        *,
+        schedules: list[str],
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        outages: list[tuple[int, int] | Outage],
+        runs: bool,
+    ) -> Verdict:
         by_key: dict[tuple[str, int], list[Enqueue]] = collections.defaultdict(list)
         enqueues = self.runs() if runs else self.enqueues()
         for e in enqueues:
