@@ -306,13 +306,14 @@ class CronMiddleware(Middleware):
             jitter_ms=schedule.jitter,
         )
 
-    def health_subject(self, schedule_id: str, schedule: BoundSchedule | None) -> tuple[str, str, Policy]:
+    def health_subject(self, schedule_id: str, schedule: BoundSchedule | None) -> tuple[str, str | None, Policy]:
         """``(actor, name, policy)`` of a schedule the leader decides health
         for; a schedule it no longer knows (a removed runtime schedule whose
         runs are still reported) gets this middleware's defaults."""
         if schedule is not None:
-            return schedule.actor_name, schedule.name, self.health_policy(schedule)
-        return schedule_id.split("/", 1)[0].split(":", 1)[0], schedule_id, self.monitor_config.default_policy()
+            return schedule.actor_name, schedule.name if schedule.named else None, self.health_policy(schedule)
+        actor, _, name = schedule_id.partition(":") if ":" in schedule_id else schedule_id.partition("/")
+        return actor, name or None, self.monitor_config.default_policy()
 
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
@@ -610,7 +611,7 @@ class CronMiddleware(Middleware):
         """Run monitoring's threads for the leader about to start: health
         decided and alerts delivered while this process leads."""
 
-        def subject(schedule_id: str) -> tuple[str, str, Policy]:
+        def subject(schedule_id: str) -> tuple[str, str | None, Policy]:
             leader = self.leader
             return self.health_subject(schedule_id, leader.queue.schedules.get(schedule_id) if leader else None)
 

@@ -255,7 +255,7 @@ class CronSimulator:
             )
         return out
 
-    def _describe(self, schedule_id: str) -> tuple[str, str, Policy]:
+    def _describe(self, schedule_id: str) -> tuple[str, str | None, Policy]:
         return self.middleware.health_subject(schedule_id, self._leader.queue.schedules.get(schedule_id))
 
     def _decide(self) -> None:

@@ -64,7 +64,7 @@ class HealthMonitor:
         removed since falls back on defaults).
     """
 
-    def __init__(self, *, store: HealthStore, schedule: Callable[[str], tuple[str, str, Policy]]) -> None:
+    def __init__(self, *, store: HealthStore, schedule: Callable[[str], tuple[str, str | None, Policy]]) -> None:
         self.store = store
         self.schedule = schedule
         self._lock = threading.Lock()

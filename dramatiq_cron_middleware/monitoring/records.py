@@ -67,7 +67,9 @@ class ScheduleHealth:
 
     schedule_id: str
     actor: str
-    name: str
+    #: The schedule's ``name=``; None for an actor's unnamed schedule (as
+    #: ``dramatiq-cron list`` shows it).
+    name: str | None
     health: str
     since_ms: int | None
     last_run: RunRecord | None
@@ -93,7 +95,8 @@ class Alert:
 
     schedule_id: str
     actor: str
-    name: str
+    #: As :attr:`ScheduleHealth.name`: None for an unnamed schedule.
+    name: str | None
     state: str
     previous: str
     tick_ms: int | None
@@ -137,7 +140,7 @@ class Alert:
         return cls(
             schedule_id=str(data["schedule"]),
             actor=str(data["actor"]),
-            name=str(data["name"]),
+            name=None if data.get("name") is None else str(data["name"]),
             state=str(data["state"]),
             previous=str(data["previous"]),
             tick_ms=_int_or_none(data.get("tick")),

@@ -178,7 +178,7 @@ def monitor_threads(
     *,
     runs: RedisRuns,
     config: MonitorConfig,
-    subject: Callable[[str], tuple[str, str, Policy]],
+    subject: Callable[[str], tuple[str, str | None, Policy]],
     token: Callable[[], str | None],
     timing: Timing,
     logger: logging.Logger,
