@@ -29,6 +29,7 @@ from .errors import CronConfigurationError, CronError, CronScheduleError, CronUn
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import (
+    DEFAULT_ALERT_FOR,
     DEFAULT_FAILURE_THRESHOLD,
     DEFAULT_GRACE,
     DEFAULT_RUN_HISTORY,
@@ -161,9 +162,14 @@ class CronMiddleware(Middleware):
         own in the leading process, at least once per change.  Its
         exceptions are logged.  Defaults to None.
       alert_webhook(str): An ``http(s)://`` URL each alert is POSTed to as
-        JSON (``schedule``, ``actor``, ``name``, ``state``, ``previous``,
-        ``tick``, ``at``, ``error``), retried with back-off until it answers
-        2xx.  Defaults to None.
+        JSON (``id``, ``schedule``, ``actor``, ``name``, ``state``,
+        ``previous``, ``tick``, ``at``, ``error``) with the alert's id as
+        its ``Idempotency-Key``, on its own thread, retried with back-off
+        until it answers 2xx, for an hour at most.  Defaults to None.
+      alert_for(int): Run monitoring: how long in milliseconds a change of
+        health must last before it alerts (Alertmanager's ``for:``; returns
+        to ``ok`` shorter than that do not end a problem, so a flapping
+        schedule alerts once).  Defaults to 60000.  0 alerts every change.
       replicas(int): How many Redis replicas must acknowledge (``WAIT``) a
         claim before its messages are enqueued, and a renewal before it
         counts, so that a failover never loses a granted tick to fire it
@@ -195,6 +201,7 @@ class CronMiddleware(Middleware):
         run_history: int = DEFAULT_RUN_HISTORY,
         on_alert: Callable[[Alert], object] | None = None,
         alert_webhook: str | None = None,
+        alert_for: int = DEFAULT_ALERT_FOR,
         replicas: int | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
@@ -221,6 +228,7 @@ class CronMiddleware(Middleware):
             run_history=run_history,
             on_alert=on_alert,
             alert_webhook=alert_webhook,
+            alert_for=alert_for,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
@@ -304,6 +312,7 @@ class CronMiddleware(Middleware):
                 schedule.failure_threshold if schedule.failure_threshold is not None else config.failure_threshold
             ),
             jitter_ms=schedule.jitter,
+            alert_for_ms=config.alert_for,
         )
 
     def health_subject(self, schedule_id: str, schedule: BoundSchedule | None) -> tuple[str, str | None, Policy]:

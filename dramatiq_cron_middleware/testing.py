@@ -267,7 +267,6 @@ class CronSimulator:
             on_alert = self.middleware.monitor_config.on_alert
             for alert in turn.alerts:
                 self.alerts.append(alert)
-                self.run_store.alert_delivered(alert.dumps())
                 if on_alert is not None:
                     on_alert(alert)
             if not turn.more:

@@ -5,6 +5,7 @@ alert; and their JSON forms, the ones ``dramatiq-cron runs --json``,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from typing import Any
 
@@ -103,11 +104,20 @@ class Alert:
     at_ms: int
     error: str | None
 
+    @property
+    def id(self) -> str:
+        """The alert's identity: 32 hex digits derived from its content, the
+        same in every process and on every retry (the webhook's
+        ``Idempotency-Key``), different for every alert."""
+        return hashlib.sha256(self.dumps().encode()).hexdigest()[:32]
+
     def to_json(self) -> dict[str, Any]:
-        """The webhook's body: ``schedule``, ``actor``, ``name``, ``state``,
-        ``previous``, ``tick`` (ISO 8601 or null), ``at`` (ISO 8601),
-        ``error`` (string or null)."""
+        """The webhook's body: ``id`` (:attr:`id`), ``schedule``, ``actor``,
+        ``name`` (null for an unnamed schedule), ``state``, ``previous``,
+        ``tick`` (ISO 8601 or null), ``at`` (ISO 8601), ``error`` (string or
+        null)."""
         return {
+            "id": self.id,
             "schedule": self.schedule_id,
             "actor": self.actor,
             "name": self.name,
