@@ -37,7 +37,7 @@ from .monitoring.config import (
     MonitorConfig,
 )
 from .monitoring.health import Policy
-from .monitoring.recorder import RunRecorder, RunSink
+from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, RunSink
 from .monitoring.records import Alert
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
 from .overlap import RunningMarks
@@ -424,11 +424,12 @@ class CronMiddleware(Middleware):
         if self._recorder is None:
             with self._start_lock:
                 if self._recorder is None:
+                    timeout_ms = max(self.timing.op_timeout_ms, RECORD_TIMEOUT_MS)
                     self._recorder = RunRecorder(
                         runs_factory=lambda: self._redis_runs(
-                            scheduler_clients(
-                                self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
-                            )[0]
+                            scheduler_clients(self.redis_source(broker), op_timeout_ms=timeout_ms, block_timeout_ms=0)[
+                                0
+                            ]
                         ),
                         logger=self.logger,
                     )
@@ -676,6 +677,9 @@ class CronMiddleware(Middleware):
             leader, self.leader = self.leader, None
             watch, self._watch = self._watch, None
             monitoring, self._monitoring = self._monitoring, None
+            recorder = self._recorder
+        if recorder is not None:
+            recorder.close()
         if watch is not None:
             watch.stop(timeout)
         if monitoring is not None:
