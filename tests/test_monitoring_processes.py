@@ -270,7 +270,7 @@ def test_a_live_run_past_max_runtime_is_running_long_and_never_lost(
         lambda: [r for r in runs(redis_server, "slow") if r.outcome == "running"], timeout=30, what="a run to start"
     )
     assert started.started_ms is not None
-    wait_for(lambda: facts(redis_server, "slow")["health"] == "running_long", timeout=30, what="running_long")
+    wait_for(lambda: facts(redis_server, "slow").get("health") == "running_long", timeout=30, what="running_long")
     wait_for(
         lambda: _server_ms(redis_server) > started.started_ms + ALIVE_MS + 2000,  # type: ignore[operator]
         timeout=60,
