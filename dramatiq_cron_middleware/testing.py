@@ -287,6 +287,7 @@ class CronSimulator:
         """Detach from the middleware: workers start leader threads again."""
         self.middleware.attach_simulator(None)
         self._leader.stopping.close()
+        self.run_sink.close()
 
 
 class _Recording(BrokerBoundary):
