@@ -57,6 +57,8 @@ def test_check_exits_by_the_worst_health_nagios_style(redis_server: RedisServer)
     empty = cli(env, "check", APP, "--json")
     assert empty.returncode == 2, empty.stderr  # no ledger, no worker: not firing
     assert json.loads(empty.stdout)["schedules"][0]["health"] == "missed"
+    table = cli(env, "check", APP)
+    assert table.returncode == 2 and "never registered by any process" in table.stdout
     # A worker registered the schedule (a baseline; a day ahead, so that no
     # tick falls due however slowly this test runs).
     seconds, _ = redis_server.client().time()

@@ -127,6 +127,7 @@ def read_health(
                     health=health,
                     since_ms=since,
                     last_run=parse_run(s.id, run),
+                    registered=entry is not None,
                 )
             )
     return CheckReport(schedules=out, now_ms=now_ms)

@@ -74,6 +74,9 @@ class ScheduleHealth:
     health: str
     since_ms: int | None
     last_run: RunRecord | None
+    #: Whether the tick ledger has an entry of the schedule (False: no
+    #: process ever registered it; ``check`` says so).
+    registered: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """``id``, ``actor``, ``name``, ``health``, ``since`` (ISO 8601 or
