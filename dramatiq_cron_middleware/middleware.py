@@ -29,6 +29,7 @@ from .errors import CronConfigurationError, CronError, CronScheduleError, CronUn
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import (
+    DEFAULT_ALERT_FOR,
     DEFAULT_FAILURE_THRESHOLD,
     DEFAULT_GRACE,
     DEFAULT_RUN_HISTORY,
@@ -36,7 +37,7 @@ from .monitoring.config import (
     MonitorConfig,
 )
 from .monitoring.health import Policy
-from .monitoring.recorder import RunRecorder, RunSink
+from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, RunSink
 from .monitoring.records import Alert
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
 from .overlap import RunningMarks
@@ -161,9 +162,14 @@ class CronMiddleware(Middleware):
         own in the leading process, at least once per change.  Its
         exceptions are logged.  Defaults to None.
       alert_webhook(str): An ``http(s)://`` URL each alert is POSTed to as
-        JSON (``schedule``, ``actor``, ``name``, ``state``, ``previous``,
-        ``tick``, ``at``, ``error``), retried with back-off until it answers
-        2xx.  Defaults to None.
+        JSON (``id``, ``schedule``, ``actor``, ``name``, ``state``,
+        ``previous``, ``tick``, ``at``, ``error``) with the alert's id as
+        its ``Idempotency-Key``, on its own thread, retried with back-off
+        until it answers 2xx, for an hour at most.  Defaults to None.
+      alert_for(int): Run monitoring: how long in milliseconds a change of
+        health must last before it alerts (Alertmanager's ``for:``; returns
+        to ``ok`` shorter than that do not end a problem, so a flapping
+        schedule alerts once).  Defaults to 60000.  0 alerts every change.
       replicas(int): How many Redis replicas must acknowledge (``WAIT``) a
         claim before its messages are enqueued, and a renewal before it
         counts, so that a failover never loses a granted tick to fire it
@@ -195,6 +201,7 @@ class CronMiddleware(Middleware):
         run_history: int = DEFAULT_RUN_HISTORY,
         on_alert: Callable[[Alert], object] | None = None,
         alert_webhook: str | None = None,
+        alert_for: int = DEFAULT_ALERT_FOR,
         replicas: int | None = None,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
@@ -221,6 +228,7 @@ class CronMiddleware(Middleware):
             run_history=run_history,
             on_alert=on_alert,
             alert_webhook=alert_webhook,
+            alert_for=alert_for,
         )
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self.leader: LeaderThread[HandOver] | None = None
@@ -304,15 +312,17 @@ class CronMiddleware(Middleware):
                 schedule.failure_threshold if schedule.failure_threshold is not None else config.failure_threshold
             ),
             jitter_ms=schedule.jitter,
+            alert_for_ms=config.alert_for,
         )
 
-    def health_subject(self, schedule_id: str, schedule: BoundSchedule | None) -> tuple[str, str, Policy]:
+    def health_subject(self, schedule_id: str, schedule: BoundSchedule | None) -> tuple[str, str | None, Policy]:
         """``(actor, name, policy)`` of a schedule the leader decides health
         for; a schedule it no longer knows (a removed runtime schedule whose
         runs are still reported) gets this middleware's defaults."""
         if schedule is not None:
-            return schedule.actor_name, schedule.name, self.health_policy(schedule)
-        return schedule_id.split("/", 1)[0].split(":", 1)[0], schedule_id, self.monitor_config.default_policy()
+            return schedule.actor_name, schedule.name if schedule.named else None, self.health_policy(schedule)
+        actor, _, name = schedule_id.partition(":") if ":" in schedule_id else schedule_id.partition("/")
+        return actor, name or None, self.monitor_config.default_policy()
 
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
@@ -424,11 +434,12 @@ class CronMiddleware(Middleware):
         if self._recorder is None:
             with self._start_lock:
                 if self._recorder is None:
+                    timeout_ms = max(self.timing.op_timeout_ms, RECORD_TIMEOUT_MS)
                     self._recorder = RunRecorder(
                         runs_factory=lambda: self._redis_runs(
-                            scheduler_clients(
-                                self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
-                            )[0]
+                            scheduler_clients(self.redis_source(broker), op_timeout_ms=timeout_ms, block_timeout_ms=0)[
+                                0
+                            ]
                         ),
                         logger=self.logger,
                     )
@@ -620,7 +631,7 @@ class CronMiddleware(Middleware):
         """Run monitoring's threads for the leader about to start: health
         decided and alerts delivered while this process leads."""
 
-        def subject(schedule_id: str) -> tuple[str, str, Policy]:
+        def subject(schedule_id: str) -> tuple[str, str | None, Policy]:
             leader = self.leader
             return self.health_subject(schedule_id, leader.queue.schedules.get(schedule_id) if leader else None)
 
@@ -676,6 +687,9 @@ class CronMiddleware(Middleware):
             leader, self.leader = self.leader, None
             watch, self._watch = self._watch, None
             monitoring, self._monitoring = self._monitoring, None
+            recorder = self._recorder
+        if recorder is not None:
+            recorder.close()
         if watch is not None:
             watch.stop(timeout)
         if monitoring is not None:

@@ -255,7 +255,7 @@ class CronSimulator:
             )
         return out
 
-    def _describe(self, schedule_id: str) -> tuple[str, str, Policy]:
+    def _describe(self, schedule_id: str) -> tuple[str, str | None, Policy]:
         return self.middleware.health_subject(schedule_id, self._leader.queue.schedules.get(schedule_id))
 
     def _decide(self) -> None:
@@ -267,7 +267,6 @@ class CronSimulator:
             on_alert = self.middleware.monitor_config.on_alert
             for alert in turn.alerts:
                 self.alerts.append(alert)
-                self.run_store.alert_delivered(alert.dumps())
                 if on_alert is not None:
                     on_alert(alert)
             if not turn.more:
@@ -288,6 +287,7 @@ class CronSimulator:
         """Detach from the middleware: workers start leader threads again."""
         self.middleware.attach_simulator(None)
         self._leader.stopping.close()
+        self.run_sink.close()
 
 
 class _Recording(BrokerBoundary):

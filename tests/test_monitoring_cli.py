@@ -54,11 +54,20 @@ def test_runs_lists_a_schedules_runs_newest_first_with_the_issues_keys(redis_ser
 
 def test_check_exits_by_the_worst_health_nagios_style(redis_server: RedisServer) -> None:
     env = env_of(redis_server)
+    empty = cli(env, "check", APP, "--json")
+    assert empty.returncode == 2, empty.stderr  # no ledger, no worker: not firing
+    assert json.loads(empty.stdout)["schedules"][0]["health"] == "missed"
+    table = cli(env, "check", APP)
+    assert table.returncode == 2 and "never registered by any process" in table.stdout
+    # A worker registered the schedule (a baseline; a day ahead, so that no
+    # tick falls due however slowly this test runs).
+    seconds, _ = redis_server.client().time()
+    redis_server.client().hset(KEYS.ticks, "tick_0", f"{(int(seconds) + 86_400) * 1000}:0:baseline")
     first = cli(env, "check", APP, "--json")
     assert first.returncode == 0, first.stderr
     [entry] = json.loads(first.stdout)["schedules"]
     assert list(entry) == ["id", "actor", "name", "health", "since", "last_run"]
-    assert (entry["id"], entry["health"], entry["last_run"]) == ("tick_0", "pending", None)
+    assert (entry["id"], entry["name"], entry["health"], entry["last_run"]) == ("tick_0", None, "pending", None)
 
     for health, status in (("late", 1), ("running_long", 1), ("failing", 2), ("ok", 0)):
         redis_server.client().hset(KEYS.health, "tick_0", json.dumps({"health": health, "since": 1_000}))

@@ -41,6 +41,7 @@ def test_a_bad_schedule_threshold_is_refused_when_built_naming_the_value(
         ("failure_threshold", 0, "failure_threshold must be a positive int, got 0"),
         ("run_history", 0, "run_history must be a positive int, got 0"),
         ("on_alert", "print", "on_alert must be None or a callable, got 'print'"),
+        ("alert_for", -1, "alert_for must be a non-negative int of ms, got -1"),
         (
             "alert_webhook",
             "ftp://u:secret@x/",
@@ -67,5 +68,6 @@ def test_a_schedules_thresholds_override_the_middlewares_and_max_runtime_follows
         cron=Schedule("0 4 * * *", grace=1_000, failure_threshold=1),
     )
     plain, own = cron.all_schedules()
-    assert cron.health_policy(plain) == Policy(grace_ms=30_000, max_runtime_ms=125_000, failure_threshold=3)
-    assert cron.health_policy(own) == Policy(grace_ms=1_000, max_runtime_ms=10_000, failure_threshold=1)
+    held = {"alert_for_ms": 60_000}
+    assert cron.health_policy(plain) == Policy(grace_ms=30_000, max_runtime_ms=125_000, failure_threshold=3, **held)
+    assert cron.health_policy(own) == Policy(grace_ms=1_000, max_runtime_ms=10_000, failure_threshold=1, **held)

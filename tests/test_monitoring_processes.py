@@ -20,6 +20,7 @@ import pytest
 from dramatiq_cron_middleware.monitoring.read import read_runs
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.runs import ALIVE_MS
 from tests.support.instances import ROOT, Instance, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
@@ -191,7 +192,7 @@ def test_a_webhook_down_at_first_receives_the_alert_once_it_is_up(
     url = f"http://hooker:s3cret@127.0.0.1:{hook_port}/hook"
     instance = instances(env_for(redis_server, record_dir, "flaky", MON_THRESHOLD="1", MON_WEBHOOK=url), app=APP)
     wait_for(lambda: states(record_dir, "flaky"), timeout=20, what="the alert (log line and on_alert)")
-    assert redis_server.client().llen(KEYS.alerts) == 1  # not delivered to the webhook yet
+    assert redis_server.client().llen(KEYS.alerts_webhook) == 1  # not delivered to the webhook yet
     server = http.server.ThreadingHTTPServer(("127.0.0.1", hook_port), _Hook)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -204,7 +205,7 @@ def test_a_webhook_down_at_first_receives_the_alert_once_it_is_up(
     assert (body["schedule"], body["state"]) == ("flaky", "failing") and body["previous"] in ("pending", "ok")
     assert body["tick"] and body["error"] == "RuntimeError: flaky failed"
     assert auth.startswith("Basic ")
-    wait_for(lambda: redis_server.client().llen(KEYS.alerts) == 0, timeout=10, what="the outbox emptied")
+    wait_for(lambda: redis_server.client().llen(KEYS.alerts_webhook) == 0, timeout=10, what="the outbox emptied")
     assert "s3cret" not in instance.log() and "Alert webhook http://127.0.0.1" in instance.log()
 
 
@@ -229,8 +230,9 @@ def test_a_worker_killed_mid_run_does_not_stay_running(
     redis_server: RedisServer, record_dir: str, instances: Start
 ) -> None:
     """Given a run whose worker is killed with SIGKILL, When its
-    ``max_runtime`` passes under a new leader, Then the run is recorded
-    ``lost`` and the schedule is ``running_long``, not running for ever."""
+    ``max_runtime`` and its worker's heartbeat (ALIVE_MS) pass under a new
+    leader, Then the run is recorded ``lost`` and the schedule is
+    ``running_long``, not running for ever."""
     env = env_for(
         redis_server, record_dir, "slow", MON_SLOW_S="60", MON_BROKER=f"redis://127.0.0.1:{redis_server.port}/1"
     )
@@ -242,10 +244,46 @@ def test_a_worker_killed_mid_run_does_not_stay_running(
     instances(env, app=APP, extra=["--queues", "default"])  # a new leader; nobody runs slow any more
     wait_for(
         lambda: any(r.tick_ms == started.tick_ms and r.outcome == "lost" for r in runs(redis_server, "slow")),
-        timeout=20,
+        timeout=60,
         what="the killed run recorded lost",
     )
     assert facts(redis_server, "slow")["health"] in ("running_long", "late")
+
+
+def test_a_live_run_past_max_runtime_is_running_long_and_never_lost(
+    redis_server: RedisServer, record_dir: str, instances: Start
+) -> None:
+    """Issue 30 item 7: Given a run that takes longer than max_runtime (1 s)
+    and longer than a heartbeat's lapse (ALIVE_MS), When its worker is alive
+    and still running it, Then the schedule is running_long and the run
+    stays ``running`` (it used to be labelled ``lost``), and it finishes
+    ``succeeded``."""
+    env = env_for(
+        redis_server,
+        record_dir,
+        "slow",
+        MON_SLOW_S=str(ALIVE_MS // 1000 + 10),
+        MON_BROKER=f"redis://127.0.0.1:{redis_server.port}/1",
+    )
+    instances(env, app=APP)
+    [started] = wait_for(
+        lambda: [r for r in runs(redis_server, "slow") if r.outcome == "running"], timeout=30, what="a run to start"
+    )
+    assert started.started_ms is not None
+    wait_for(lambda: facts(redis_server, "slow").get("health") == "running_long", timeout=30, what="running_long")
+    wait_for(
+        lambda: _server_ms(redis_server) > started.started_ms + ALIVE_MS + 2000,  # type: ignore[operator]
+        timeout=60,
+        what="the start's own heartbeat to have lapsed",
+    )
+    [now] = [r for r in runs(redis_server, "slow") if r.tick_ms == started.tick_ms]
+    assert now.outcome == "running"
+    wait_for(
+        lambda: any(r.tick_ms == started.tick_ms and r.outcome == "succeeded" for r in runs(redis_server, "slow")),
+        timeout=60,
+        what="the run's finish",
+    )
+    assert all(r.outcome != "lost" for r in runs(redis_server, "slow"))
 
 
 def test_with_every_worker_stopped_check_reports_missed_after_grace(

@@ -42,26 +42,69 @@ def _app(redis_server: RedisServer, **options: object) -> tuple[CronMiddleware, 
     return cron, broker
 
 
-def test_a_schedule_that_never_ran_is_pending_and_the_check_passes(redis_server: RedisServer) -> None:
+def test_a_registered_schedule_that_never_ran_is_pending_and_the_check_passes(redis_server: RedisServer) -> None:
+    """Given a worker that registered its schedule (a baseline in the
+    ledger) and whose next tick is still ahead, the check passes."""
     cron, broker = _app(redis_server)
-
-    report = check_report(cron, broker)
+    cron.start(broker)
+    client = redis_server.client()
+    try:
+        wait_for(lambda: client.hexists(cron.keys.ticks, "nightly"), timeout=30, what="the registration")
+        report = check_report(cron, broker)
+    finally:
+        cron.stop()
 
     assert report.exit_code == 0
     assert report.to_json() == {
         "schedules": [
-            {
-                "id": "nightly",
-                "actor": "nightly",
-                "name": "0 3 * * *",
-                "health": "pending",
-                "since": None,
-                "last_run": None,
-            }
+            {"id": "nightly", "actor": "nightly", "name": None, "health": "pending", "since": None, "last_run": None}
         ]
     }
-    client, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
-    assert read_runs(client, cron.keys, "nightly") == []
+    scheduler, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
+    assert read_runs(scheduler, cron.keys, "nightly") == []
+
+
+def test_an_empty_redis_with_no_worker_fails_the_check_once_a_tick_is_grace_overdue(
+    redis_server: RedisServer,
+) -> None:
+    """Issue 28 item 5: a fresh or emptied Redis with no worker running has
+    no ledger at all; the daily schedule's last tick is long past its grace,
+    so the dead-man's switch fails (it used to answer ``pending``, exit 0)."""
+    cron, broker = _app(redis_server)
+
+    report = check_report(cron, broker)
+
+    [nightly] = report.schedules
+    assert (nightly.health, report.exit_code) == ("missed", 2)
+    assert nightly.since_ms is not None and nightly.since_ms <= report.now_ms
+
+
+def test_every_process_with_lead_false_fails_the_check(redis_server: RedisServer) -> None:
+    """Issue 28 item 5: processes that may not lead register nothing and
+    fire nothing; the check says ``missed`` (exit 2), not ``pending``."""
+    cron, broker = _app(redis_server, lead=False)
+    cron.start(broker)
+    client = redis_server.client()
+    try:
+        wait_for(lambda: client.exists(cron.keys.ineligible), timeout=30, what="the ineligible process's presence")
+        report = check_report(cron, broker)
+    finally:
+        cron.stop()
+    assert [s.health for s in report.schedules] == ["missed"] and report.exit_code == 2
+
+
+def test_a_schedule_whose_first_tick_is_ahead_stays_pending_without_a_ledger(redis_server: RedisServer) -> None:
+    broker = StubBroker()
+    cron = CronMiddleware(redis=redis_server.url, prefix="mon")
+    broker.add_middleware(cron)
+    later = int(time.time() * 1000) + 86_400_000
+
+    @dramatiq.actor(broker=broker, cron=Schedule("0 3 * * *", start=later))
+    def nightly() -> None:
+        pass
+
+    report = check_report(cron, broker)
+    assert [s.health for s in report.schedules] == ["pending"] and report.exit_code == 0
 
 
 def test_a_worker_records_each_run_with_its_outcome_newest_first(redis_server: RedisServer) -> None:

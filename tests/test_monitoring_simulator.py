@@ -22,7 +22,9 @@ class App:
         self.broker = StubBroker()
         self.alerts: list[Alert] = []
         self.broken = True
-        self.broker.add_middleware(CronMiddleware(grace=60_000, failure_threshold=2, on_alert=self.alerts.append))
+        self.broker.add_middleware(
+            CronMiddleware(grace=60_000, failure_threshold=2, on_alert=self.alerts.append, alert_for=0)
+        )
 
         @dramatiq.actor(broker=self.broker, cron="0 * * * *", max_retries=0)
         def report() -> None:

@@ -124,6 +124,11 @@ class LeaderThread(threading.Thread, Generic[H]):
         #: write (the renewal retried, the settle, or a follower's
         #: acquisition, which always writes), so it ends the episode.
         self._unconfirmed: Episode[str] = Episode()
+        # Until a first turn completes, and for one lease after the start:
+        # a fresh replica's initial sync (Redis waits repl-diskless-sync-delay,
+        # 5 s by default, before sending it) is the expected cause of writes
+        # not acknowledged yet, said at INFO; a WARNING only once it lasts.
+        self._booting_until: float | None = store.clock.monotonic() + timing.lease_ms / 1000
         declared = {s.id: s for s in schedules}
         reports, losses = OnceReports(logger), Flapping()
         self.owed = OwedQueue(
@@ -365,8 +370,13 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.firing.forget()
 
     def _healthy(self) -> None:
-        if self._unconfirmed.recovered() is not None:
-            self.logger.warning("Redis replicas acknowledge the cron scheduler's writes again.")
+        self._booting_until = None
+        unconfirmed = self._unconfirmed.recovered()
+        if unconfirmed is not None:
+            if unconfirmed == "boot":
+                self.logger.info("Redis replicas acknowledge the cron scheduler's writes: it fires from now.")
+            else:
+                self.logger.warning("Redis replicas acknowledge the cron scheduler's writes again.")
             self.observer.replicas_confirmed(confirmed=True)
             self.lease.report_replicas(None)
         fault = self._fault.recovered()
@@ -406,7 +416,16 @@ class LeaderThread(threading.Thread, Generic[H]):
             self.lease.report_replicas(unconfirmed)  # refreshed at each retry, for operators
         except (*_FAULTS, redis.RedisError):
             pass  # a replica answered, or Redis went away: the WARNING below still says it
-        if self._unconfirmed.failing("unconfirmed"):
+        booting = self._booting_until is not None and self.store.clock.monotonic() < self._booting_until
+        if booting and self._unconfirmed.failing("boot"):
+            self.logger.info(
+                "Waiting for Redis replicas to acknowledge the cron scheduler's first writes (%s), as after a "
+                "replica's initial sync: nothing fires until they do; a WARNING if it lasts past %d ms.",
+                unconfirmed,
+                self.timing.lease_ms,
+            )
+            self.observer.replicas_confirmed(confirmed=False)
+        elif not booting and self._unconfirmed.failing("unconfirmed"):
             self.logger.warning(
                 "Redis replicas do not acknowledge the cron scheduler's writes (%s): nothing fires until they "
                 "do (a claim made meanwhile is settled then); a leader steps down after %d ms; retrying every "

@@ -13,6 +13,7 @@ from ..store.connection import redact
 from .health import Policy
 
 __all__ = [
+    "DEFAULT_ALERT_FOR",
     "DEFAULT_FAILURE_THRESHOLD",
     "DEFAULT_GRACE",
     "DEFAULT_RUN_HISTORY",
@@ -26,6 +27,10 @@ DEFAULT_GRACE = 60_000
 #: A schedule is failing from its first failed run: a nightly job that
 #: fails once is worth an alert (Sentry's failure_issue_threshold).
 DEFAULT_FAILURE_THRESHOLD = 1
+#: How long a change of health must last before it alerts (Alertmanager's
+#: ``for:``): a late start that clears within a minute, or a job that
+#: dips in and out of ``running_long``, is no page.
+DEFAULT_ALERT_FOR = 60_000
 #: Runs kept per schedule.
 DEFAULT_RUN_HISTORY = 100
 #: Added to the actor's time limit when ``max_runtime`` is not given:
@@ -44,12 +49,14 @@ class MonitorConfig:
     run_history: int = DEFAULT_RUN_HISTORY
     on_alert: Callable[[Any], object] | None = None
     alert_webhook: str | None = None
+    alert_for: int = DEFAULT_ALERT_FOR
 
     def __post_init__(self) -> None:
         _require("grace", _is_int(self.grace, 0), "a non-negative int of ms", self.grace)
         ms = self.max_runtime
         _require("max_runtime", ms is None or _is_int(ms, 1), "None or a positive int of ms", ms)
         _require("failure_threshold", _is_int(self.failure_threshold, 1), "a positive int", self.failure_threshold)
+        _require("alert_for", _is_int(self.alert_for, 0), "a non-negative int of ms", self.alert_for)
         _require("run_history", _is_int(self.run_history, 1), "a positive int", self.run_history)
         _require("on_alert", self.on_alert is None or callable(self.on_alert), "None or a callable", self.on_alert)
         url = self.alert_webhook
@@ -65,4 +72,5 @@ class MonitorConfig:
             grace_ms=self.grace,
             max_runtime_ms=self.max_runtime or DEFAULT_TIME_LIMIT + RUNTIME_SLACK,
             failure_threshold=self.failure_threshold,
+            alert_for_ms=self.alert_for,
         )

@@ -6,8 +6,8 @@ The facts kept per schedule (:class:`Facts`) are few: how many finished
 runs failed in a row, which ticks are overdue to start (late) or to finish
 (running long), whether the last decided tick was missed, and whether any
 run happened.  The health is a function of them (:func:`health_of`); an
-alert goes out when it changes into a problem or back to ``ok``
-(:func:`alert_for`).
+alert goes out when it changes into a problem or back to ``ok``, once the
+change has lasted ``alert_for`` (:func:`announce`, Alertmanager's ``for:``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from .records import PROBLEMS
 
-__all__ = ["Facts", "Policy", "alert_for", "health_of"]
+__all__ = ["Facts", "Policy", "announce", "health_of"]
 
 # Overdue ticks remembered per schedule: enough to tell one stuck run from
 # the next; older ones are superseded anyway.
@@ -35,6 +35,9 @@ class Policy:
     #: The schedule's jitter: a message may be held back that long before
     #: its ``grace`` starts counting.
     jitter_ms: int = 0
+    #: How long a change of health must last before it alerts (see
+    #: :func:`announce`); 0 alerts every change at once.
+    alert_for_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +63,13 @@ class Facts:
     #: The tick and error of the event that last changed the health.
     tick_ms: int | None = None
     error: str | None = None
+    #: The health the last alert announced (``pending`` or ``ok`` before any).
+    announced: str = "pending"
+    #: Since when the schedule has been in trouble (a problem health, with
+    #: returns to ``ok`` shorter than ``alert_for`` not ending it).
+    trouble_since: int | None = None
+    #: Since when its health has been no problem (None: it is one now).
+    ok_since: int | None = None
 
     # -- events ------------------------------------------------------------
 
@@ -120,6 +130,9 @@ class Facts:
                 "last_start": self.last_start,
                 "tick": self.tick_ms,
                 "error": self.error,
+                "announced": self.announced,
+                "trouble_since": self.trouble_since,
+                "ok_since": self.ok_since,
             }
         )
 
@@ -141,6 +154,10 @@ class Facts:
                 last_start=None if data.get("last_start") is None else int(data["last_start"]),
                 tick_ms=None if data.get("tick") is None else int(data["tick"]),
                 error=data.get("error") if isinstance(data.get("error"), str) else None,
+                # Stored before alerts were damped: what it decided was announced.
+                announced=str(data.get("announced") or data["health"]),
+                trouble_since=_ms(data.get("trouble_since")),
+                ok_since=_ms(data.get("ok_since")),
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return cls()
@@ -161,12 +178,55 @@ def health_of(facts: Facts, policy: Policy) -> str:
     return "ok" if facts.ran else "pending"
 
 
-def alert_for(previous: str, health: str) -> bool:
-    """Whether a change from ``previous`` to ``health`` alerts: into a
-    problem, or from one back to ``ok``; never ``pending`` → ``ok``."""
-    if previous == health:
-        return False
-    return health in PROBLEMS or (health == "ok" and previous in PROBLEMS)
+def announce(facts: Facts, now_ms: int, hold_ms: int) -> tuple[Facts, str | None, int | None]:
+    """Damp alerts (facts.health is the health just decided): a change
+    alerts only once it has lasted ``hold_ms``.
+
+    - A problem alerts once the schedule has been in trouble for
+      ``hold_ms``: in problem healths, where a return to ``ok`` shorter than
+      ``hold_ms`` does not end the trouble (a chronically slow job flapping
+      ``ok`` -> ``running_long`` -> ``ok`` is one episode, one alert).  A
+      change to another problem during an announced trouble alerts at once.
+    - The recovery alerts once the health has been ``ok`` for ``hold_ms``.
+    - ``pending`` -> ``ok`` never alerts; ``hold_ms`` 0 alerts every change
+      into a problem or back to ``ok`` at once.
+
+    Returns the facts with the announcement's state, the health the
+    previous announcement said when this decision alerts (else None), and
+    when a pending change is due to be looked at again (else None)."""
+    health = facts.health
+    problem = health in PROBLEMS
+    trouble, ok = facts.trouble_since, facts.ok_since
+    if problem:
+        ok = None
+        trouble = now_ms if trouble is None else trouble
+    else:
+        ok = now_ms if ok is None else ok
+        if trouble is not None and now_ms - ok >= hold_ms:
+            trouble = None
+    announced, previous, wake = facts.announced, None, None
+    if problem and health != announced:
+        assert trouble is not None
+        if now_ms - trouble >= hold_ms:
+            previous, announced = announced, health
+        else:
+            wake = trouble + hold_ms
+    elif not problem and announced in PROBLEMS:
+        assert ok is not None
+        if health != "ok":
+            pass  # (no problem, not ok: pending; it cannot follow a run)
+        elif now_ms - ok >= hold_ms:
+            previous, announced = announced, health
+        else:
+            wake = ok + hold_ms
+    elif not problem:
+        announced = health
+    out = dataclasses.replace(facts, announced=announced, trouble_since=trouble, ok_since=ok)
+    return out, previous, wake
+
+
+def _ms(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def _remember(ticks: tuple[int, ...], tick_ms: int) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..store.runs import HealthRead, HealthWrite
-from .health import Facts, Policy, alert_for, health_of
+from .health import Facts, Policy, announce, health_of
 from .records import Alert
 
 __all__ = ["HealthMonitor", "HealthStore", "Turn"]
@@ -62,11 +62,20 @@ class HealthMonitor:
       store: Where the events, open runs and facts are.
       schedule: A schedule id's ``(actor, name, policy)`` (a schedule
         removed since falls back on defaults).
+      outboxes: The alert outboxes each alert is stored in (``"on_alert"``,
+        ``"webhook"``: the sinks configured).  Defaults to none.
     """
 
-    def __init__(self, *, store: HealthStore, schedule: Callable[[str], tuple[str, str, Policy]]) -> None:
+    def __init__(
+        self,
+        *,
+        store: HealthStore,
+        schedule: Callable[[str], tuple[str, str | None, Policy]],
+        outboxes: Sequence[str] = (),
+    ) -> None:
         self.store = store
         self.schedule = schedule
+        self.outboxes = tuple(outboxes)
         self._lock = threading.Lock()
         # What the leader told, in order: ("fired" or "missed", id, tick).
         # The order matters: catch_up="latest" records the skipped ticks as
@@ -148,8 +157,16 @@ class HealthMonitor:
             if parsed is None:
                 continue
             kind, tick, sid = parsed
+            if kind == "h":  # a change held back (announce) is due: decide again
+                facts[sid] = get(sid)
+                continue
             facts[sid] = get(sid).overdue(tick, running=kind == "r")
-            if kind == "r":
+            if kind != "r":
+                continue
+            lapse = read.alive.get(member)
+            if lapse is not None:  # its worker still runs it: running long, not lost
+                open_runs[member] = lapse  # looked at again when the heartbeat would lapse
+            else:
                 marks.append((sid, tick, "lost"))
         alerts: list[Alert] = []
         changed: dict[str, str] = {}
@@ -159,21 +176,27 @@ class HealthMonitor:
             health = health_of(new, policy)
             if health != old.health:
                 new = dataclasses.replace(new, health=health, since_ms=read.now_ms)
-                if alert_for(old.health, health):
-                    alerts.append(
-                        Alert(
-                            schedule_id=sid,
-                            actor=actor,
-                            name=name,
-                            state=health,
-                            previous=old.health,
-                            tick_ms=new.tick_ms,
-                            at_ms=read.now_ms,
-                            error=new.error if health == "failing" else None,
-                        )
-                    )
             else:
                 new = dataclasses.replace(new, health=old.health, since_ms=old.since_ms)
+            new, previous, wake = announce(new, read.now_ms, policy.alert_for_ms)
+            if previous is not None:
+                alerts.append(
+                    Alert(
+                        schedule_id=sid,
+                        actor=actor,
+                        name=name,
+                        state=new.health,
+                        previous=previous,
+                        tick_ms=new.tick_ms,
+                        at_ms=read.now_ms,
+                        error=new.error if new.health == "failing" else None,
+                    )
+                )
+            hold = _member("h", 0, sid)
+            if wake is not None:
+                open_runs[hold] = wake
+            elif old.trouble_since != new.trouble_since or old.announced != new.announced:
+                open_runs.setdefault(hold, None)
             if new != old:
                 changed[sid] = new.dumps()
         cursor = read.events[-1].entry_id if read.events else None
@@ -184,6 +207,7 @@ class HealthMonitor:
             remove=[m for m, d in open_runs.items() if d is None],
             runs=marks,
             alerts=[a.dumps() for a in alerts],
+            outboxes=self.outboxes,
         )
         more = len(read.events) >= BATCH or len(read.due) >= BATCH
         ahead = [d for d in (read.next_deadline_ms, *write.add.values()) if d is not None and d > read.now_ms]
@@ -204,7 +228,8 @@ class HealthMonitor:
 
 def _member(kind: str, tick_ms: int, schedule_id: str) -> str:
     """An open run's member: ``p`` (pending) or ``r`` (running), its tick,
-    its schedule."""
+    its schedule; or ``h|0|<schedule id>``: a change of health held back
+    until it has lasted ``alert_for``."""
     return f"{kind}|{tick_ms}|{schedule_id}"
 
 
@@ -212,6 +237,6 @@ def _parse_member(member: str) -> tuple[str, int, str] | None:
     kind, _, rest = member.partition("|")
     tick, _, sid = rest.partition("|")
     try:
-        return (kind, int(tick), sid) if kind in ("p", "r") and sid else None
+        return (kind, int(tick), sid) if kind in ("p", "r", "h") and sid else None
     except ValueError:
         return None

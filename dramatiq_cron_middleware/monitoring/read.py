@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from dramatiq import Broker
 
-from ..errors import CronConfigurationError
+from ..errors import CronConfigurationError, CronScheduleError
 from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.codes import ClaimResult, parse_ledger_value, whole_actor
 from ..store.connection import scheduler_clients
@@ -123,10 +123,11 @@ def read_health(
                 ScheduleHealth(
                     schedule_id=s.id,
                     actor=s.actor_name,
-                    name=s.name,
+                    name=s.name if s.named else None,
                     health=health,
                     since_ms=since,
                     last_run=parse_run(s.id, run),
+                    registered=entry is not None,
                 )
             )
     return CheckReport(schedules=out, now_ms=now_ms)
@@ -136,19 +137,37 @@ def decide_check(
     schedule: BoundSchedule, facts: Facts, ledger_value: object, *, now_ms: int, policy: Policy, paused: bool
 ) -> tuple[str, int | None]:
     """A schedule's health and since when, as ``check`` reports it: paused
-    first; then ``missed`` when the ledger shows a tick more than ``grace``
-    overdue (never decided, or recorded as missed) unless the leader's
-    stored health is already ``failing``; else the stored health."""
+    first; then, unless the leader's stored health is already ``failing``,
+    ``missed`` when the ledger shows a tick more than ``grace`` overdue
+    (never decided, or recorded as missed), or when the ledger has no entry
+    at all while a tick of the schedule is more than ``grace`` past (no
+    process ever registered it: no worker runs, every process has
+    ``lead=False``, or Redis came back empty); else the stored health."""
     if paused:
         return "paused", None
+    if facts.health == "failing":
+        return facts.health, facts.since_ms
     entry = parse_ledger_value(ledger_value) if ledger_value is not None else None
-    if entry is not None and facts.health != "failing":
-        if entry.result == ClaimResult.RECORDED and not entry.baseline:
-            return "missed", facts.since_ms if facts.health == "missed" else entry.tick_ms
-        due = schedule.next_after(entry.tick_ms)
-        if due < NEVER and now_ms > due + policy.grace_ms:
-            return "missed", due + policy.grace_ms
+    if entry is None:
+        due = _last_tick_before(schedule, now_ms - policy.grace_ms)
+        if due is not None:
+            return "missed", facts.since_ms if facts.health == "missed" else due + policy.grace_ms
+        return facts.health, facts.since_ms
+    if entry.result == ClaimResult.RECORDED and not entry.baseline:
+        return "missed", facts.since_ms if facts.health == "missed" else entry.tick_ms
+    due = schedule.next_after(entry.tick_ms)
+    if due < NEVER and now_ms > due + policy.grace_ms:
+        return "missed", due + policy.grace_ms
     return facts.health, facts.since_ms
+
+
+def _last_tick_before(schedule: BoundSchedule, instant_ms: int) -> int | None:
+    """The schedule's last tick before ``instant_ms``, None when it has none
+    (it starts later, or a one-shot's instant is still ahead)."""
+    try:
+        return schedule.last_before(instant_ms)
+    except CronScheduleError:
+        return None
 
 
 def _runtime_schedules(cron: CronMiddleware) -> list[BoundSchedule]:

@@ -9,11 +9,20 @@ rejected: dramatiq calls ``after_process_message`` hooks in reverse order,
 so ``Retries`` decides whether a failure is retried only after this
 middleware's hook ran.
 
-It fails open: a Redis that does not answer within the scheduler's
-operation timeout loses the record, with one WARNING per episode (its end
-is logged at INFO), and never touches the job or its result.  While Redis fails, one record a
-second tries it; the others are dropped at once, so a hung Redis delays
-at most one message a second by the operation timeout, not every one.
+While a run is running, a heartbeat thread (one per process, alive only
+while a cron message runs in it) tells Redis every ``ALIVE_MS / 4`` that
+this process still runs it: the leader marks a run past ``max_runtime``
+``lost`` only once that heartbeat lapsed (the worker is gone).
+
+Records are written with a timeout of their own (:data:`RECORD_TIMEOUT_MS`,
+at least the scheduler's operation timeout: a short lease must not make a
+loaded worker drop them) and retried once after a timeout; the scripts
+write nothing twice.  It fails open: a Redis that does not answer loses the
+record, never touches the job or its result, and is reported with one
+WARNING per episode; its end is logged with the count of records lost
+(:attr:`RunRecorder.lost`).  While Redis fails, one record a second tries
+it; the others are dropped at once, so a hung Redis delays at most one
+message a second by the timeout, not every one.
 """
 
 from __future__ import annotations
@@ -34,11 +43,16 @@ from dramatiq.broker import MessageProxy
 from ..leader.reports import Episode
 from ..store.abc import RunStore
 from ..store.connection import redact
+from ..store.runs import ALIVE_MS
 
-__all__ = ["ERROR_LENGTH", "RunRecorder", "RunSink", "describe_error", "tick_of"]
+__all__ = ["ERROR_LENGTH", "RECORD_TIMEOUT_MS", "RunRecorder", "RunSink", "describe_error", "tick_of"]
 
 #: A failed run's error is cut to about this many characters.
 ERROR_LENGTH = 500
+#: The least time a run record's write may take, ms: a worker under CPU
+#: load answers late, and a short lease's operation timeout (333 ms at 2 s)
+#: dropped records that Redis had in fact written.
+RECORD_TIMEOUT_MS = 2000
 
 
 class RunSink(Protocol):
@@ -61,6 +75,8 @@ class _Delivery:
     attempt: int
     error: BaseException | None = None
     processed: bool = False
+    #: The run this delivery started, beaten for until it settles.
+    running: tuple[str, int] | None = None
 
 
 class RunRecorder:
@@ -73,6 +89,8 @@ class RunRecorder:
       retry_after: Seconds after a failure during which records are dropped
         without trying.  Defaults to 1.0.
       monotonic: The clock of ``retry_after``.
+      beat: Seconds between two heartbeats of the runs this process runs.
+        Defaults to a quarter of ``runs.ALIVE_MS``.
     """
 
     def __init__(
@@ -82,6 +100,7 @@ class RunRecorder:
         logger: logging.Logger,
         retry_after: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        beat: float = ALIVE_MS / 4000,
     ) -> None:
         self.logger = logger
         self.retry_after = retry_after
@@ -92,6 +111,14 @@ class RunRecorder:
         self._runs: RunStore | None = None
         self._failing: Episode[str] = Episode()
         self._host = socket.gethostname()
+        #: Records lost (Redis failed) since this recorder was made.
+        self.lost = 0
+        self._lost_at_start = 0
+        self.beat = beat
+        # The runs this process runs (member -> deliveries), beaten for.
+        self._running: dict[str, int] = {}
+        self._beating: threading.Thread | None = None
+        self._stop = threading.Event()
         # A worker thread runs one message at a time, start to settling:
         # the delivery waits here between the hooks.
         self._local = threading.local()
@@ -102,7 +129,9 @@ class RunRecorder:
         if found is None:
             return
         delivery = _new_delivery(message)
+        delivery.running = found
         self._deliveries()[message.message_id] = delivery
+        self._alive(found, +1)
         self._record("start", found, delivery, "")
 
     def processed(self, message: MessageProxy, error: BaseException | None) -> None:
@@ -115,7 +144,7 @@ class RunRecorder:
     def settled(self, message: MessageProxy, *, rejected: bool) -> None:
         """The message was acknowledged (succeeded, or failed and requeued
         for a retry) or rejected (failed for good): record the finish."""
-        delivery = self._deliveries().pop(message.message_id, None)
+        delivery = self._pop(message)
         if delivery is None or not delivery.processed:
             return
         if rejected:
@@ -126,8 +155,14 @@ class RunRecorder:
 
     def dropped(self, message: MessageProxy) -> None:
         """The message was skipped (``AgeLimit``, a duplicate): it will not run."""
-        delivery = self._deliveries().pop(message.message_id, None)
+        delivery = self._pop(message)
         self._finish(message, "dropped", delivery or _new_delivery(message))
+
+    def _pop(self, message: MessageProxy) -> _Delivery | None:
+        delivery = self._deliveries().pop(message.message_id, None)
+        if delivery is not None and delivery.running is not None:
+            self._alive(delivery.running, -1)
+        return delivery
 
     def _finish(self, message: MessageProxy, outcome: str, delivery: _Delivery) -> None:
         found = _identify(message)
@@ -145,6 +180,7 @@ class RunRecorder:
         schedule_id, tick = run
         failed_at = self._failed_at
         if failed_at is not None and self.monotonic() - failed_at < self.retry_after:
+            self.lost += 1
             return  # Redis failed a moment ago: lost at once, not after a timeout
         try:
             self._get_runs().record_run(
@@ -160,7 +196,9 @@ class RunRecorder:
             )
         except Exception as exc:  # Redis down, a bad URL...: never fail the message
             self._failed_at = self.monotonic()
+            self.lost += 1
             if self._failing.failing("unreachable"):
+                self._lost_at_start = self.lost - 1
                 self.logger.warning(
                     "Could not record the %s of a run of %s (%s); run records are lost until Redis answers "
                     "again, the jobs run as usual.",
@@ -173,7 +211,50 @@ class RunRecorder:
         if self._failing.recovered() is not None:
             # INFO: the episode's one WARNING was its start (every worker
             # process has one; a Redis outage should not double them all).
-            self.logger.info("Recording runs works again.")
+            self.logger.info(
+                "Recording runs works again; %d run record(s) were lost meanwhile (%d since the worker started).",
+                self.lost - self._lost_at_start,
+                self.lost,
+            )
+
+    # -- the heartbeat -----------------------------------------------------
+
+    def _alive(self, run: tuple[str, int], change: int) -> None:
+        schedule_id, tick = run
+        member = f"r|{tick}|{schedule_id}"
+        with self._lock:
+            count = self._running.get(member, 0) + change
+            if count > 0:
+                self._running[member] = count
+            else:
+                self._running.pop(member, None)
+            if self._running and self._beating is None and not self._stop.is_set():
+                self._beating = threading.Thread(target=self._beat, name="cron-run-heartbeat", daemon=True)
+                self._beating.start()
+
+    def _beat(self) -> None:
+        """Beat for the running runs; ends when none runs (a worker that runs
+        no cron message has no such thread)."""
+        while not self._stop.wait(self.beat):
+            with self._lock:
+                members = list(self._running)
+                if not members:
+                    self._beating = None
+                    return
+            try:
+                self._get_runs().keep_alive(members)
+            except Exception:  # the records' own episode reports a failing Redis
+                pass
+        with self._lock:
+            self._beating = None
+
+    def close(self) -> None:
+        """Stop the heartbeat (the worker stops)."""
+        self._stop.set()
+        with self._lock:
+            beating = self._beating
+        if beating is not None:
+            beating.join(1.0)
 
     def _get_runs(self) -> RunStore:
         with self._lock:

@@ -5,6 +5,7 @@ alert; and their JSON forms, the ones ``dramatiq-cron runs --json``,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from typing import Any
 
@@ -67,10 +68,15 @@ class ScheduleHealth:
 
     schedule_id: str
     actor: str
-    name: str
+    #: The schedule's ``name=``; None for an actor's unnamed schedule (as
+    #: ``dramatiq-cron list`` shows it).
+    name: str | None
     health: str
     since_ms: int | None
     last_run: RunRecord | None
+    #: Whether the tick ledger has an entry of the schedule (False: no
+    #: process ever registered it; ``check`` says so).
+    registered: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """``id``, ``actor``, ``name``, ``health``, ``since`` (ISO 8601 or
@@ -93,18 +99,28 @@ class Alert:
 
     schedule_id: str
     actor: str
-    name: str
+    #: As :attr:`ScheduleHealth.name`: None for an unnamed schedule.
+    name: str | None
     state: str
     previous: str
     tick_ms: int | None
     at_ms: int
     error: str | None
 
+    @property
+    def id(self) -> str:
+        """The alert's identity: 32 hex digits derived from its content, the
+        same in every process and on every retry (the webhook's
+        ``Idempotency-Key``), different for every alert."""
+        return hashlib.sha256(self.dumps().encode()).hexdigest()[:32]
+
     def to_json(self) -> dict[str, Any]:
-        """The webhook's body: ``schedule``, ``actor``, ``name``, ``state``,
-        ``previous``, ``tick`` (ISO 8601 or null), ``at`` (ISO 8601),
-        ``error`` (string or null)."""
+        """The webhook's body: ``id`` (:attr:`id`), ``schedule``, ``actor``,
+        ``name`` (null for an unnamed schedule), ``state``, ``previous``,
+        ``tick`` (ISO 8601 or null), ``at`` (ISO 8601), ``error`` (string or
+        null)."""
         return {
+            "id": self.id,
             "schedule": self.schedule_id,
             "actor": self.actor,
             "name": self.name,
@@ -137,7 +153,7 @@ class Alert:
         return cls(
             schedule_id=str(data["schedule"]),
             actor=str(data["actor"]),
-            name=str(data["name"]),
+            name=None if data.get("name") is None else str(data["name"]),
             state=str(data["state"]),
             previous=str(data["previous"]),
             tick_ms=_int_or_none(data.get("tick")),

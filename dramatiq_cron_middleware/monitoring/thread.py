@@ -1,7 +1,9 @@
-"""The two monitoring threads of every worker process, busy only while the
-process leads: one decides health (a turn every poll interval), the other
-delivers alerts (so a slow webhook holds up neither the leader nor the
-decisions).  Both report a failing Redis once per episode."""
+"""The monitoring threads of every worker process, busy only while the
+process leads: one decides health (a turn every poll interval) and logs
+each alert's WARNING as it decides it; one more per configured sink
+(``on_alert``, the webhook) delivers that sink's outbox, so a slow or
+failing sink holds up neither the leader, nor the decisions, nor another
+sink.  They report a failing Redis once per episode."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ..leader.reports import Episode
 from ..store.connection import redact
 from ..store.runs import RedisRuns
 from ..store.timing import Timing
-from .alerts import AlertDelivery, Webhook
+from .alerts import OutboxDelivery, Webhook, callback_delivery, log_alert, webhook_delivery
 from .config import MonitorConfig
 from .health import Policy
 from .monitor import HealthMonitor, Turn
@@ -51,7 +53,7 @@ class HealthObserver(LeaderObserver):
 
 
 class MonitorThreads:
-    """The decide and deliver threads.
+    """The decide thread and a delivery thread per sink.
 
     A busy leader decides at most every ``interval``; an idle one waits on
     Redis for the next run event (one blocking read) until the earliest
@@ -60,7 +62,7 @@ class MonitorThreads:
 
     Parameters:
       monitor: Decides health.
-      delivery: Delivers alerts.
+      deliveries: One per alert sink with an outbox.
       token: The lease token this process leads under, None while following.
       interval: Seconds between two turns at least (and between retries).
       idle_wait: Seconds an idle leader waits for a run event at most.
@@ -71,33 +73,40 @@ class MonitorThreads:
         self,
         *,
         monitor: HealthMonitor,
-        delivery: AlertDelivery,
+        deliveries: list[OutboxDelivery],
         token: Callable[[], str | None],
         interval: float,
         idle_wait: float,
         logger: logging.Logger,
     ) -> None:
         self.monitor = monitor
-        self.delivery = delivery
+        self.deliveries = deliveries
         self.token = token
         self.interval = interval
         self.idle_wait = max(idle_wait, interval)
         self.logger = logger
         self.stopping = threading.Event()
-        self._wake = threading.Event()
+        self._wakes = [threading.Event() for _ in deliveries]
         self._threads: list[threading.Thread] = []
         self._failing: Episode[str] = Episode()
 
     def start(self) -> None:
-        for target, name in ((self._decide, "cron-health"), (self._deliver, "cron-alerts")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+        threads = [threading.Thread(target=self._decide, name="cron-health", daemon=True)]
+        for delivery, wake in zip(self.deliveries, self._wakes, strict=True):
+            threads.append(
+                threading.Thread(
+                    target=self._deliver, args=(delivery, wake), name=f"cron-alerts-{delivery.name}", daemon=True
+                )
+            )
+        for thread in threads:
             thread.start()
             self._threads.append(thread)
 
     def stop(self, timeout: float = 0.1) -> None:
-        """Tell both threads to stop, then :meth:`join` them."""
+        """Tell every thread to stop, then :meth:`join` them."""
         self.stopping.set()
-        self._wake.set()
+        for wake in self._wakes:
+            wake.set()
         self.join(timeout)
 
     def join(self, timeout: float) -> None:
@@ -121,8 +130,11 @@ class MonitorThreads:
                 self.stopping.wait(self.interval)
                 continue
             self._recovered()
+            for alert in turn.alerts:  # the log sink: at once, as decided
+                log_alert(self.logger, alert)
             if turn.alerts:
-                self._wake.set()
+                for wake in self._wakes:
+                    wake.set()
             if turn.more:
                 continue
             if self.stopping.wait(self.interval):
@@ -142,21 +154,21 @@ class MonitorThreads:
             if not self.stopping.is_set():  # a stop may close what it waits on
                 self._fault(exc)
 
-    def _deliver(self) -> None:
+    def _deliver(self, delivery: OutboxDelivery, wake: threading.Event) -> None:
         pause: float | None = None
         while not self.stopping.is_set():
-            self._wake.wait(self.idle_wait if pause is None else pause)
-            self._wake.clear()
+            wake.wait(self.idle_wait if pause is None else pause)
+            wake.clear()
             if self.stopping.is_set() or self.token() is None:
                 continue
             try:
-                pause = self.delivery.deliver(go_on=lambda: not self.stopping.is_set() and self.token() is not None)
+                pause = delivery.deliver(go_on=lambda: not self.stopping.is_set() and self.token() is not None)
             except Exception as exc:
                 self._fault(exc)
                 pause = None
 
     def _fault(self, exc: Exception) -> None:
-        # One episode for both threads: they fail together when Redis does.
+        # One episode for every thread: they fail together when Redis does.
         # An unreachable Redis is the leader thread's WARNING in this same
         # process (one per outage); here it is only INFO, anything else is
         # monitoring's own fault and a WARNING.
@@ -178,7 +190,7 @@ def monitor_threads(
     *,
     runs: RedisRuns,
     config: MonitorConfig,
-    subject: Callable[[str], tuple[str, str, Policy]],
+    subject: Callable[[str], tuple[str, str | None, Policy]],
     token: Callable[[], str | None],
     timing: Timing,
     logger: logging.Logger,
@@ -186,10 +198,14 @@ def monitor_threads(
     """The threads of a leading process: ``subject(schedule id)`` gives a
     schedule's ``(actor, name, policy)``, ``token()`` the lease token it
     leads under (None while following)."""
-    webhook = Webhook(config.alert_webhook) if config.alert_webhook else None
+    deliveries = []
+    if config.on_alert is not None:
+        deliveries.append(callback_delivery(runs, config.on_alert, logger))
+    if config.alert_webhook:
+        deliveries.append(webhook_delivery(runs, Webhook(config.alert_webhook), logger))
     return MonitorThreads(
-        monitor=HealthMonitor(store=runs, schedule=subject),
-        delivery=AlertDelivery(outbox=runs, logger=logger, on_alert=config.on_alert, webhook=webhook),
+        monitor=HealthMonitor(store=runs, schedule=subject, outboxes=[d.name for d in deliveries]),
+        deliveries=deliveries,
         token=token,
         interval=timing.retry_interval,
         idle_wait=timing.renew_interval,

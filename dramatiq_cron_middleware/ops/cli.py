@@ -546,6 +546,12 @@ def _check(app: _App, args: argparse.Namespace) -> int:
     ]
     counts = ", ".join(f"{n} {state}" for state, n in report.counts().items())
     text = _table(["SCHEDULE", "HEALTH", "SINCE", "LAST RUN", "ERROR"], rows) if rows else "No cron schedules."
+    unregistered = sum(h.health == "missed" and not h.registered for h in report.schedules)
+    if unregistered:
+        counts += (
+            f"\n{unregistered} missed schedule(s) were never registered by any process: no worker of this app "
+            "runs against this Redis and prefix, or every process has lead=False (see dramatiq-cron status)."
+        )
     _emit(args, report.to_json(), text + (f"\n{counts}" if counts else ""))
     return report.exit_code
 

@@ -292,11 +292,15 @@ class RunStore(Protocol):
         """Wait (at most ``timeout_ms``) for an event after ``cursor``; True
         when there is one."""
 
-    def alerts(self, limit: int) -> list[str]:
-        """The oldest ``limit`` alerts of the outbox."""
+    def keep_alive(self, members: Sequence[str]) -> None:
+        """A worker's heartbeat for the runs it is running (``r|<tick>|<id>``):
+        each counts as alive for ``runs.ALIVE_MS`` more."""
 
-    def alert_delivered(self, alert: str) -> None:
-        """Drop a delivered alert from the outbox."""
+    def alerts(self, limit: int, *, outbox: str) -> list[str]:
+        """The oldest ``limit`` alerts of an outbox (``runs.OUTBOXES``)."""
+
+    def alert_delivered(self, alert: str, *, outbox: str) -> None:
+        """Drop a delivered alert from an outbox."""
 
 
 class Store(Protocol):

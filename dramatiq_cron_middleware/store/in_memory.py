@@ -45,7 +45,7 @@ from .ledger import (
     SyncEntry,
     SyncReply,
 )
-from .runs import ALERTS_CAP, HealthRead, HealthWrite, RunEvent
+from .runs import ALERTS_CAP, ALIVE_MS, OUTBOXES, HealthRead, HealthWrite, RunEvent
 from .timing import Timing
 
 if TYPE_CHECKING:
@@ -150,7 +150,10 @@ class MemoryServer:
         self.runs_open: dict[str, int] = {}
         self.health: dict[str, str] = {}
         self.health_cursor: str | None = None
-        self.alerts: list[str] = []
+        #: outbox name -> its alerts (runs.OUTBOXES).
+        self.alerts: dict[str, list[str]] = {name: [] for name in OUTBOXES}
+        #: ``r|<tick>|<id>`` -> when its worker's heartbeat lapses.
+        self.runs_alive: dict[str, int] = {}
         #: The operators' record of writes lacking replicas (keys.replicas).
         self.replicas_report: dict[str, Any] | None = None
 
@@ -962,9 +965,14 @@ class MemoryRuns:
             record = server.runs.get(schedule_id, {}).get(tick_ms)
             is_open = record is None or record["outcome"] in ("pending", "lost")
             mine = record is not None and record.get("d") == token
+            alive = f"r|{tick_ms}|{schedule_id}"
+            if mine and record is not None and record["outcome"] == ("running" if mode == "start" else outcome):
+                if mode == "start" or record.get("finished") is not None:
+                    return True  # a retry of a call whose reply was lost
             if mode == "start":
                 if not is_open and not mine and record is not None and int(record["attempt"]) >= attempt:
                     return False
+                server.runs_alive[alive] = now + ALIVE_MS
                 record = {"tick": tick_ms, "outcome": "running", "attempt": attempt, "started": now}
                 record.update(host=host, pid=pid, d=token)
             else:
@@ -975,6 +983,7 @@ class MemoryRuns:
                         return False
                 if record is None or not mine:
                     record = {"tick": tick_ms, "attempt": attempt, "host": host, "pid": pid, "d": token}
+                server.runs_alive.pop(alive, None)
                 record = {**record, "outcome": outcome, "finished": now, "error": error or None}
             self._put(schedule_id, tick_ms, record)
             self._seq += 1
@@ -999,7 +1008,11 @@ class MemoryRuns:
             named = [e.schedule_id for e in events] + [m.split("|", 2)[2] for m, _ in due] + list(schedule_ids)
             facts = {sid: server.health[sid] for sid in dict.fromkeys(named) if sid in server.health}
             later = min((d for d in server.runs_open.values() if d > now), default=None)
-            return HealthRead(now_ms=now, cursor=cursor, events=events, due=due, facts=facts, next_deadline_ms=later)
+            lapses = ((m, server.runs_alive.get(m, 0)) for m, _ in due if m.startswith("r|"))
+            alive = {m: lapse for m, lapse in lapses if lapse > now}
+            return HealthRead(
+                now_ms=now, cursor=cursor, events=events, due=due, facts=facts, next_deadline_ms=later, alive=alive
+            )
 
         return self.server._call("read_health", run)  # type: ignore[return-value]
 
@@ -1021,8 +1034,10 @@ class MemoryRuns:
                     self._put(sid, tick, {"tick": tick, "outcome": "pending", "attempt": 1})
                 elif mark == "lost" and record is not None and record["outcome"] == "running":
                     self._put(sid, tick, {**record, "outcome": "lost"})
-            server.alerts.extend(write.alerts)
-            del server.alerts[: max(len(server.alerts) - ALERTS_CAP, 0)]
+            for name in write.outboxes if write.alerts else ():
+                outbox = server.alerts[name]
+                outbox.extend(write.alerts)
+                del outbox[: max(len(outbox) - ALERTS_CAP, 0)]
             return True
 
         return bool(self.server._call("write_health", run))
@@ -1033,12 +1048,23 @@ class MemoryRuns:
         after = _event_key(cursor)
         return any(_event_key(e.entry_id) > after for e in self.server.run_events)
 
-    def alerts(self, limit: int) -> list[str]:
-        return list(self.server.alerts[:limit])
+    def keep_alive(self, members: Sequence[str]) -> None:
+        def run() -> None:
+            server = self.server
+            now = server.now_ms()
+            server.runs_alive.update({m: now + ALIVE_MS for m in members})
+            for member in [m for m, lapse in server.runs_alive.items() if lapse <= now]:
+                del server.runs_alive[member]
 
-    def alert_delivered(self, alert: str) -> None:
-        if alert in self.server.alerts:
-            self.server.alerts.remove(alert)
+        if members:
+            self.server._call("keep_alive", run)
+
+    def alerts(self, limit: int, *, outbox: str) -> list[str]:
+        return list(self.server.alerts[outbox][:limit])
+
+    def alert_delivered(self, alert: str, *, outbox: str) -> None:
+        if alert in self.server.alerts[outbox]:
+            self.server.alerts[outbox].remove(alert)
 
     def runs_of(self, schedule_id: str, *, limit: int = 100) -> list[str]:
         """A schedule's run records as stored (JSON), newest first."""

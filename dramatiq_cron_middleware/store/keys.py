@@ -215,6 +215,19 @@ class Keys:
 
     @property
     def alerts(self) -> str:
-        """List: the alert outbox, appended with every health change that
-        alerts (fenced) and popped once delivered."""
+        """List: ``on_alert``'s alert outbox, appended with every health
+        change that alerts (fenced) and popped once delivered."""
         return f"{self.tag}:alerts"
+
+    @property
+    def alerts_webhook(self) -> str:
+        """List: the webhook's alert outbox (as :attr:`alerts`, delivered on
+        its own so that one sink never holds back the other)."""
+        return f"{self.tag}:alerts:webhook"
+
+    @property
+    def runs_alive(self) -> str:
+        """Sorted set: ``r|<tick>|<schedule id>`` of every run a live worker
+        is running, scored by when its heartbeat lapses (Redis time, ms):
+        a run past ``max_runtime`` is ``lost`` only once it lapsed."""
+        return f"{self.tag}:runs:alive"

@@ -2,8 +2,9 @@
 runs, the health the leader decided and the alert outbox (the key names
 and lifetimes are in keys.py and docs/design.md).
 
-Three scripts, one round trip each: ``run_record`` (a worker's start or
-finish), ``health_read`` (what the leader decides from) and the fenced
+Four scripts, one round trip each: ``run_record`` (a worker's start or
+finish), ``run_alive`` (a worker's heartbeat for the runs it is running),
+``health_read`` (what the leader decides from) and the fenced
 ``health_write`` (its decisions and their alerts, atomically).
 """
 
@@ -19,7 +20,7 @@ import redis
 from .codes import decode, load_script
 from .keys import Keys
 
-__all__ = ["HealthRead", "HealthWrite", "RedisRuns", "RunEvent"]
+__all__ = ["ALIVE_MS", "OUTBOXES", "HealthRead", "HealthWrite", "RedisRuns", "RunEvent"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,9 @@ class HealthRead:
     due: list[tuple[str, int]]
     facts: dict[str, str]
     next_deadline_ms: int | None = None
+    #: The due running members whose worker's heartbeat has not lapsed:
+    #: member -> when it lapses (ms).
+    alive: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,14 +68,22 @@ class HealthWrite:
     remove: list[str]
     runs: list[tuple[str, int, str]]
     alerts: list[str]
+    #: The outboxes the alerts go to (:data:`OUTBOXES`).
+    outboxes: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not (self.facts or self.add or self.remove or self.runs or self.alerts) and self.cursor is None
 
 
-#: How many alerts the outbox keeps at most (the oldest go first).
+#: How many alerts an outbox keeps at most (the oldest go first).
 ALERTS_CAP = 10_000
+#: The alert outboxes, one per sink that may fail or be slow, in the order
+#: of their keys (monitoring/alerts.py delivers each on its own).
+OUTBOXES = ("on_alert", "webhook")
+#: How long a run counts as alive after its start or a heartbeat of its
+#: worker, ms (workers beat every ``ALIVE_MS / 4``).
+ALIVE_MS = 20_000
 
 
 class RedisRuns:
@@ -101,6 +113,7 @@ class RedisRuns:
         self.run_history = run_history
         self.events_length = events_length
         self._record = load_script(client, "run_record")
+        self._alive = load_script(client, "run_alive")
         self._read = load_script(client, "health_read")
         self._write = load_script(client, "health_write")
 
@@ -121,7 +134,13 @@ class RedisRuns:
         record belongs to another delivery (a duplicate, a newer attempt)."""
         keys = self.keys
         reply = self._record(
-            keys=[keys.runs(schedule_id), keys.runs_order(schedule_id), keys.runs_last, keys.run_events],
+            keys=[
+                keys.runs(schedule_id),
+                keys.runs_order(schedule_id),
+                keys.runs_last,
+                keys.run_events,
+                keys.runs_alive,
+            ],
             args=[
                 mode,
                 schedule_id,
@@ -134,16 +153,23 @@ class RedisRuns:
                 self.events_length,
                 outcome,
                 error,
+                ALIVE_MS,
             ],
         )
         return decode(reply).ok
+
+    def keep_alive(self, members: Sequence[str]) -> None:
+        """A worker's heartbeat: the runs ``members`` (``r|<tick>|<id>``) are
+        alive for :data:`ALIVE_MS` more."""
+        if members:
+            decode(self._alive(keys=[self.keys.runs_alive], args=[ALIVE_MS, *members]))
 
     def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead:
         """See :class:`HealthRead`."""
         keys = self.keys
         reply = decode(
             self._read(
-                keys=[keys.health_cursor, keys.run_events, keys.runs_open, keys.health],
+                keys=[keys.health_cursor, keys.run_events, keys.runs_open, keys.health, keys.runs_alive],
                 args=[max_events, max_due, *schedule_ids],
             )
         )
@@ -153,6 +179,7 @@ class RedisRuns:
         due = [(str(flat[i]), int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
         facts = data.get("health") or {}
         later = data.get("next")
+        alive = data.get("alive")
         return HealthRead(
             now_ms=reply.server_ms,
             cursor=str(data.get("cursor") or "0-0"),
@@ -160,6 +187,7 @@ class RedisRuns:
             due=due,
             facts=dict(facts) if isinstance(facts, dict) else {},
             next_deadline_ms=None if later is None else int(later),
+            alive={str(m): int(v) for m, v in alive.items()} if isinstance(alive, dict) else {},
         )
 
     def wait_for_event(self, cursor: str, timeout_ms: int) -> bool:
@@ -178,7 +206,7 @@ class RedisRuns:
         runs = []
         for schedule_id, tick, mark in write.runs:
             extra += [keys.runs(schedule_id), keys.runs_order(schedule_id)]
-            runs.append([schedule_id, str(tick), mark, 6 + len(extra) - 1, 6 + len(extra)])
+            runs.append([schedule_id, str(tick), mark, 7 + len(extra) - 1, 7 + len(extra)])
         body = {
             "cursor": write.cursor,
             "health": write.facts,
@@ -188,21 +216,34 @@ class RedisRuns:
             "alerts": write.alerts,
             "keep": self.run_history,
             "alerts_cap": ALERTS_CAP,
+            "outboxes": [5 + OUTBOXES.index(o) for o in write.outboxes],
         }
         reply = self._write(
-            keys=[keys.lease, keys.health, keys.health_cursor, keys.runs_open, keys.alerts, keys.runs_last, *extra],
+            keys=[
+                keys.lease,
+                keys.health,
+                keys.health_cursor,
+                keys.runs_open,
+                keys.alerts,
+                keys.alerts_webhook,
+                keys.runs_last,
+                *extra,
+            ],
             args=[token, json.dumps(body)],
         )
         return decode(reply).ok
 
-    def alerts(self, limit: int) -> list[str]:
-        """The oldest ``limit`` alerts of the outbox (stored JSON)."""
-        found: Any = self.client.lrange(self.keys.alerts, 0, limit - 1)
+    def alerts(self, limit: int, *, outbox: str) -> list[str]:
+        """The oldest ``limit`` alerts of an outbox (stored JSON)."""
+        found: Any = self.client.lrange(self._outbox(outbox), 0, limit - 1)
         return [str(a) for a in found]
 
-    def alert_delivered(self, alert: str) -> None:
-        """Drop a delivered alert from the outbox."""
-        self.client.lrem(self.keys.alerts, 1, alert)
+    def alert_delivered(self, alert: str, *, outbox: str) -> None:
+        """Drop a delivered alert from an outbox."""
+        self.client.lrem(self._outbox(outbox), 1, alert)
+
+    def _outbox(self, outbox: str) -> str:
+        return self.keys.alerts if OUTBOXES.index(outbox) == 0 else self.keys.alerts_webhook
 
 
 def _event(entry_id: str, fields: list[str]) -> RunEvent | None:

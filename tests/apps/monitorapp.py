@@ -13,7 +13,8 @@ Configured by environment variables:
   is on the queue ``nobody``; ``blocker`` writes ``started``, waits for the
   file ``go``, then writes ``done``.  Each fires every second.
 - ``MON_TTL`` (default 1000), ``MON_GRACE`` (default 1000),
-  ``MON_THRESHOLD`` (default 2), ``MON_WEBHOOK``: middleware arguments.
+  ``MON_THRESHOLD`` (default 2), ``MON_ALERT_FOR`` (default 0),
+  ``MON_WEBHOOK``: middleware arguments.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ _options: dict[str, Any] = {
     "grace": int(os.environ.get("MON_GRACE", "1000")),
     "failure_threshold": int(os.environ.get("MON_THRESHOLD", "2")),
     "on_alert": _record_alert,
+    "alert_for": int(os.environ.get("MON_ALERT_FOR", "0")),
 }
 if "MON_WEBHOOK" in os.environ:
     _options["alert_webhook"] = os.environ["MON_WEBHOOK"]

@@ -104,21 +104,27 @@ def test_health_writes_are_fenced_by_the_lease_token(harness: StoreHarness) -> N
     assert isinstance(store.lease.acquire(), Acquired)
     facts = json.dumps({"health": "failing"})
     assert not runs.write_health("someone-else", write(facts={SID: facts}, alerts=["x"]))
-    assert runs.alerts(10) == []
+    assert runs.alerts(10, outbox="on_alert") == []
     assert runs.read_health(max_events=10, max_due=10, schedule_ids=[SID]).facts == {}
 
     token = store.lease.token
     assert token is not None
     now = harness.now_ms()
     assert runs.write_health(
-        token, write(facts={SID: facts}, alerts=["a1", "a2"], add={f"p|1|{SID}": now - 1, f"r|2|{SID}": now + 60_000})
+        token,
+        write(
+            facts={SID: facts},
+            alerts=["a1", "a2"],
+            outboxes=("on_alert",),
+            add={f"p|1|{SID}": now - 1, f"r|2|{SID}": now + 60_000},
+        ),
     )
     read = runs.read_health(max_events=10, max_due=10, schedule_ids=[SID])
     assert read.facts == {SID: facts}
     assert read.due == [(f"p|1|{SID}", now - 1)]
-    assert runs.alerts(10) == ["a1", "a2"]
-    runs.alert_delivered("a1")
-    assert runs.alerts(10) == ["a2"]
+    assert runs.alerts(10, outbox="on_alert") == ["a1", "a2"]
+    runs.alert_delivered("a1", outbox="on_alert")
+    assert runs.alerts(10, outbox="on_alert") == ["a2"]
 
 
 def test_the_leader_marks_fired_ticks_pending_and_overdue_runs_lost(harness: StoreHarness) -> None:
@@ -139,3 +145,48 @@ def test_the_leader_marks_fired_ticks_pending_and_overdue_runs_lost(harness: Sto
     ]
     assert finish(runs, 3000, "succeeded", token="d3")  # a slow run that was only late to finish
     assert harness.runs(SID)[0].outcome == "succeeded"
+
+
+def test_each_alert_goes_to_the_outboxes_named_and_each_drains_alone(harness: StoreHarness) -> None:
+    runs = harness.run_store()
+    store = harness.candidate("a")
+    assert isinstance(store.lease.acquire(), Acquired)
+    token = store.lease.token
+    assert token is not None
+    assert runs.write_health(token, write(alerts=["a1"], outboxes=("on_alert", "webhook")))
+    assert runs.write_health(token, write(alerts=["a2"], outboxes=("webhook",)))
+    assert runs.alerts(10, outbox="on_alert") == ["a1"]
+    assert runs.alerts(10, outbox="webhook") == ["a1", "a2"]
+    runs.alert_delivered("a1", outbox="on_alert")
+    assert runs.alerts(10, outbox="on_alert") == [] and runs.alerts(10, outbox="webhook") == ["a1", "a2"]
+
+
+def test_a_started_run_is_alive_until_its_heartbeat_lapses_or_it_finishes(harness: StoreHarness) -> None:
+    """The leader reads, for a run past its deadline, whether a live worker
+    still runs it (a heartbeat within ALIVE_MS): then it is running long,
+    not lost."""
+    runs = harness.run_store()
+    store = harness.candidate("a")
+    assert isinstance(store.lease.acquire(), Acquired)
+    token = store.lease.token
+    assert token is not None
+    member = f"r|1000|{SID}"
+    assert start(runs, 1000)
+    now = harness.now_ms()
+    assert runs.write_health(token, write(add={member: now - 1, f"r|2000|{SID}": now - 1}))
+    read = runs.read_health(max_events=10, max_due=10)
+    assert set(read.alive) == {member} and read.alive[member] > read.now_ms  # 2000 never started here
+    runs.keep_alive([member])
+    assert runs.read_health(max_events=10, max_due=10).alive[member] >= read.alive[member]
+    assert finish(runs, 1000, "succeeded")
+    assert runs.read_health(max_events=10, max_due=10).alive == {}
+
+
+def test_a_retried_record_whose_reply_was_lost_is_recorded_once(harness: StoreHarness) -> None:
+    """A start or finish retried after a timeout (the script ran, its reply
+    was lost) appends no second event: a failure is counted once."""
+    runs = harness.run_store()
+    assert start(runs, 1000) and start(runs, 1000)
+    assert finish(runs, 1000, "failed", error="E") and finish(runs, 1000, "failed", error="E")
+    events = runs.read_health(max_events=10, max_due=10).events
+    assert [(e.kind, e.outcome) for e in events] == [("start", "running"), ("finish", "failed")]

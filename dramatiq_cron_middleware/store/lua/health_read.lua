@@ -6,12 +6,14 @@
 -- KEYS[2] - the run events stream
 -- KEYS[3] - the open runs sorted set
 -- KEYS[4] - the health hash
+-- KEYS[5] - the live runs sorted set (r|<tick>|<schedule id> -> heartbeat lapse, ms)
 -- ARGV[1] - at most this many events
 -- ARGV[2] - at most this many due open runs
 -- ARGV[3...] - further schedule ids whose health to read
 -- Returns {OK, now, 0, JSON {cursor, events: [[id, [field, value...]]...],
 -- due: [member, score...], next: the earliest deadline after now (or
--- absent), health: {schedule id: JSON}}}.
+-- absent), health: {schedule id: JSON}, alive: {member: lapse} for the due
+-- running members whose heartbeat has not lapsed}}.
 local now = server_now()
 local out = {cursor = '0-0', events = {}, due = {}, health = {}}
 if usable(KEYS[1], 'hash') then out.cursor = redis.call('HGET', KEYS[1], 'events') or '0-0' end
@@ -23,6 +25,17 @@ if usable(KEYS[3], 'zset') then
   local later = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if later[2] then out.next = tonumber(later[2]) end
 end
+local alive = {}
+if usable(KEYS[5], 'zset') then
+  for i = 1, #out.due, 2 do
+    local m = out.due[i]
+    if string.sub(m, 1, 2) == 'r|' then
+      local lapse = tonumber(redis.call('ZSCORE', KEYS[5], m))
+      if lapse and lapse > now then alive[m] = lapse end
+    end
+  end
+end
+if next(alive) ~= nil then out.alive = alive end
 local wanted, ids = {}, {}
 local function want(sid)
   if sid and not wanted[sid] then wanted[sid] = true; ids[#ids + 1] = sid end
