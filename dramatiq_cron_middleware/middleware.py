@@ -335,7 +335,7 @@ class CronMiddleware(Middleware):
     def before_declare_actor(self, broker: Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         """Validate the actor's ``cron`` option; a bad one raises
         :class:`CronScheduleError` out of the ``@dramatiq.actor`` decorator."""
-        spec = actor.options.get("cron")
+        spec = self.schedule_option(actor)
         if spec is None:
             self.schedules.pop(actor.actor_name, None)
             return
@@ -349,6 +349,11 @@ class CronMiddleware(Middleware):
             time_limit=_time_limit(broker, actor),
             signature=actor_signature(actor.fn),
         )
+
+    def schedule_option(self, actor: dramatiq.Actor[Any, Any]) -> object:
+        """What the actor declares to schedule: its ``cron`` option (None:
+        not a cron actor).  ``compat.periodiq`` reads ``periodic=`` here."""
+        return actor.options.get("cron")
 
     # -- the worker side: run records, overlap="skip" marks --------------------
 
