@@ -57,6 +57,7 @@ from .control import (
     paused_by,
     resolve_target,
 )
+from .django_project import setup_from_environment
 from .format import iso, span, when
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
@@ -176,6 +177,10 @@ def _load(spec: str, paths: Sequence[str]) -> _App:
 
 def _import_broker(spec: str) -> dramatiq.Broker:
     module_name, _, attribute = spec.partition(":")
+    try:
+        setup_from_environment()  # a Django project: django.setup() first, as rundramatiq does
+    except CronConfigurationError as exc:
+        raise _Failure(redact(str(exc))) from None
     try:
         module = importlib.import_module(module_name)
         if not attribute:
