@@ -27,7 +27,7 @@ from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
 from ..store.codes import Corrupt
-from ..store.connection import redact, refusal
+from ..store.connection import ENV_URL, credentials_refused, redact, refusal
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
@@ -375,6 +375,8 @@ class LeaderThread(threading.Thread, Generic[H]):
                 self.logger.warning("Cron scheduler reaches Redis again.")
             elif fault.startswith("refused:"):
                 self.logger.warning("Redis accepts the cron scheduler's commands again.")
+            elif fault.startswith("credentials:"):
+                self.logger.warning("Redis accepts the cron scheduler's password again.")
             else:
                 self.logger.warning("Cron leader loop works again.")
 
@@ -418,12 +420,23 @@ class LeaderThread(threading.Thread, Generic[H]):
             self.observer.replicas_confirmed(confirmed=False)
 
     def _report_fault(self, exc: BaseException, refused: str | None) -> None:
+        credentials = _credentials_problem(exc) if refused == "" else None
         if refused is None:
             key = f"{type(exc).__name__}: {exc}"
+        elif credentials is not None:
+            key = f"credentials:{credentials}"
         else:
             key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
         if self._fault.failing(key):
-            if refused is None:
+            if credentials is not None:
+                self.logger.warning(
+                    "%s: nothing is scheduled by this process until Redis accepts it; retrying every %d ms "
+                    "(fix redis= or %s and restart the workers).",
+                    credentials,
+                    int(self.timing.retry_interval * 1000),
+                    ENV_URL,
+                )
+            elif refused is None:
                 self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
             elif refused:
                 self.logger.warning(
@@ -444,3 +457,17 @@ class LeaderThread(threading.Thread, Generic[H]):
     def _reporter(self, reports: OnceReports) -> Callable[[Corrupt], None]:
         keys = self.store.keys
         return lambda corrupt: report_corrupt(reports, keys, corrupt)
+
+
+def _credentials_problem(exc: BaseException) -> str | None:
+    """Redis refusing the scheduler's credentials, in words (no protocol
+    terms: redis-py's HELLO error for a missing password included), else None."""
+    refused = credentials_refused(exc, "")
+    if refused is None:
+        return None
+    if refused.startswith("Redis requires a password"):
+        return (
+            "Redis requires a password and the cron scheduler's URL gives none (put it in the URL as "
+            "':PASSWORD@', percent-encoded)"
+        )
+    return "Redis refused the cron scheduler's password (a wrong password, or the user is disabled)"
