@@ -4,10 +4,14 @@ words without protocol jargon; and a schedule error that names its actor."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from tests.support.inprocess import in_process_app
-from tests.support.instances import wait_for
+from tests.support.instances import ROOT, stop_group, wait_for
 from tests.support.redis_server import RedisServer
 
 
@@ -43,3 +47,35 @@ def test_a_refused_password_is_one_warning_saying_so_and_that_it_retries(
     assert said in warned[0] and "retrying every" in warned[0], warned[0]
     for jargon in ("HELLO", "RESP", "cannot reach", "AuthenticationError", "wrong@"):
         assert jargon not in warned[0], warned[0]
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "--verbose"])
+def test_a_boot_error_is_one_error_line_and_its_traceback_only_at_debug(verbose: bool) -> None:
+    """Given a worker whose scheduler cannot start (a malformed URL), When
+    `dramatiq` boots it, Then the worker process says so in one ERROR line
+    and stops (dramatiq then shuts down), with no traceback unless DEBUG
+    logging is on (`--verbose`)."""
+    env = {
+        **os.environ,
+        "DRAMATIQ_CRON_REDIS_URL": "redis://localhost:notaport/0",
+        "PYTHONPATH": str(ROOT),
+    }
+    command = [sys.executable, "-m", "dramatiq", "tests.apps.cronapp", "--processes", "1", "--threads", "1"]
+    proc = subprocess.Popen(
+        [*command, *(["--verbose"] if verbose else [])],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        stop_group(proc, grace=5)
+    assert proc.returncode != 0, out
+    errors = [line for line in out.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1 and "Cron scheduler cannot start, so this worker process stops: " in errors[0], out
+    assert "invalid redis URL" in errors[0]
+    assert ("Traceback" in out) is verbose, out
