@@ -49,6 +49,15 @@ def test_a_refused_password_is_one_warning_saying_so_and_that_it_retries(
         assert jargon not in warned[0], warned[0]
 
 
+def test_a_process_that_never_leads_says_the_same_of_a_refused_password(redis_server: RedisServer) -> None:
+    redis_server.client().config_set("requirepass", "s3cret")
+    url = redis_server.url.replace("redis://", "redis://:wrong@")
+    with in_process_app(url, {"job": "* * * * * *"}, lock_ttl=2000, lead=False) as app:
+        warned = wait_for(lambda: app.warnings("not eligible to lead"), timeout=60, what="the WARNING")
+    assert "Redis refused the cron scheduler's password" in warned[0], warned
+    assert "AuthenticationError" not in warned[0] and "wrong" not in warned[0].replace("a wrong password", ""), warned
+
+
 @pytest.mark.parametrize("verbose", [False, True], ids=["default", "--verbose"])
 def test_a_boot_error_is_one_error_line_and_its_traceback_only_at_debug(verbose: bool) -> None:
     """Given a worker whose scheduler cannot start (a malformed URL), When

@@ -27,7 +27,7 @@ from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
 from ..store.codes import Corrupt
-from ..store.connection import ENV_URL, credentials_refused, redact, refusal
+from ..store.connection import ENV_URL, redact, refusal
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
@@ -37,7 +37,7 @@ from .firing import BATCH_LIMIT, Firing, LeaderObserver
 from .following import Follower
 from .leadership import Expired, Leadership, State
 from .owed import OwedQueue
-from .reports import Episode, Flapping, OnceReports, report_corrupt
+from .reports import Episode, Flapping, OnceReports, credentials_problem, report_corrupt
 from .runtime_feed import RUNTIME_POLL
 from .tick_queue import TickQueue
 
@@ -420,7 +420,7 @@ class LeaderThread(threading.Thread, Generic[H]):
             self.observer.replicas_confirmed(confirmed=False)
 
     def _report_fault(self, exc: BaseException, refused: str | None) -> None:
-        credentials = _credentials_problem(exc) if refused == "" else None
+        credentials = credentials_problem(exc) if refused == "" else None
         if refused is None:
             key = f"{type(exc).__name__}: {exc}"
         elif credentials is not None:
@@ -457,17 +457,3 @@ class LeaderThread(threading.Thread, Generic[H]):
     def _reporter(self, reports: OnceReports) -> Callable[[Corrupt], None]:
         keys = self.store.keys
         return lambda corrupt: report_corrupt(reports, keys, corrupt)
-
-
-def _credentials_problem(exc: BaseException) -> str | None:
-    """Redis refusing the scheduler's credentials, in words (no protocol
-    terms: redis-py's HELLO error for a missing password included), else None."""
-    refused = credentials_refused(exc, "")
-    if refused is None:
-        return None
-    if refused.startswith("Redis requires a password"):
-        return (
-            "Redis requires a password and the cron scheduler's URL gives none (put it in the URL as "
-            "':PASSWORD@', percent-encoded)"
-        )
-    return "Redis refused the cron scheduler's password (a wrong password, or the user is disabled)"
