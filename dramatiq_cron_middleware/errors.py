@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 from dramatiq.middleware import MiddlewareError
 
-__all__ = ["CronConfigurationError", "CronError", "CronScheduleError", "CronUnavailableError"]
+__all__ = ["CronBootError", "CronConfigurationError", "CronError", "CronScheduleError", "CronUnavailableError"]
 
 
 class CronError(MiddlewareError):
@@ -37,3 +37,16 @@ class CronUnavailableError(CronError, redis.ConnectionError):
     read the schedule back to know).  It is also a
     ``redis.ConnectionError``, so code that already handles an unreachable
     Redis handles it too."""
+
+
+class CronBootError(CronConfigurationError, SystemExit):
+    """The scheduler cannot start in a worker process (no Redis configured,
+    a malformed URL): a :class:`CronConfigurationError`, logged once as one
+    ERROR by the middleware, that is also a ``SystemExit`` (status 2), so a
+    ``dramatiq`` worker process stops without printing a traceback (it is
+    logged at DEBUG); in-process code catches it as the configuration
+    error it is."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = 2

@@ -67,7 +67,7 @@ class CronMetrics(Middleware):
     """Exports the cron scheduler's metrics to Prometheus.
 
     Metrics (all prefixed ``dramatiq_cron_``): ``leader`` (1 in the
-    process that leads, per ``pid``), ``leadership_changes_total`` (by
+    instance whose process leads), ``leadership_changes_total`` (by
     ``change``: gained, lost), ``ticks_total`` (by ``schedule`` and
     ``outcome``), ``fire_lag_seconds`` (enqueue time minus the tick),
     ``lease_renew_seconds`` and ``last_fire_timestamp_seconds`` (per
@@ -76,9 +76,11 @@ class CronMetrics(Middleware):
     ``run_duration_seconds`` and ``last_success_timestamp_seconds``; and
     from the leading process, what ``dramatiq-cron check`` reports: per
     ``schedule`` and ``state``, ``health`` (1 for the schedule's health, 0
-    for the other states),
-    and ``replicas_unconfirmed`` (1 in a process whose writes too few Redis
-    replicas acknowledge: nothing fires).
+    for the other states; runtime schedules only up to
+    ``runtime_health_limit``), per ``state`` ``runtime_health`` (how many
+    runtime schedules are in it), and ``replicas_unconfirmed`` (1 in an
+    instance with a process whose writes too few Redis replicas
+    acknowledge: nothing fires).  No metric carries a ``pid`` label.
 
     Parameters:
       host(str): Address the exposition server binds when dramatiq's
@@ -90,14 +92,24 @@ class CronMetrics(Middleware):
         process reads every schedule's health into the ``health`` gauges
         (one read of them all, as ``check`` does).  Defaults to 15000
         (Prometheus' default scrape interval); None exports no health
-        (seven series per schedule: consider it with many thousands).
+        (seven series per schedule).
+      runtime_health_limit(int): The most runtime schedules exported one by
+        one in ``health``; with more, only their counts per state
+        (``runtime_health``) are, so 100,000 tenants cost 7 series, not
+        700,000.  Declared schedules are always exported one by one.
+        Defaults to 1000; None means no limit.
 
     Raises:
       CronConfigurationError: when prometheus-client is not installed.
     """
 
     def __init__(
-        self, *, host: str | None = None, port: int | None = None, health_interval: int | None = 15_000
+        self,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        health_interval: int | None = 15_000,
+        runtime_health_limit: int | None = 1000,
     ) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         if importlib.util.find_spec("prometheus_client") is None:
@@ -114,6 +126,16 @@ class CronMetrics(Middleware):
                 f"got {health_interval!r}"
             )
         self.health_interval = health_interval
+        if runtime_health_limit is not None and (
+            isinstance(runtime_health_limit, bool)
+            or not isinstance(runtime_health_limit, int)
+            or runtime_health_limit < 0
+        ):
+            raise CronConfigurationError(
+                f"CronMetrics: runtime_health_limit must be a number of schedules (0 or more) or None, "
+                f"got {runtime_health_limit!r}"
+            )
+        self.runtime_health_limit = runtime_health_limit
         self.directory: str | None = None
         self.own_exposition = False
         self.observer: _Observer | None = None
@@ -150,6 +172,7 @@ class CronMetrics(Middleware):
                 interval_s=self.health_interval / 1000,
                 runs=self.runs,
                 logger=self.logger,
+                runtime_limit=self.runtime_health_limit,
             )
         self.observer = _Observer(guard=guard, health=health)
         cron.observe_leader(self.observer)
@@ -286,11 +309,18 @@ class _Health:
     live process) and across instances (``max by (schedule, state)``)."""
 
     def __init__(
-        self, *, read: Callable[[], list[ScheduleHealth]], interval_s: float, runs: _Runs, logger: Any
+        self,
+        *,
+        read: Callable[[], list[ScheduleHealth]],
+        interval_s: float,
+        runs: _Runs,
+        logger: Any,
+        runtime_limit: int | None = 1000,
     ) -> None:
         import prometheus_client as prom
 
         self.read = read
+        self.runtime_limit = runtime_limit
         self.interval_s = interval_s
         self.runs = runs
         self.logger = logger
@@ -299,6 +329,13 @@ class _Health:
             "1 for the schedule's health (as dramatiq-cron check reports it), 0 for the other states.",
             ["schedule", "state"],
             registry=prom.CollectorRegistry(),  # values live in the multiprocess files
+            multiprocess_mode="livemostrecent",
+        )
+        self.runtime_gauge = prom.Gauge(
+            "dramatiq_cron_runtime_health",
+            "How many runtime schedules are in each health state (as dramatiq-cron check reports it).",
+            ["state"],
+            registry=prom.CollectorRegistry(),
             multiprocess_mode="livemostrecent",
         )
         self._lock = threading.Lock()  # one writer of the gauges at a time
@@ -322,6 +359,7 @@ class _Health:
         with self._lock:
             if self._stop is None:  # not leading again meanwhile: the new term's thread shows its own
                 self._show({})
+                self._count_runtime([])
 
     def refresh(self, stop: threading.Event | None = None) -> None:
         """Read the health once and set the gauges (unless ``stop`` was set
@@ -337,11 +375,30 @@ class _Health:
         with self._lock:
             if stop is not None and stop.is_set():
                 return
-            self._show({s.schedule_id: s.health for s in healths})
+            self._show(self._one_by_one(healths))
+            self._count_runtime(healths)
         for schedule in healths:
             last = schedule.last_run
             if last is not None and last.outcome == "succeeded" and last.finished_ms is not None:
                 self.runs.succeeded_at(schedule.schedule_id, last.finished_ms / 1000)
+
+    def _one_by_one(self, healths: list[ScheduleHealth]) -> dict[str, str]:
+        """The schedules exported one by one: the declared ones, and the
+        runtime ones (ids ``actor:name``) unless more than the limit."""
+        states = {s.schedule_id: s.health for s in healths}
+        runtime = [sid for sid in states if ":" in sid]
+        if self.runtime_limit is not None and len(runtime) > self.runtime_limit:
+            for sid in runtime:
+                del states[sid]
+        return states
+
+    def _count_runtime(self, healths: list[ScheduleHealth]) -> None:
+        counts = dict.fromkeys(HEALTH_STATES, 0)
+        for schedule in healths:
+            if ":" in schedule.schedule_id and schedule.health in counts:
+                counts[schedule.health] += 1
+        for state, count in counts.items():
+            self.runtime_gauge.labels(state).set(count)
 
     def _show(self, states: dict[str, str]) -> None:
         for schedule_id in self._shown.keys() | states.keys():
@@ -364,9 +421,9 @@ class _Observer(LeaderObserver):
         registry = prom.CollectorRegistry()  # values live in the multiprocess files
         self.leader = prom.Gauge(
             "dramatiq_cron_leader",
-            "1 while this process leads the cron scheduler.",
+            "1 while a process of this instance leads the cron scheduler.",
             registry=registry,
-            multiprocess_mode="liveall",
+            multiprocess_mode="livesum",
         )
         self.changes = prom.Counter(
             "dramatiq_cron_leadership_changes",
@@ -396,9 +453,9 @@ class _Observer(LeaderObserver):
         )
         self.unconfirmed = prom.Gauge(
             "dramatiq_cron_replicas_unconfirmed",
-            "1 while too few Redis replicas acknowledge this process's writes (nothing fires).",
+            "1 while too few Redis replicas acknowledge the writes of a process of this instance (nothing fires).",
             registry=registry,
-            multiprocess_mode="liveall",
+            multiprocess_mode="livemax",
         )
         self.leader.set(0)
         self.unconfirmed.set(0)

@@ -25,7 +25,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
-from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
+from .errors import CronBootError, CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import (
@@ -345,7 +345,7 @@ class CronMiddleware(Middleware):
     def before_declare_actor(self, broker: Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         """Validate the actor's ``cron`` option; a bad one raises
         :class:`CronScheduleError` out of the ``@dramatiq.actor`` decorator."""
-        spec = actor.options.get("cron")
+        spec = self.schedule_option(actor)
         if spec is None:
             self.schedules.pop(actor.actor_name, None)
             return
@@ -359,6 +359,11 @@ class CronMiddleware(Middleware):
             time_limit=_time_limit(broker, actor),
             signature=actor_signature(actor.fn),
         )
+
+    def schedule_option(self, actor: dramatiq.Actor[Any, Any]) -> object:
+        """What the actor declares to schedule: its ``cron`` option (None:
+        not a cron actor).  ``compat.periodiq`` reads ``periodic=`` here."""
+        return actor.options.get("cron")
 
     # -- the worker side: run records, overlap="skip" marks --------------------
 
@@ -495,7 +500,14 @@ class CronMiddleware(Middleware):
                     ENV_URL,
                 )
             return
-        self._clients(broker)
+        try:
+            self._clients(broker)
+        except CronConfigurationError as exc:
+            # One block, no traceback: dramatiq prints the traceback of any
+            # other exception that stops a worker process.
+            self.logger.error("Cron scheduler cannot start, so this worker process stops: %s", exc)
+            self.logger.debug("The boot error was raised here.", exc_info=True)
+            raise CronBootError(str(exc)) from None
 
     def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Start the leader thread (once per process, however often called),

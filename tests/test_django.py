@@ -4,6 +4,7 @@ the cron middleware named by dotted path and configured by
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,3 +82,29 @@ def test_the_dashboard_include_is_guarded_by_the_staff_login_and_works_behind_it
     assert done.returncode == 0, done.stdout + done.stderr
     assert "dashboard ok" in done.stdout
     assert redis_server.client().smembers("{django-cron}:paused") == set()
+
+
+def test_dramatiq_cron_runs_against_the_project_with_django_settings_module_alone(redis_server: RedisServer) -> None:
+    """Given the project's settings in DJANGO_SETTINGS_MODULE and no module
+    of our own, When `dramatiq-cron list` and `pause` name a tasks module
+    (or django_dramatiq itself), Then the command sets Django up first, as
+    rundramatiq does, and sees the project's cron actor on the configured
+    prefix; a settings module that cannot be imported is one line, exit 2."""
+    _require_django()
+    from tests.support.command import dramatiq_cron
+
+    env = {"DJANGO_SETTINGS_MODULE": "cronsite.settings", "CRON_DJANGO_REDIS_URL": redis_server.url}
+    for app in ("cronjobs.tasks", "django_dramatiq"):
+        listed = dramatiq_cron(env, "list", app, "--path", str(PROJECT), "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [s["id"] for s in json.loads(listed.stdout)["schedules"]] == [SCHEDULE]
+    paused = dramatiq_cron(env, "pause", "django_dramatiq", SCHEDULE, "--path", str(PROJECT))
+    assert paused.returncode == 0, paused.stderr
+    assert redis_server.client().smembers("{django-cron}:paused") == {SCHEDULE}
+
+    broken = dramatiq_cron({**env, "DJANGO_SETTINGS_MODULE": "nosuch.settings"}, "list", "django_dramatiq")
+    assert broken.returncode == 2
+    assert broken.stderr.splitlines() == [
+        "dramatiq-cron: error: cannot set up Django (DJANGO_SETTINGS_MODULE='nosuch.settings'): "
+        "ModuleNotFoundError: No module named 'nosuch'"
+    ]

@@ -2,10 +2,12 @@
 
 The blocks of one file run in order in one namespace (a later block may use
 what an earlier one defined), against a real redis-server started for that
-file: ``redis://<host>:6379`` in a block means that server.  Each file starts
-with a fresh ``RedisBroker`` named ``broker`` (your app's broker, which the
-examples take for granted) and a module ``myapp.tasks`` holding it (your
-app).
+file: ``redis://<host>:6379`` in a block means that server.  Nothing is
+handed to a file's blocks: the first one builds what the later ones use (its
+``broker`` above all), so every example can be copied into a file as it
+stands.  What is there besides is what a reader's machine has: a fresh
+global broker without the middleware (so no file sees another's actors) and
+an app module ``myapp.tasks`` (for the examples that import an app).
 
 A block that truly cannot run here says so on its first line, visibly::
 
@@ -34,6 +36,7 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware import CronMiddleware
+from tests.support.markdown import python_blocks
 from tests.support.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,45 +45,11 @@ FILES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 #: Blocks marked as not run, per file.  Changing a marker means changing
 #: this table: a skip is always a decision someone made.
 MARKED = {
-    "README.md": 2,  # the Flask mount, the Django URLconf
     "docs/operations.md": 2,  # the Flask mount, the Django URLconf
 }
 
-_OPEN = re.compile(r"^(?P<indent> *)```python\s*$")
 _ANY_PYTHON_FENCE = re.compile(r"^\s*```+\s*(python|py|python3)\b", re.IGNORECASE)
-_MARKER = re.compile(r"^# Not run by tests/test_docs\.py: (?P<reason>\S.{10,})$")
 _LOCAL_REDIS = re.compile(r"redis://(?:localhost|127\.0\.0\.1|redis):6379\b")
-
-
-@dataclass(frozen=True)
-class Block:
-    path: Path
-    line: int  # 1-based line of the first code line
-    source: str
-    skip_reason: str | None
-
-
-def python_blocks(path: Path) -> list[Block]:
-    """The ```python blocks of a markdown file, in order."""
-    lines = path.read_text().splitlines()
-    blocks: list[Block] = []
-    i = 0
-    while i < len(lines):
-        opening = _OPEN.match(lines[i])
-        if opening is None:
-            i += 1
-            continue
-        start = i + 1
-        end = start
-        while end < len(lines) and lines[end].strip() != "```":
-            end += 1
-        assert end < len(lines), f"{path.name}:{i + 1}: a ```python block is never closed"
-        # A block inside a list item is indented with it.
-        body = [line[len(opening["indent"]) :] for line in lines[start:end]]
-        marker = _MARKER.match(body[0]) if body else None
-        blocks.append(Block(path, start + 1, "\n".join(body) + "\n", marker["reason"] if marker else None))
-        i = end + 1
-    return blocks
 
 
 def _rel(path: Path) -> str:
@@ -147,10 +116,12 @@ def test_every_python_fence_is_found_and_only_the_agreed_blocks_are_marked() -> 
 def test_the_python_examples_of_a_file_run_in_order(
     path: Path, redis_server: RedisServer, fresh_broker: RedisBroker
 ) -> None:
-    """Given a fresh broker and redis-server, when every block of the file
-    runs in order in one namespace, none raises."""
+    """Given a fresh redis-server and nothing else in scope, when every
+    block of the file runs in order in one namespace, none raises: the
+    first block of a file is complete as written (it defines the broker
+    the later ones use)."""
     url = f"redis://127.0.0.1:{redis_server.port}"
-    namespace: dict[str, object] = {"__name__": f"docs_example_{path.stem}", "broker": fresh_broker}
+    namespace: dict[str, object] = {"__name__": f"docs_example_{path.stem}"}
     ran = 0
     for block in python_blocks(path):
         if block.skip_reason is not None:
@@ -293,3 +264,44 @@ def test_a_transcript_replayed_says_what_the_docs_show(name: str) -> None:
         assert replayed >= 4
     finally:
         server.close()
+
+
+# -- links -------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    fenced = False
+    found = {"top"}
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            found.add(_anchor(line.lstrip("#")))
+    return found
+
+
+@pytest.mark.parametrize("path", FILES, ids=_rel)
+def test_every_relative_link_reaches_a_file_and_its_heading(path: Path) -> None:
+    """Given the README and the docs, every link to a file of the repository
+    reaches an existing file, and a link with ``#anchor`` into a markdown
+    file reaches one of its headings (moving a section cannot leave a link behind)."""
+    broken = []
+    for match in _LINK.finditer(path.read_text()):
+        target = match["target"]
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file_part, _, anchor = target.partition("#")
+        goal = (path.parent / file_part).resolve() if file_part else path
+        if not goal.exists():
+            broken.append(target)
+        elif anchor and goal.suffix == ".md" and anchor not in _anchors(goal):
+            broken.append(target)
+    assert not broken, f"{_rel(path)}: broken links {broken}"

@@ -49,8 +49,10 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
 
 
-def leader_gauges(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
-    return {dict(ls)["pid"]: v for (n, ls), v in samples.items() if n == "dramatiq_cron_leader"}
+def no_pid_label(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> list[str]:
+    """The names of the samples that carry a ``pid`` label (a series per
+    process, which a restart multiplies): there should be none."""
+    return sorted({n for (n, ls) in samples if "pid" in dict(ls)})
 
 
 @pytest.mark.parametrize("exposition", ["own", "dramatiq"])
@@ -80,12 +82,12 @@ def test_metrics_show_the_leader_and_move_as_ticks_fire(
         return samples if value(samples, "dramatiq_cron_ticks_total", outcome="fired") >= 2 else None
 
     samples = wait_for(fired, timeout=30, interval=0.2, what="fired ticks in the exposition")
-    gauges = leader_gauges(samples)
-    leader_pid, epoch = instance.leader_pids()[-1]
-    # One gauge per worker process (the exposition fork has none), and only
-    # the leader's is 1.
-    assert len(gauges) == 2 and set(gauges) <= {str(pid) for pid in instance.worker_pids()}, gauges
-    assert {pid for pid, v in gauges.items() if v == 1.0} == {str(leader_pid)}, gauges
+    # One series for the instance, no pid label: its two processes sum to
+    # one leader.
+    assert [(n, ls) for (n, ls) in samples if n == "dramatiq_cron_leader"] == [("dramatiq_cron_leader", ())]
+    assert value(samples, "dramatiq_cron_leader") == 1.0
+    assert no_pid_label(samples) == []
+    _, epoch = instance.leader_pids()[-1]
     assert value(samples, "dramatiq_cron_leadership_changes_total", change="gained") == 1
     # A single Redis: no replica is required, so no process lacks one.
     assert any(n == "dramatiq_cron_replicas_unconfirmed" for n, _ in samples)
@@ -251,3 +253,40 @@ def test_health_gauges_follow_the_read_and_a_schedule_gone_since_has_every_state
     wait_for(lambda: ones() == {"a": ["late"], "b": []}, timeout=10, what="the leader's read")
     health.lead(False)
     wait_for(lambda: ones() == {"a": [], "b": []}, timeout=10, what="every state at 0")
+
+
+def test_runtime_schedules_beyond_the_limit_are_counted_per_state_not_exported_one_by_one() -> None:
+    """Given two declared schedules and three runtime ones, When the limit
+    is 2 runtime schedules, Then the declared ones have their series, the
+    runtime ones none (7 series for all of them instead of 7 each), and
+    runtime_health counts them per state; under the limit every schedule
+    has its series."""
+    import logging
+
+    from dramatiq_cron_middleware.metrics import _Guard, _Health, _Runs
+    from dramatiq_cron_middleware.monitoring.records import ScheduleHealth
+
+    logger = logging.getLogger("test_runtime_health")
+    schedules = [
+        ScheduleHealth("report", "report", "", "ok", 1, None),
+        ScheduleHealth("sync/fast", "sync", "fast", "late", 1, None),
+        *(ScheduleHealth(f"send:t{n}", "send", f"t{n}", "failing" if n == 0 else "ok", 1, None) for n in range(3)),
+    ]
+    for limit, one_by_one in [
+        (2, {"report", "sync/fast"}),
+        (3, {"report", "sync/fast", "send:t0", "send:t1", "send:t2"}),
+    ]:
+        health = _Health(
+            read=lambda: list(schedules),
+            interval_s=1,
+            runs=_Runs(guard=_Guard(logger)),
+            logger=logger,
+            runtime_limit=limit,
+        )
+        health.refresh()
+        exported = {s.labels["schedule"] for f in health.gauge.collect() for s in f.samples}
+        assert exported == one_by_one
+        counts = {s.labels["state"]: s.value for f in health.runtime_gauge.collect() for s in f.samples}
+        assert counts == {**dict.fromkeys(HEALTH_STATES, 0.0), "failing": 1.0, "ok": 2.0}
+    with pytest.raises(Exception, match="runtime_health_limit"):
+        CronMetrics(runtime_health_limit=-1)

@@ -22,7 +22,7 @@ from ..store.codes import decode, load_script
 from ..store.connection import redact
 from ..store.keys import Keys
 from ..store.timing import Timing
-from .reports import Episode
+from .reports import Episode, credentials_problem
 
 __all__ = ["IneligibleWatch"]
 
@@ -72,7 +72,10 @@ class IneligibleWatch(threading.Thread):
                 )
             )
         except redis.RedisError as exc:
-            if self._unreachable.failing(type(exc).__name__):
+            credentials = credentials_problem(exc)
+            if credentials is not None and self._unreachable.failing("credentials"):
+                self.logger.warning("Cron scheduler (not eligible to lead): %s; retrying.", credentials)
+            elif credentials is None and self._unreachable.failing(type(exc).__name__):
                 self.logger.warning("Cron scheduler (not eligible to lead): cannot reach Redis: %s", redact(f"{exc}"))
             return None
         if self._unreachable.recovered() is not None:

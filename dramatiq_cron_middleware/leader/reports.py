@@ -9,9 +9,10 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from ..store.codes import Corrupt
+from ..store.connection import credentials_refused
 from ..store.keys import Keys
 
-__all__ = ["Episode", "Flapping", "OnceReports", "report_corrupt"]
+__all__ = ["Episode", "Flapping", "OnceReports", "credentials_problem", "report_corrupt"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -106,3 +107,17 @@ def report_corrupt(report_once: OnceReports, keys: Keys, corrupt: Corrupt) -> No
         if corrupt & flag:
             key = getattr(keys, name) if name != "batch" else f"{keys.tag}:batch:*"
             report_once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)
+
+
+def credentials_problem(exc: BaseException) -> str | None:
+    """Redis refusing the scheduler's credentials, in words (no protocol
+    terms: redis-py's HELLO error for a missing password included), else None."""
+    refused = credentials_refused(exc, "")
+    if refused is None:
+        return None
+    if refused.startswith("Redis requires a password"):
+        return (
+            "Redis requires a password and the cron scheduler's URL gives none (put it in the URL as "
+            "':PASSWORD@', percent-encoded)"
+        )
+    return "Redis refused the cron scheduler's password (a wrong password, or the user is disabled)"

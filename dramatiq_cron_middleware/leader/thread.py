@@ -27,7 +27,7 @@ from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
 from ..store.codes import Corrupt
-from ..store.connection import redact, refusal
+from ..store.connection import ENV_URL, redact, refusal
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
@@ -37,7 +37,7 @@ from .firing import BATCH_LIMIT, Firing, LeaderObserver
 from .following import Follower
 from .leadership import Expired, Leadership, State
 from .owed import OwedQueue
-from .reports import Episode, Flapping, OnceReports, report_corrupt
+from .reports import Episode, Flapping, OnceReports, credentials_problem, report_corrupt
 from .runtime_feed import RUNTIME_POLL
 from .tick_queue import TickQueue
 
@@ -385,6 +385,8 @@ class LeaderThread(threading.Thread, Generic[H]):
                 self.logger.warning("Cron scheduler reaches Redis again.")
             elif fault.startswith("refused:"):
                 self.logger.warning("Redis accepts the cron scheduler's commands again.")
+            elif fault.startswith("credentials:"):
+                self.logger.warning("Redis accepts the cron scheduler's password again.")
             else:
                 self.logger.warning("Cron leader loop works again.")
 
@@ -437,12 +439,23 @@ class LeaderThread(threading.Thread, Generic[H]):
             self.observer.replicas_confirmed(confirmed=False)
 
     def _report_fault(self, exc: BaseException, refused: str | None) -> None:
+        credentials = credentials_problem(exc) if refused == "" else None
         if refused is None:
             key = f"{type(exc).__name__}: {exc}"
+        elif credentials is not None:
+            key = f"credentials:{credentials}"
         else:
             key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
         if self._fault.failing(key):
-            if refused is None:
+            if credentials is not None:
+                self.logger.warning(
+                    "%s: nothing is scheduled by this process until Redis accepts it; retrying every %d ms "
+                    "(fix redis= or %s and restart the workers).",
+                    credentials,
+                    int(self.timing.retry_interval * 1000),
+                    ENV_URL,
+                )
+            elif refused is None:
                 self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
             elif refused:
                 self.logger.warning(

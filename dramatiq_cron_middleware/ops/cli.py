@@ -57,6 +57,7 @@ from .control import (
     paused_by,
     resolve_target,
 )
+from .django_project import setup_from_environment
 from .format import iso, span, when
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
@@ -176,6 +177,10 @@ def _load(spec: str, paths: Sequence[str]) -> _App:
 
 def _import_broker(spec: str) -> dramatiq.Broker:
     module_name, _, attribute = spec.partition(":")
+    try:
+        setup_from_environment()  # a Django project: django.setup() first, as rundramatiq does
+    except CronConfigurationError as exc:
+        raise _Failure(redact(str(exc))) from None
     try:
         module = importlib.import_module(module_name)
         if not attribute:
@@ -477,12 +482,10 @@ def _status(app: _App, args: argparse.Namespace) -> int:
             f"Warning:    no process eligible to lead was seen in the last {span(live_ms)}; "
             "every live process runs with lead=False, so no schedule fires"
         )
-    sets = {c.fingerprint for c in candidates if c.fingerprint}
-    data["mixed_schedule_sets"] = len(sets) > 1
-    if len(sets) > 1:
-        versions = {c.version for c in candidates if c.fingerprint}
-        why = "a rolling deploy?" if len(versions) > 1 else "two apps sharing the prefix?"
-        lines.append(f"Warning:    candidates declare {len(sets)} different schedule sets ({why})")
+    sets, warning = _schedule_sets(app, now, leader)
+    data["mixed_schedule_sets"] = bool(sets)
+    data["schedule_sets"] = sets
+    lines += warning
     by_actor = app.runtime.count_by_actor()
     undeclared = {a: n for a, n in by_actor.items() if not app.declares(a)}
     data["runtime"] = {"total": sum(by_actor.values()), "by_actor": by_actor, "undeclared": undeclared}
@@ -532,8 +535,54 @@ def _health_of(app: _App, schedules: Sequence[BoundSchedule], now: int) -> dict[
     return {h.schedule_id: h.health for h in report.schedules}
 
 
+def _schedule_sets(app: _App, now: int, leader: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """Live candidates that declare different schedule sets (two apps on one
+    prefix, or a rolling deploy): each set as JSON, and the lines that say
+    which and what to do; nothing when they agree."""
+    ttl = leader.ttl_ms if leader else app.middleware.lock_ttl
+    live = app.control.candidates(since_ms=now - Timing.for_lease(ttl).candidate_live_ms)
+    groups: dict[str, list[Any]] = {}
+    for candidate in live:
+        if candidate.fingerprint:
+            groups.setdefault(candidate.fingerprint, []).append(candidate)
+    if len(groups) < 2:
+        return [], []
+    published = app.control.schedule_sets(sorted(groups))
+    leading = leader.candidate.rsplit("|", 1)[-1] if leader else None
+    sets: list[dict[str, Any]] = [
+        {
+            "fingerprint": fingerprint,
+            "processes": len(group),
+            "versions": sorted({c.version for c in group if c.version}),
+            "leader": any(c.candidate_id == leading for c in group),
+            "schedules": sorted(published.get(fingerprint) or {}),
+        }
+        for fingerprint, group in sorted(groups.items())
+    ]
+    if len({c.version for group in groups.values() for c in group}) > 1:
+        why = (
+            "the app versions differ: a rolling deploy looks under way; this clears when every process runs "
+            "the same code"
+        )
+    else:
+        why = (
+            f"their versions do not tell them apart: two apps may share the prefix {app.middleware.prefix!r}, and "
+            "only the leading app's schedules fire; give each app its own CronMiddleware(prefix=...)"
+        )
+    lines = [f"Warning:    candidates declare {len(sets)} different schedule sets: {why}"]
+    for entry in sets:
+        ids = entry["schedules"]
+        shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "") if ids else "unpublished"
+        lines.append(
+            f"            set {entry['fingerprint']}{' (the leader)' if entry['leader'] else ''}: "
+            f"{entry['processes']} process(es), version {', '.join(entry['versions']) or 'none'}: {shown}"
+        )
+    return sets, lines
+
+
 def _check(app: _App, args: argparse.Namespace) -> int:
     report = check_report(app.middleware, app.broker)
+    sets, warning = _schedule_sets(app, app.control.server_ms(), app.control.leader())
     rows = [
         [
             h.schedule_id,
@@ -552,8 +601,10 @@ def _check(app: _App, args: argparse.Namespace) -> int:
             f"\n{unregistered} missed schedule(s) were never registered by any process: no worker of this app "
             "runs against this Redis and prefix, or every process has lead=False (see dramatiq-cron status)."
         )
-    _emit(args, report.to_json(), text + (f"\n{counts}" if counts else ""))
-    return report.exit_code
+    text += (f"\n{counts}" if counts else "") + "".join(f"\n{line}" for line in warning)
+    _emit(args, {**report.to_json(), "mixed_schedule_sets": bool(sets), "schedule_sets": sets}, text)
+    # Schedules of the app that does not lead never fire: at least a warning.
+    return max(report.exit_code, 1) if sets else report.exit_code
 
 
 def _runs(app: _App, args: argparse.Namespace) -> int:

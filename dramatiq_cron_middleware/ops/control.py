@@ -22,6 +22,7 @@ from ..audit import Action, AuditLog, Triggered, TriggerRefused
 from ..schedules.schedule import BoundSchedule
 from ..store.codes import RESULT_OUTCOMES, ClaimResult, parse_ledger_value
 from ..store.keys import Keys
+from ..store.lease import parse_schedule_set
 from ..targets import (
     AmbiguousTarget,
     RuntimeCatalogue,
@@ -224,6 +225,12 @@ class Control:
                 )
             )
         return out
+
+    def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
+        """The schedule sets the candidates published (schedule id -> shape)
+        by fingerprint; None for one missing or unreadable."""
+        values: Any = self.client.hmget(self.keys.candidate_sets, fingerprints) if fingerprints else []
+        return {fp: parse_schedule_set(value) for fp, value in zip(fingerprints, values, strict=True)}
 
     def ineligible(self, *, since_ms: int) -> list[Candidate]:
         """Processes that may not lead (``lead=False``) seen at or after

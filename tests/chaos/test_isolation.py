@@ -87,7 +87,11 @@ def test_credentials_in_the_redis_url_never_reach_the_logs(instances: Callable[.
         good = instances({**base, "DRAMATIQ_CRON_REDIS_URL": f"redis://cron:{password}@127.0.0.1:{server.port}/0"})
         bad = instances({**base, "DRAMATIQ_CRON_REDIS_URL": f"redis://cron:{wrong}@127.0.0.1:{server.port}/0"})
         wait_for(lambda: "Acquired cron leadership" in good.log(), timeout=30, what="the good instance to lead")
-        wait_for(lambda: "cannot reach Redis" in bad.log(), timeout=30, what="the bad instance to report")
+        wait_for(
+            lambda: "Redis refused the cron scheduler's password" in bad.log(),
+            timeout=30,
+            what="the bad instance to report the refused password",
+        )
     # Redis is gone now.
     wait_for(lambda: "cannot reach Redis" in good.log(), timeout=30, what="the good instance to report")
     for instance in (good, bad):  # stopped together: each graceful stop takes a second or two
