@@ -366,7 +366,7 @@ class LeaderThread(threading.Thread, Generic[H]):
 
     def _healthy(self) -> None:
         if self._unconfirmed.recovered() is not None:
-            self.logger.warning("Redis replicas acknowledge the cron scheduler's writes again.")
+            self.logger.warning("The cron scheduler's writes are confirmed durable again.")
             self.observer.replicas_confirmed(confirmed=True)
             self.lease.report_replicas(None)
         fault = self._fault.recovered()
@@ -408,9 +408,8 @@ class LeaderThread(threading.Thread, Generic[H]):
             pass  # a replica answered, or Redis went away: the WARNING below still says it
         if self._unconfirmed.failing("unconfirmed"):
             self.logger.warning(
-                "Redis replicas do not acknowledge the cron scheduler's writes (%s): nothing fires until they "
-                "do (a claim made meanwhile is settled then); a leader steps down after %d ms; retrying every "
-                "%d ms.",
+                "The cron scheduler's writes are not confirmed durable (%s): nothing fires until they are (a "
+                "claim made meanwhile is settled then); a leader steps down after %d ms; retrying every %d ms.",
                 unconfirmed,
                 int(self.timing.fire_deadline * 1000),
                 int(self.timing.retry_interval * 1000),

@@ -38,6 +38,7 @@ __all__ = [
     "refusal",
     "same_server",
     "scheduler_clients",
+    "sentinels_of",
 ]
 
 #: The URL scheme of a Redis Cluster: ``redis+cluster://[user:password@]host:port[,host:port...]``
@@ -365,6 +366,16 @@ def _sentinel_clients(
         return client
 
     return build(op_timeout_ms), build(op_timeout_ms + block_timeout_ms)
+
+
+def sentinels_of(client: Any, *, timeout_ms: int) -> tuple[list[redis.Redis], str] | None:
+    """For a Sentinel-managed scheduler client: a client for each of its
+    sentinels (with ``timeout_ms`` and at most one retry, whatever the
+    user's sentinel options were) and the service name; None otherwise."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return None
+    return [_derive(s, timeout_ms=timeout_ms) for s in pool.sentinel_manager.sentinels], pool.service_name
 
 
 # -- Redis Cluster --------------------------------------------------------------

@@ -31,7 +31,7 @@ from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
-from .durability import Durability, Unconfirmed
+from .durability import Ack, Durability, Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed, parse_schedule_set
 from .ledger import (
@@ -373,7 +373,7 @@ class _MemoryLease:
 
         result = self._observe("acquire", run)
         assert isinstance(result, Acquired | Held)
-        self.durability.check(self.server.replicas_acking)  # a won lease: a retry finds it ours
+        self.durability.check(Ack(self.server.replicas_acking))  # a won lease: a retry finds it ours
         self._attempt = None
         self.token = token if isinstance(result, Acquired) else None
         return result
@@ -406,7 +406,7 @@ class _MemoryLease:
         if renewed is None:
             self.token = None
         else:
-            self.durability.check(self.server.replicas_acking)
+            self.durability.check(Ack(self.server.replicas_acking))
         return renewed
 
     def release(self) -> bool:
@@ -736,7 +736,7 @@ class _MemoryLedger:
 
         reply = self.server._call("claim", run)
         assert isinstance(reply, ClaimReply)
-        self.durability.check(self.server.replicas_acking)
+        self.durability.check(Ack(self.server.replicas_acking))
         return reply
 
     @property
@@ -782,7 +782,7 @@ class _MemoryLedger:
 
         settled = self.server._call("settle", run)
         assert isinstance(settled, Settled)
-        self.durability.check(self.server.replicas_acking)
+        self.durability.check(Ack(self.server.replicas_acking))
         return settled
 
 

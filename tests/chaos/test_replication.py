@@ -83,7 +83,7 @@ def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice
     late = [e for e in history.enqueues() if e.pid == leader_pid and e.tick_ms > cut + 1000]
     assert not late, late[:5]
     log = old_leader.log()
-    assert len(re.findall(r"do not acknowledge the cron scheduler's writes", log)) == 1, log[-4000:]
+    assert len(re.findall(r"writes are not confirmed durable", log)) == 1, log[-4000:]
     assert "Traceback" not in log, log[-4000:]
 
 
