@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from redis.exceptions import NoScriptError
@@ -45,6 +45,8 @@ class Unconfirmed(Exception):
         super().__init__(sentinels or f"{acked} of {required} replica(s) acknowledged within {wait_ms} ms")
         self.acked = acked
         self.required = required
+        #: Why the sentinels do not confirm it ("": the replicas fell short).
+        self.sentinels = sentinels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,14 @@ class Ack:
     replicas: int
     #: The address of the server the write ran on (the connection's).
     master: tuple[str, int] | None = None
+
+
+class SentinelClient(Protocol):
+    """What :class:`SentinelQuorum` asks of a sentinel's client (redis-py's
+    ``Redis.sentinel_master``)."""
+
+    def sentinel_master(self, service_name: str) -> Any:
+        """The sentinel's state of the service's master, parsed."""
 
 
 class SentinelQuorum:
@@ -71,7 +81,7 @@ class SentinelQuorum:
       service: The master's service name.
     """
 
-    def __init__(self, sentinels: Sequence[redis.Redis], *, service: str) -> None:
+    def __init__(self, sentinels: Sequence[SentinelClient], *, service: str) -> None:
         self._sentinels = list(sentinels)
         self.service = service
         self._watching = len(self._sentinels)
@@ -79,7 +89,7 @@ class SentinelQuorum:
     def confirm(self, master: tuple[str, int] | None) -> str:
         """Why ``master`` is not confirmed ("" when a majority names it)."""
         needed = self._watching // 2 + 1
-        agree: list[redis.Redis] = []
+        agree: list[SentinelClient] = []
         for sentinel in list(self._sentinels):
             try:
                 state = sentinel.sentinel_master(self.service)

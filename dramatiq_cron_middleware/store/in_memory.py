@@ -31,7 +31,7 @@ from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
-from .durability import Ack, Durability, Unconfirmed
+from .durability import Ack, Durability, SentinelQuorum, Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed, parse_schedule_set
 from .ledger import (
@@ -113,6 +113,9 @@ class MemoryServer:
         #: How many replicas acknowledge writes (WAIT's answer): detach
         #: them by setting 0.
         self.replicas_acking = 0
+        #: The address a durable write names to the sentinels (see
+        #: durability.py's ``Ack``); None: unknown.
+        self.address: tuple[str, int] | None = None
         self.flushall()
         self._lose: dict[str, int] = {}
         self._refuse: dict[str, int] = {}
@@ -373,7 +376,8 @@ class _MemoryLease:
 
         result = self._observe("acquire", run)
         assert isinstance(result, Acquired | Held)
-        self.durability.check(Ack(self.server.replicas_acking))  # a won lease: a retry finds it ours
+        # A won lease: a retry finds it ours.
+        self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         self._attempt = None
         self.token = token if isinstance(result, Acquired) else None
         return result
@@ -406,7 +410,7 @@ class _MemoryLease:
         if renewed is None:
             self.token = None
         else:
-            self.durability.check(Ack(self.server.replicas_acking))
+            self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return renewed
 
     def release(self) -> bool:
@@ -736,7 +740,7 @@ class _MemoryLedger:
 
         reply = self.server._call("claim", run)
         assert isinstance(reply, ClaimReply)
-        self.durability.check(Ack(self.server.replicas_acking))
+        self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return reply
 
     @property
@@ -782,7 +786,7 @@ class _MemoryLedger:
 
         settled = self.server._call("settle", run)
         assert isinstance(settled, Settled)
-        self.durability.check(Ack(self.server.replicas_acking))
+        self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return settled
 
 
@@ -865,6 +869,9 @@ class InMemoryStore:
       prefix: The key prefix the names in reports use.  Defaults to "cron".
       replicas: How many replicas must acknowledge an acquisition, a
         renewal, a claim or a settle (see durability.py).  Defaults to 0.
+      sentinels: Who must name the server's ``address`` as the master
+        after each of those writes (see durability.py).  Defaults to None:
+        no Sentinel.
     """
 
     def __init__(
@@ -881,10 +888,11 @@ class InMemoryStore:
         history_length: int = 10_000,
         prefix: str = "cron",
         replicas: int = 0,
+        sentinels: SentinelQuorum | None = None,
     ) -> None:
         self.server = server
         self._keys = Keys(prefix)
-        durability = Durability(replicas=replicas)
+        durability = Durability(replicas=replicas, sentinels=sentinels)
         self._clock = clock
         self._lease = _MemoryLease(
             server,

@@ -248,7 +248,13 @@ class Lease:
         pipe.hsetnx(self.keys.replicas, "since", now)
         pipe.hset(
             self.keys.replicas,
-            mapping={"member": self.member, "acked": unconfirmed.acked, "required": unconfirmed.required, "at": now},
+            mapping={
+                "member": self.member,
+                "acked": unconfirmed.acked,
+                "required": unconfirmed.required,
+                "sentinels": unconfirmed.sentinels,
+                "at": now,
+            },
         )
         pipe.pexpire(self.keys.replicas, 3 * self.ttl_ms)
         pipe.execute()
