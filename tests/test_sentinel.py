@@ -4,6 +4,8 @@ first leader after it waits one lease before firing."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -97,3 +99,47 @@ def test_real_sentinels_confirm_the_master_and_refuse_a_replicas_address(sentine
     durability.check(ack)
     for c in (client, blocking, *sentinels):
         c.close()
+
+
+class _StalledSentinel:
+    """A listener that accepts connections and never answers (a sentinel
+    that is partitioned away or stalled), counting the connections."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+def test_a_stalled_sentinel_is_asked_once_per_discovery_not_retried_with_backoff(sentinel_group: SentinelGroup) -> None:
+    """Given a sentinel URL whose first sentinel never answers: finding the
+    master asks it once (redis-py's default retries a sentinel ten times
+    with back-off, about 8 s at a 300 ms timeout, on every reconnection of
+    every pool) and goes on to the next."""
+    stalled = _StalledSentinel()
+    hosts = ",".join([f"127.0.0.1:{stalled.port}", *(f"{h}:{p}" for h, p in sentinel_group.addresses)])
+    url = f"redis+sentinel://{hosts}/{sentinel_group.service}/0"
+    try:
+        client, blocking = scheduler_clients(url, op_timeout_ms=300, block_timeout_ms=0)
+        assert client.execute_command("ROLE")[0] == "master"
+        assert len(stalled.accepted) == 1, len(stalled.accepted)
+        client.close()
+        blocking.close()
+    finally:
+        stalled.close()
