@@ -82,6 +82,7 @@ def test_a_partition_leaving_the_leader_a_replica_but_not_the_sentinel_majority_
     )
     resumed = min(e.at for e in history.enqueues() if e.tick_ms > cut + 1000) * 1000
 
+    print(f"the cut's ticks caught up from {(resumed - healed) / 1000:.1f} s after the heal")
     end = now_ms() - 1500
     verdict = history.judge(schedules=SCHEDULES, start_ms=start, end_ms=end, outages=[])
     assert not verdict.duplicates, verdict.summary()
