@@ -366,10 +366,16 @@ class SplitSentinelGroup:
             {n for n in self.nodes if n in one_side},
             {n for n in self.nodes if n not in one_side},
         ]
+        # Planned first (reading /proc takes a while), then applied in one
+        # sweep: cutting proxy after proxy would leave, for a moment, links
+        # that a two-way partition never has (the leader still reaching a
+        # sentinel that no longer reaches the master).
+        plans = []
         for side, extra in zip(sides, pids, strict=True):
             kept = set(extra) | {self._pid(n) for n in side}
-            for name in side:
-                self.proxies[name].partition(keep_pids=kept)
+            plans += [(self.proxies[name], self.proxies[name].plan_partition(keep_pids=kept)) for name in side]
+        for proxy, plan in plans:
+            proxy.apply_partition(plan)
 
     def heal(self) -> None:
         """End the partition."""
