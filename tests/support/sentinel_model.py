@@ -282,7 +282,8 @@ class World:
         self.schedule = bind_schedule(
             ACTOR, "default", Schedule("* * * * * *"), timezone="UTC", catch_up="each", catch_up_window=3_600_000
         )
-        self.logger = logging.Logger("sentinel-model")  # outside the hierarchy: quiet
+        self.logger = logging.Logger("sentinel-model")  # outside the hierarchy
+        self.logger.addHandler(logging.NullHandler())  # quiet: the outcome is judged, not the log
         self.leaders = {name: self._candidate(name) for name in CLIENTS}
 
     def _candidate(self, name: str) -> LeaderThread[Any]:
