@@ -455,7 +455,11 @@ class _MemoryLease:
                 return
             since = s.replicas_report["since"] if s.replicas_report else s.now_ms()
             s.replicas_report = dict(
-                member=self.member, acked=unconfirmed.acked, required=unconfirmed.required, since=since
+                member=self.member,
+                acked=unconfirmed.acked,
+                required=unconfirmed.required,
+                sentinels=unconfirmed.sentinels,
+                since=since,
             )
 
         self.server._call("report_replicas", run)
