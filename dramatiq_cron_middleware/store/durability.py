@@ -1,5 +1,5 @@
-"""Durable writes: a lease or ledger write counts only once it survives
-any failover the sentinels can perform.
+"""Durable writes: a lease or ledger write counts only once replicas hold
+it and, on Sentinel, a majority of the sentinels name its master.
 
 Redis replicates asynchronously.  A claim that a master granted and then
 lost in a failover is granted again by the next master: two enqueues of one
@@ -183,7 +183,8 @@ def _on_one_connection(pool: Any, commands: list[tuple[Any, ...]]) -> tuple[list
     """Send ``commands`` in one round trip on one connection, held until
     its address is read: the replies (an error reply as its exception)
     and the address of the server that ran them.  A connection fault is
-    retried as the client's retry policy says, on a new connection."""
+    retried as the client's retry policy says (reconnected: on Sentinel
+    to the master the sentinels name now, ``MasterChanged`` if it moved)."""
     connection = pool.get_connection()
 
     def send() -> list[Any]:
