@@ -60,9 +60,10 @@ from .store.connection import (
     redact,
     same_server,
     scheduler_clients,
+    sentinels_of,
     url_from_environment,
 )
-from .store.durability import Durability, required_replicas
+from .store.durability import Durability, SentinelQuorum, required_replicas
 from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
@@ -555,6 +556,9 @@ class CronMiddleware(Middleware):
             where = describe(client)
             clock = ServerClock(on_step=lambda step: self.logger.warning("%s", step.describe()))
             durability = Durability(replicas=self.config.replicas or 0, wait_ms=timing.replica_wait_ms)
+            sentinels = sentinels_of(client, timeout_ms=timing.replica_wait_ms)
+            if sentinels is not None:  # a replica's acknowledgement is not enough: see durability.py
+                durability.sentinels = SentinelQuorum(sentinels[0], service=sentinels[1])
             lease = Lease(
                 client=client,
                 blocking_client=blocking,
@@ -670,10 +674,11 @@ class CronMiddleware(Middleware):
             durability.replicas = required_replicas(client, sentinel=sentinel, key=self.keys.lease)
         if durability.on:
             self.logger.info(
-                "Cron claims and renewals wait for %d Redis replica(s) to acknowledge them (up to %d ms each); "
+                "Cron claims and renewals wait for %d Redis replica(s) to acknowledge them (up to %d ms each)%s; "
                 "a granted message is enqueued only then.",
                 durability.replicas,
                 durability.wait_ms,
+                " and for a majority of the sentinels to name their master" if durability.sentinels else "",
             )
 
     def _mark_ms(self) -> int:

@@ -72,10 +72,10 @@ def test_a_replica_in_its_initial_sync_at_boot_is_waited_for_at_info(caplog: pyt
     boot.harness.server.replicas_acking = 1
     boot.turns(3)
     assert boot.leader.leading and boot.fired() >= 1
-    assert not [w for w in boot.lines(logging.WARNING) if "acknowledge" in w], boot.lines(logging.WARNING)
+    assert not [w for w in boot.lines(logging.WARNING) if "durable" in w], boot.lines(logging.WARNING)
     infos = boot.lines(logging.INFO)
-    assert len([i for i in infos if i.startswith("Waiting for Redis replicas")]) == 1, infos
-    assert len([i for i in infos if "acknowledge the cron scheduler's writes: it fires" in i]) == 1, infos
+    assert len([i for i in infos if i.startswith("Waiting for the cron scheduler's first writes")]) == 1, infos
+    assert len([i for i in infos if "first writes are confirmed durable: it fires" in i]) == 1, infos
 
 
 def test_a_replica_silent_past_a_lease_at_boot_gets_its_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -83,8 +83,8 @@ def test_a_replica_silent_past_a_lease_at_boot_gets_its_warning(caplog: pytest.L
     boot.turns(LEASE_MS / 1000 + 3)
     assert boot.fired() == 0
     warnings = boot.lines(logging.WARNING)
-    assert len([w for w in warnings if "do not acknowledge" in w]) == 1, warnings
+    assert len([w for w in warnings if "not confirmed durable" in w]) == 1, warnings
     boot.harness.server.replicas_acking = 1
     boot.turns(LEASE_MS / 1000 + 3)
     assert boot.leader.leading and boot.fired() >= 1
-    assert len([w for w in boot.lines(logging.WARNING) if "acknowledge the cron scheduler's writes again" in w]) == 1
+    assert len([w for w in boot.lines(logging.WARNING) if "confirmed durable again" in w]) == 1

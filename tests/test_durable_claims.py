@@ -86,7 +86,7 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
 
         replica.client().replicaof("NO", "ONE")
         detached = now_ms()
-        wait_for(lambda: app.warnings("do not acknowledge"), timeout=10, what="the WARNING")
+        wait_for(lambda: app.warnings("not confirmed durable"), timeout=10, what="the WARNING")
         time.sleep(DETACHED_S)  # the declared outage itself
         # A tick claimed (and confirmed) just before the detach may still be
         # reaching the broker; none of a later second may.
@@ -115,8 +115,8 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         # One WARNING for the detach (a loaded machine may also have held a
         # replica's acknowledgement past the wait before it: a state of its own).
         since = [r.getMessage() for r in app.records() if r.created * 1000 >= detached and r.levelno >= 30]
-        assert len([m for m in since if "do not acknowledge" in m]) == 1, since
-        wait_for(lambda: app.warnings("acknowledge the cron scheduler's writes again"), timeout=5, what="recovery")
+        assert len([m for m in since if "not confirmed durable" in m]) == 1, since
+        wait_for(lambda: app.warnings("writes are confirmed durable again"), timeout=5, what="recovery")
         wait_for(lambda: control.replicas_lacking() is None, timeout=5, what="the record to go")
         assert not app.errors(), app.errors()
 

@@ -4,13 +4,17 @@ first leader after it waits one lease before firing."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 from redis.sentinel import Sentinel
 
 from dramatiq_cron_middleware import CronConfigurationError
-from dramatiq_cron_middleware.store.connection import describe, scheduler_clients
+from dramatiq_cron_middleware.store.codes import load_script
+from dramatiq_cron_middleware.store.connection import describe, scheduler_clients, sentinels_of
+from dramatiq_cron_middleware.store.durability import Durability, SentinelQuorum
 from tests.support.instances import History, Instance, now_ms, wait_for
 from tests.support.redis_topologies import SentinelGroup
 
@@ -71,3 +75,71 @@ def test_leadership_resumes_on_the_new_master_after_a_failover_without_duplicate
 def test_a_url_without_a_service_is_one_clear_error() -> None:
     with pytest.raises(CronConfigurationError, match="service"):
         scheduler_clients("redis+sentinel://127.0.0.1:26379", op_timeout_ms=400, block_timeout_ms=0)
+
+
+def test_real_sentinels_confirm_the_master_and_refuse_a_replicas_address(sentinel_group: SentinelGroup) -> None:
+    """The quorum reads real ``SENTINEL MASTER`` replies: the master's
+    address is named by all three, a replica's by none; a durable write on
+    the scheduler's client names the master it ran on."""
+    client, blocking = scheduler_clients(sentinel_group.url(), op_timeout_ms=1000, block_timeout_ms=0)
+    found = sentinels_of(client, timeout_ms=500)
+    assert found is not None
+    sentinels, service = found
+    assert service == sentinel_group.service and len(sentinels) == 3
+    quorum = SentinelQuorum(sentinels, service=service)
+    master = ("127.0.0.1", sentinel_group.master_port())
+    assert quorum.confirm(master) == ""
+    assert "0 of the 2 sentinel(s) needed" in quorum.confirm(("127.0.0.1", sentinel_group.replica.port))
+    durability = Durability(replicas=1, wait_ms=1000, sentinels=quorum)
+    script = load_script(client, "release")
+    _, ack = durability.run(
+        client, script, ["{t}:lease", "{t}:wake", "{t}:candidates", "{t}:info"], ["-", "m", 1000, 1000]
+    )
+    assert ack.master == master and ack.replicas >= 1
+    durability.check(ack)
+    for c in (client, blocking, *sentinels):
+        c.close()
+
+
+class _StalledSentinel:
+    """A listener that accepts connections and never answers (a sentinel
+    that is partitioned away or stalled), counting the connections."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+def test_a_stalled_sentinel_is_asked_once_per_discovery_not_retried_with_backoff(sentinel_group: SentinelGroup) -> None:
+    """Given a sentinel URL whose first sentinel never answers: finding the
+    master asks it once (redis-py's default retries a sentinel ten times
+    with back-off, about 8 s at a 300 ms timeout, on every reconnection of
+    every pool) and goes on to the next."""
+    stalled = _StalledSentinel()
+    hosts = ",".join([f"127.0.0.1:{stalled.port}", *(f"{h}:{p}" for h, p in sentinel_group.addresses)])
+    url = f"redis+sentinel://{hosts}/{sentinel_group.service}/0"
+    try:
+        client, blocking = scheduler_clients(url, op_timeout_ms=300, block_timeout_ms=0)
+        assert client.execute_command("ROLE")[0] == "master"
+        assert len(stalled.accepted) == 1, len(stalled.accepted)
+        client.close()
+        blocking.close()
+    finally:
+        stalled.close()

@@ -374,9 +374,9 @@ class LeaderThread(threading.Thread, Generic[H]):
         unconfirmed = self._unconfirmed.recovered()
         if unconfirmed is not None:
             if unconfirmed == "boot":
-                self.logger.info("Redis replicas acknowledge the cron scheduler's writes: it fires from now.")
+                self.logger.info("The cron scheduler's first writes are confirmed durable: it fires from now.")
             else:
-                self.logger.warning("Redis replicas acknowledge the cron scheduler's writes again.")
+                self.logger.warning("The cron scheduler's writes are confirmed durable again.")
             self.observer.replicas_confirmed(confirmed=True)
             self.lease.report_replicas(None)
         fault = self._fault.recovered()
@@ -421,17 +421,16 @@ class LeaderThread(threading.Thread, Generic[H]):
         booting = self._booting_until is not None and self.store.clock.monotonic() < self._booting_until
         if booting and self._unconfirmed.failing("boot"):
             self.logger.info(
-                "Waiting for Redis replicas to acknowledge the cron scheduler's first writes (%s), as after a "
-                "replica's initial sync: nothing fires until they do; a WARNING if it lasts past %d ms.",
+                "Waiting for the cron scheduler's first writes to be confirmed durable (%s), as after a "
+                "replica's initial sync: nothing fires until they are; a WARNING if it lasts past %d ms.",
                 unconfirmed,
                 self.timing.lease_ms,
             )
             self.observer.replicas_confirmed(confirmed=False)
         elif not booting and self._unconfirmed.failing("unconfirmed"):
             self.logger.warning(
-                "Redis replicas do not acknowledge the cron scheduler's writes (%s): nothing fires until they "
-                "do (a claim made meanwhile is settled then); a leader steps down after %d ms; retrying every "
-                "%d ms.",
+                "The cron scheduler's writes are not confirmed durable (%s): nothing fires until they are (a "
+                "claim made meanwhile is settled then); a leader steps down after %d ms; retrying every %d ms.",
                 unconfirmed,
                 int(self.timing.fire_deadline * 1000),
                 int(self.timing.retry_interval * 1000),

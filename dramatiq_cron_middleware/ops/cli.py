@@ -519,6 +519,7 @@ def _status(app: _App, args: argparse.Namespace) -> int:
             "pid": lacking.pid,
             "acked": lacking.acked,
             "required": lacking.required,
+            "sentinels": lacking.sentinels,
             "since": iso(lacking.since_ms),
         }
         lines.append(f"Replicas:   {lacking.describe(now)}")

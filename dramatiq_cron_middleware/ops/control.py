@@ -85,9 +85,17 @@ class ReplicasLacking:
     required: int
     since_ms: int
     at_ms: int
+    #: Why a majority of the sentinels does not confirm them ("": the
+    #: replicas fell short).
+    sentinels: str = ""
 
     def describe(self, now_ms: int) -> str:
         """One line for people."""
+        if self.sentinels:
+            return (
+                f"the writes of {self.host} pid {self.pid} are not confirmed by the sentinels ({self.sentinels}; "
+                f"for {span(now_ms - self.since_ms)}): nothing fires until they are"
+            )
         return (
             f"{self.acked} of {self.required} Redis replica(s) acknowledge the writes of {self.host} pid {self.pid} "
             f"(for {span(now_ms - self.since_ms)}): nothing fires until they do"
@@ -201,6 +209,7 @@ class Control:
                 required=int(fields["required"]),
                 since_ms=int(fields["since"]),
                 at_ms=int(fields["at"]),
+                sentinels=str(fields.get("sentinels", "")),
             )
         except (KeyError, ValueError):
             return None

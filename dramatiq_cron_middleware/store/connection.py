@@ -38,6 +38,7 @@ __all__ = [
     "refusal",
     "same_server",
     "scheduler_clients",
+    "sentinels_of",
 ]
 
 #: The URL scheme of a Redis Cluster: ``redis+cluster://[user:password@]host:port[,host:port...]``
@@ -347,14 +348,21 @@ def _sentinel_of(pool: SentinelConnectionPool) -> _SentinelSpec:
 def _sentinel_clients(
     spec: _SentinelSpec, op_timeout_ms: int, block_timeout_ms: int
 ) -> tuple[redis.Redis, redis.Redis]:
-    # Sentinels are asked with the short timeout whatever the client; each
-    # scheduler client gets its own manager and pool, so each notices a
-    # moved master by itself.
+    # Sentinels are asked with the short timeout whatever the client, and
+    # once each: the next sentinel is the retry (redis-py's default retries
+    # a silent sentinel ten times with back-off, about 8 s at a 300 ms
+    # timeout, at every reconnection of every pool).  Each scheduler client
+    # gets its own manager and pool, so each notices a moved master by itself.
     def build(timeout_ms: int) -> redis.Redis:
         short = op_timeout_ms / 1000
         manager = Sentinel(  # type: ignore[no-untyped-call]
             spec.sentinels,
-            sentinel_kwargs={**spec.sentinel, "socket_timeout": short, "socket_connect_timeout": short},
+            sentinel_kwargs={
+                **spec.sentinel,
+                "socket_timeout": short,
+                "socket_connect_timeout": short,
+                "retry": Retry(NoBackoff(), 0),
+            },
         )
         client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
             spec.service,
@@ -365,6 +373,16 @@ def _sentinel_clients(
         return client
 
     return build(op_timeout_ms), build(op_timeout_ms + block_timeout_ms)
+
+
+def sentinels_of(client: Any, *, timeout_ms: int) -> tuple[list[redis.Redis], str] | None:
+    """For a Sentinel-managed scheduler client: a client for each of its
+    sentinels (with ``timeout_ms`` and at most one retry, whatever the
+    user's sentinel options were) and the service name; None otherwise."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return None
+    return [_derive(s, timeout_ms=timeout_ms) for s in pool.sentinel_manager.sentinels], pool.service_name
 
 
 # -- Redis Cluster --------------------------------------------------------------

@@ -31,7 +31,7 @@ from ..schedules.schedule import BoundSchedule
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
-from .durability import Durability, Unconfirmed
+from .durability import Ack, Durability, SentinelQuorum, Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed, parse_schedule_set
 from .ledger import (
@@ -113,6 +113,9 @@ class MemoryServer:
         #: How many replicas acknowledge writes (WAIT's answer): detach
         #: them by setting 0.
         self.replicas_acking = 0
+        #: The address a durable write names to the sentinels (see
+        #: durability.py's ``Ack``); None: unknown.
+        self.address: tuple[str, int] | None = None
         self.flushall()
         self._lose: dict[str, int] = {}
         self._refuse: dict[str, int] = {}
@@ -376,7 +379,8 @@ class _MemoryLease:
 
         result = self._observe("acquire", run)
         assert isinstance(result, Acquired | Held)
-        self.durability.check(self.server.replicas_acking)  # a won lease: a retry finds it ours
+        # A won lease: a retry finds it ours.
+        self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         self._attempt = None
         self.token = token if isinstance(result, Acquired) else None
         return result
@@ -409,7 +413,7 @@ class _MemoryLease:
         if renewed is None:
             self.token = None
         else:
-            self.durability.check(self.server.replicas_acking)
+            self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return renewed
 
     def release(self) -> bool:
@@ -454,7 +458,11 @@ class _MemoryLease:
                 return
             since = s.replicas_report["since"] if s.replicas_report else s.now_ms()
             s.replicas_report = dict(
-                member=self.member, acked=unconfirmed.acked, required=unconfirmed.required, since=since
+                member=self.member,
+                acked=unconfirmed.acked,
+                required=unconfirmed.required,
+                sentinels=unconfirmed.sentinels,
+                since=since,
             )
 
         self.server._call("report_replicas", run)
@@ -739,7 +747,7 @@ class _MemoryLedger:
 
         reply = self.server._call("claim", run)
         assert isinstance(reply, ClaimReply)
-        self.durability.check(self.server.replicas_acking)
+        self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return reply
 
     @property
@@ -785,7 +793,7 @@ class _MemoryLedger:
 
         settled = self.server._call("settle", run)
         assert isinstance(settled, Settled)
-        self.durability.check(self.server.replicas_acking)
+        self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return settled
 
 
@@ -868,6 +876,9 @@ class InMemoryStore:
       prefix: The key prefix the names in reports use.  Defaults to "cron".
       replicas: How many replicas must acknowledge an acquisition, a
         renewal, a claim or a settle (see durability.py).  Defaults to 0.
+      sentinels: Who must name the server's ``address`` as the master
+        after each of those writes (see durability.py).  Defaults to None:
+        no Sentinel.
     """
 
     def __init__(
@@ -884,10 +895,11 @@ class InMemoryStore:
         history_length: int = 10_000,
         prefix: str = "cron",
         replicas: int = 0,
+        sentinels: SentinelQuorum | None = None,
     ) -> None:
         self.server = server
         self._keys = Keys(prefix)
-        durability = Durability(replicas=replicas)
+        durability = Durability(replicas=replicas, sentinels=sentinels)
         self._clock = clock
         self._lease = _MemoryLease(
             server,

@@ -20,7 +20,7 @@ import redis
 from .clock import ServerClock
 from .codes import Corrupt, Reply, decode, load_script
 from .connection import pool_for
-from .durability import Durability, Unconfirmed
+from .durability import Ack, Durability, Unconfirmed
 from .keys import Keys
 from .timing import Timing
 
@@ -248,7 +248,13 @@ class Lease:
         pipe.hsetnx(self.keys.replicas, "since", now)
         pipe.hset(
             self.keys.replicas,
-            mapping={"member": self.member, "acked": unconfirmed.acked, "required": unconfirmed.required, "at": now},
+            mapping={
+                "member": self.member,
+                "acked": unconfirmed.acked,
+                "required": unconfirmed.required,
+                "sentinels": unconfirmed.sentinels,
+                "at": now,
+            },
         )
         pipe.pexpire(self.keys.replicas, 3 * self.ttl_ms)
         pipe.execute()
@@ -347,8 +353,8 @@ class Lease:
         pipe.pexpire(key, self.ttl_ms)
         pipe.execute()
 
-    def _call(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Reply, int]:
-        """The script's reply, and how many replicas acknowledged it."""
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Reply, Ack]:
+        """The script's reply, and what confirms it."""
         sent = self.clock.monotonic()
         raw, acked = self.durability.run(self._client, script, keys, args)
         reply = decode(raw)

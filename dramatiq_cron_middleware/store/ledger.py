@@ -34,7 +34,7 @@ from .codes import (
     load_script,
     whole_actor,
 )
-from .durability import Durability
+from .durability import Ack, Durability
 from .keys import Keys
 from .read_ahead import read_ahead
 
@@ -449,7 +449,7 @@ class Ledger:
         if confirm:
             result, acked = self.durability.run(self._client, script, keys, args)
         else:
-            result, acked = script(keys=keys, args=args), 0
+            result, acked = script(keys=keys, args=args), Ack(0)
         self.clock.observe(int(result[1]), sent, self.clock.monotonic())
         reply = _granted(result)
         if confirm:

@@ -62,17 +62,20 @@ def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice
     group.replication.partition(keep_pids={leader_pid})
     cut = now_ms()
     wait_for(lambda: group.master_port() != old_port, timeout=30, what="the sentinels to promote a replica")
-    # The majority side leads and fires, confirmed by the remaining replica.
+    # The majority side leads and fires, confirmed by the remaining replica
+    # and the sentinels.  (Its reconnections used to ask a sentinel that
+    # answered slowly ten times with back-off, seconds each, on every pool:
+    # past 30 s under load.  Now once each, then the next.)
     wait_for(
         lambda: any(e.pid != leader_pid and e.tick_ms > cut for e in history.enqueues()),
-        timeout=30,
+        timeout=60,
         what="the majority side to fire",
     )
     time.sleep(max(0.0, PARTITION_S - (now_ms() - cut) / 1000))  # the declared partition
     group.replication.heal()
     healed = now_ms()
     wait_for(
-        lambda: len([t for t in history.ticks() if t > healed + 2000]) >= 3, timeout=30, what="ticks after healing"
+        lambda: len([t for t in history.ticks() if t > healed + 2000]) >= 3, timeout=60, what="ticks after healing"
     )
 
     verdict = history.judge(schedules=["tick_0", "tick_1"], start_ms=start, end_ms=now_ms() - 1500, outages=[])
@@ -83,7 +86,7 @@ def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice
     late = [e for e in history.enqueues() if e.pid == leader_pid and e.tick_ms > cut + 1000]
     assert not late, late[:5]
     log = old_leader.log()
-    assert len(re.findall(r"do not acknowledge the cron scheduler's writes", log)) == 1, log[-4000:]
+    assert len(re.findall(r"writes are not confirmed durable", log)) == 1, log[-4000:]
     assert "Traceback" not in log, log[-4000:]
 
 

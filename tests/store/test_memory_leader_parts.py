@@ -152,7 +152,7 @@ def test_a_leader_whose_writes_no_replica_acknowledges_enqueues_nothing_and_step
     assert not leader.leading
     assert len(_messages(broker)) <= cut + 1  # a tick claimed and confirmed at the cut
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len([w for w in warnings if "do not acknowledge" in w]) == 1, warnings
+    assert len([w for w in warnings if "not confirmed durable" in w]) == 1, warnings
     assert len([w for w in warnings if "Lost cron leadership" in w]) == 1, warnings
 
     harness.server.replicas_acking = 1

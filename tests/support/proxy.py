@@ -123,12 +123,26 @@ class Proxy:
         upstream's side: every other connection (open or new) is held, as
         :meth:`blackhole` holds them; those of ``keep_pids`` (found through
         /proc, Linux) still flow."""
+        self.apply_partition(self.plan_partition(keep_pids=keep_pids))
+
+    def plan_partition(self, *, keep_pids: set[int]) -> tuple[set[int], dict[socket.socket, bool]]:
+        """What :meth:`partition` would hold, worked out (the slow part:
+        /proc) but not applied yet: several proxies cut at one instant
+        by planning each, then applying each."""
         with self._lock:
-            self._kept_pids = set(keep_pids)
+            clients = [client for client, _ in self._conns]
+        return set(keep_pids), {client: _opened_by(client, set(keep_pids)) for client in clients}
+
+    def apply_partition(self, plan: tuple[set[int], dict[socket.socket, bool]]) -> None:
+        """Apply a plan of :meth:`plan_partition` (connections opened since
+        are judged now)."""
+        kept_pids, kept = plan
+        with self._lock:
             for client, _ in self._conns:
                 link = self._links.get(client)
                 if link is not None:
-                    link["kept"] = _opened_by(client, self._kept_pids)
+                    link["kept"] = kept[client] if client in kept else _opened_by(client, kept_pids)
+            self._kept_pids = kept_pids
 
     def heal(self) -> None:
         """Undo blackhole, partition, held replication, delay and reset-on-connect."""

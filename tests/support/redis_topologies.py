@@ -27,7 +27,7 @@ from tests.support.redis_server import (
     server_knows,
 )
 
-__all__ = ["ClusterGroup", "RedisProcess", "SentinelGroup", "TlsRedis", "make_certificates"]
+__all__ = ["ClusterGroup", "RedisProcess", "SentinelGroup", "SplitSentinelGroup", "TlsRedis", "make_certificates"]
 
 
 def _wait(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -284,6 +284,135 @@ class SentinelGroup:
             process.close()
         if self.replication is not None:
             self.replication.stop()
+
+
+class SplitSentinelGroup:
+    """A master ``M``, replicas ``R1``..``Rn`` and sentinels ``S1``..``S3``,
+    each behind a :class:`Proxy` of its own, that can be split into two
+    sides as a network partition splits them.
+
+    Every process is known to every other (and to the clients, through the
+    sentinels) only at its proxy's address: replicas replicate from the
+    master's proxy and announce their own proxy's port, sentinels monitor
+    the master's proxy and announce theirs.  :meth:`split` makes each proxy
+    serve only the processes on its node's side (a dramatiq instance is
+    put on a side by its pids); the rest of its connections, open or new,
+    are held until :meth:`heal` (what they sent then arrives late, as TCP
+    retransmission delivers it).  Assertions and faults use the real
+    ports, which no partition touches.
+    """
+
+    def __init__(self, *, service: str = "cronmaster", replicas: int = 2, down_after_ms: int = 1000) -> None:
+        self.service = service
+        self.nodes: dict[str, RedisProcess] = {}
+        self.proxies: dict[str, Proxy] = {}
+        ports = {name: free_port() for name in ["M", *(f"R{i + 1}" for i in range(replicas)), "S1", "S2", "S3"]}
+        for name in ports:
+            self.proxies[name] = Proxy(ports[name], max_connections=512, max_lifetime=900)
+        master = self.proxies["M"].port
+        for name, port in ports.items():
+            announce = ["replica-announce-ip 127.0.0.1", f"replica-announce-port {self.proxies[name].port}"]
+            if name == "M":
+                config = announce
+            elif name.startswith("R"):
+                config = [f"replicaof 127.0.0.1 {master}", *announce]
+            else:
+                config = [
+                    f"sentinel monitor {service} 127.0.0.1 {master} 2",
+                    f"sentinel down-after-milliseconds {service} {down_after_ms}",
+                    f"sentinel failover-timeout {service} 5000",
+                    f"sentinel parallel-syncs {service} 1",
+                    "sentinel announce-ip 127.0.0.1",
+                    f"sentinel announce-port {self.proxies[name].port}",
+                ]
+            self.nodes[name] = RedisProcess(config, port=port, sentinel=name.startswith("S"))
+
+    @property
+    def sentinels(self) -> list[RedisProcess]:
+        """The sentinel processes."""
+        return [p for n, p in self.nodes.items() if n.startswith("S")]
+
+    def url(self) -> str:
+        """The ``redis+sentinel://`` URL, naming the sentinels' proxies."""
+        hosts = ",".join(f"127.0.0.1:{self.proxies[n].port}" for n in self.nodes if n.startswith("S"))
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def master_name(self) -> str | None:
+        """Which node a majority of the sentinels names as the master
+        (asked at their real ports), or None."""
+        by_port = {proxy.port: name for name, proxy in self.proxies.items()}
+        named: list[str] = []
+        for sentinel in self.sentinels:
+            try:
+                found = sentinel.client().sentinel_get_master_addr_by_name(self.service)
+            except redis.RedisError:
+                continue
+            if found:
+                named.append(by_port.get(int(found[1]), "?"))
+        for name in set(named):
+            if named.count(name) >= 2:
+                return name
+        return None
+
+    def role(self, name: str) -> str:
+        """What a node says it is (``master``, ``slave``), at its real port."""
+        return str(self.nodes[name].client().execute_command("ROLE")[0])
+
+    def split(self, one_side: set[str], *, pids: tuple[set[int], set[int]]) -> None:
+        """Partition: the nodes named in ``one_side`` with the processes
+        ``pids[0]`` on one side, every other node with ``pids[1]`` on the
+        other."""
+        sides = [
+            {n for n in self.nodes if n in one_side},
+            {n for n in self.nodes if n not in one_side},
+        ]
+        # Planned first (reading /proc takes a while), then applied in one
+        # sweep: cutting proxy after proxy would leave, for a moment, links
+        # that a two-way partition never has (the leader still reaching a
+        # sentinel that no longer reaches the master).
+        plans = []
+        for side, extra in zip(sides, pids, strict=True):
+            kept = set(extra) | {self._pid(n) for n in side}
+            plans += [(self.proxies[name], self.proxies[name].plan_partition(keep_pids=kept)) for name in side]
+        for proxy, plan in plans:
+            proxy.apply_partition(plan)
+
+    def heal(self) -> None:
+        """End the partition."""
+        for proxy in self.proxies.values():
+            proxy.heal()
+
+    def _pid(self, name: str) -> int:
+        proc = self.nodes[name].proc
+        assert proc is not None
+        return proc.pid
+
+    def start(self) -> SplitSentinelGroup:
+        """Start everything; wait until every replica is in sync and every
+        sentinel sees the replicas and its two peers."""
+        for proxy in self.proxies.values():
+            proxy.start()
+        for process in self.nodes.values():
+            process.start()
+        replicas = [p for n, p in self.nodes.items() if n.startswith("R")]
+        self.nodes["M"].wait_ready()
+        for replica in replicas:
+            replica.wait_ready(lambda r=replica: r.client().info("replication").get("master_link_status") == "up")
+        for sentinel in self.sentinels:
+
+            def settled(sentinel: RedisProcess = sentinel) -> bool:
+                info = sentinel.client().sentinel_master(self.service)
+                return int(info["num-slaves"]) >= len(replicas) and int(info["num-other-sentinels"]) >= 2
+
+            sentinel.wait_ready(settled, timeout=30)
+        return self
+
+    def close(self) -> None:
+        """Stop every process and proxy."""
+        for process in self.nodes.values():
+            process.close()
+        for proxy in self.proxies.values():
+            proxy.stop()
 
 
 # -- Cluster --------------------------------------------------------------------
