@@ -46,6 +46,7 @@ from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
 from ..errors import CronScheduleError
+from .expression import canonical_fields, check_ascii
 
 __all__ = [
     "DEFAULT_CATCH_UP_WINDOW",
@@ -1071,7 +1072,10 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
 @functools.lru_cache(maxsize=4096)
 def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
     where = f"{_subject(actor_name)}cron {expression!r}"
-    text = " ".join(expression.split())
+    check_ascii(where, expression)
+    # ASCII whitespace only: str.split() would also split on the file and
+    # record separators (``\x1c``-``\x1f``), which cron does not.
+    text = " ".join(_BLANKS.split(expression.strip(" \t\n\r\f\v")))
     if not text:
         raise CronScheduleError(f"{where}: the expression is empty")
     if text.startswith("@"):
@@ -1088,14 +1092,17 @@ def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
             raise CronScheduleError(f"{where}: field {field!r} is not valid cron syntax")
         if _RANDOM.search(field):
             raise CronScheduleError(f"{where}: field {field!r}: random 'R' values differ per process; use 'H'")
-    fields = [_collapse_single_ranges(f) for f in fields]
+    fields = canonical_fields(where, [_collapse_single_ranges(f) for f in fields])
     fields = _every_day_when_either_covers_all(fields)
     text = " ".join(fields)
     has_seconds = len(fields) == 6
+    hash_id = actor_name if _hashed(text) else ""
+    if _day_or(fields[-3], fields[-1]):
+        _check_each_day_field_fires(where, fields, has_seconds, hash_id)
     try:
         # Through the parse cache: declaring 10,000 schedules that share a
         # few expressions parses each expression once.
-        it = copy.copy(_parsed(text, has_seconds, actor_name if _hashed(text) else "", _day_or(fields[-3], fields[-1])))
+        it = copy.copy(_parsed(text, has_seconds, hash_id, _day_or(fields[-3], fields[-1])))
         it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
         it.get_next(float)
     except CroniterBadDateError:
@@ -1108,6 +1115,29 @@ def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
 
 
 _RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+_BLANKS = re.compile(r"[ \t\n\r\f\v]+")
+
+
+def _check_each_day_field_fires(where: str, fields: list[str], has_seconds: bool, hash_id: str) -> None:
+    """With both day fields restricted, refuse one that never fires on its
+    own (``0 0 31 2 0``: no February has a 31st): croniter 6 refuses the
+    expression, croniter 7 fires on the other field alone."""
+    dom, month, dow = fields[-3], fields[-2], fields[-1]
+    for side, text, other in (
+        (f"day-of-month {dom!r}", " ".join([*fields[:-1], "*"]), " ".join([*fields[:-3], "*", month, dow])),
+        (f"day-of-week {dow!r}", " ".join([*fields[:-3], "*", month, dow]), " ".join([*fields[:-1], "*"])),
+    ):
+        try:
+            it = copy.copy(_parsed(text, has_seconds, hash_id, False))
+            it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
+            it.get_next(float)
+        except CroniterBadDateError:
+            raise CronScheduleError(
+                f"{where}: {side} never falls in month {month!r}, so only the other day field could fire, and "
+                f"croniter versions disagree on that; write {other!r} if that is what you mean"
+            ) from None
+        except (CroniterError, ValueError, KeyError, TypeError, IndexError):
+            return  # reported with the whole expression by the caller
 
 
 def _every_day_when_either_covers_all(fields: list[str]) -> list[str]:
