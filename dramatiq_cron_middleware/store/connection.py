@@ -6,6 +6,13 @@ client can take about a minute to give up on a dead server, far longer than
 a lease.  So the scheduler never uses the given client directly; it builds
 its own pools from the same connection parameters with short timeouts and
 at most one retry.
+
+redis-py 8 speaks RESP3 by default, and a RESP3 pool follows the server's
+maintenance notifications: on a managed Redis an announced maintenance
+relaxes every connection's socket timeout to 10-20 s, which would blind the
+lease's failure detection for as long.  The scheduler's pools opt out
+(where the installed redis-py has them), keeping the protocol the user's
+client speaks.
 """
 
 from __future__ import annotations
@@ -23,6 +30,12 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection
 
 from ..errors import CronConfigurationError
+
+_MaintConfig: Any
+try:  # redis-py 7 and later
+    from redis.maint_notifications import MaintNotificationsConfig as _MaintConfig
+except ImportError:  # pragma: no cover - redis-py 5 and 6 relax nothing
+    _MaintConfig = None
 
 __all__ = [
     "CLUSTER_SCHEME",
@@ -239,7 +252,16 @@ def _bounded(timeout_ms: int) -> dict[str, Any]:
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
         "decode_responses": True,
         "health_check_interval": 0,
+        **_unrelaxed(),
     }
+
+
+def _unrelaxed() -> dict[str, Any]:
+    """The option that keeps a pool's timeouts through a server's
+    maintenance notifications: none followed, none relaxed."""
+    if _MaintConfig is None:
+        return {}
+    return {"maint_notifications_config": _MaintConfig(enabled=False, relaxed_timeout=-1)}
 
 
 def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
@@ -354,7 +376,12 @@ def _sentinel_clients(
         short = op_timeout_ms / 1000
         manager = Sentinel(  # type: ignore[no-untyped-call]
             spec.sentinels,
-            sentinel_kwargs={**spec.sentinel, "socket_timeout": short, "socket_connect_timeout": short},
+            sentinel_kwargs={
+                **spec.sentinel,
+                "socket_timeout": short,
+                "socket_connect_timeout": short,
+                **_unrelaxed(),
+            },
         )
         client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
             spec.service,
@@ -405,6 +432,7 @@ def _cluster_clients(
             retry=Retry(NoBackoff(), 1),
             decode_responses=True,
             health_check_interval=0,
+            **_unrelaxed(),
             **kwargs,
         )
         return cast(redis.Redis, client)
