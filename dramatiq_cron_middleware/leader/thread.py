@@ -27,7 +27,7 @@ from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
 from ..store.codes import Corrupt
-from ..store.connection import redact, refusal
+from ..store.connection import redact, refusal, scripting_missing
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
@@ -422,8 +422,18 @@ class LeaderThread(threading.Thread, Generic[H]):
             key = f"{type(exc).__name__}: {exc}"
         else:
             key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
+        no_scripting = scripting_missing(exc)
         if self._fault.failing(key):
-            if refused is None:
+            if refused is None and no_scripting is not None:
+                # A setting of the server, not a bug: no traceback.
+                self.logger.error(
+                    "Redis cannot run the cron scheduler's Lua scripts (%s): the scheduler needs EVAL, EVALSHA and "
+                    "SCRIPT (Redis 6.2 or later, or Valkey with its Lua scripting engine loaded; were they renamed "
+                    "or disabled?); nothing fires from this process; retrying every %d ms.",
+                    redact(no_scripting),
+                    int(self.timing.retry_interval * 1000),
+                )
+            elif refused is None:
                 self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
             elif refused:
                 self.logger.warning(

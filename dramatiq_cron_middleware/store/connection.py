@@ -51,6 +51,7 @@ __all__ = [
     "refusal",
     "same_server",
     "scheduler_clients",
+    "scripting_missing",
 ]
 
 #: The URL scheme of a Redis Cluster: ``redis+cluster://[user:password@]host:port[,host:port...]``
@@ -147,6 +148,21 @@ def refusal(exc: BaseException) -> str | None:
     elif code is None:
         code, _, text = text.partition(" ")
     return f"{code}: {text}" if code in _REFUSALS else None
+
+
+# How a server without Lua scripting answers a script call: EVAL, EVALSHA
+# or SCRIPT renamed away (``rename-command EVAL ""``), or a Valkey built or
+# started without its Lua scripting engine.
+_NO_SCRIPTING = re.compile(r"unknown command '(eval|evalsha|script)'|scripting engine", re.IGNORECASE)
+
+
+def scripting_missing(exc: BaseException) -> str | None:
+    """The server's words when ``exc`` says it cannot run Lua scripts at
+    all (the scheduler's every step is a script), else None."""
+    if not isinstance(exc, redis.ResponseError):
+        return None
+    text = str(exc)
+    return text.split(",")[0].strip() if _NO_SCRIPTING.search(text) else None
 
 
 def describe(client: redis.Redis) -> str:
