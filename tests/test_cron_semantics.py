@@ -58,6 +58,15 @@ ACCEPTED = [
     ("0 0 L * *", "0 0 L * *", None),
     ("30 2 29 2 *", "30 2 29 2 *", None),
     ("@weekly", "0 0 * * 0", None),
+    # Sunday as 7 with seconds (croniter 6 refuses 7 in a 6-field expression).
+    ("0 0 0 * * 7", "0 0 0 * * 0", None),
+    ("0 0 0 * * 5-7", "0 0 0 * * 0,5,6", None),
+    ("0 0 0 * * 0-7/2", "0 0 0 * * 0,2,4,6", None),
+    ("0 0 0 * * 7#2", "0 0 0 * * 0#2", None),
+    ("0 0 0 * * L7", "0 0 0 * * L0", "0 0 0 * * 0L"),
+    # Wrapping ranges.
+    ("0 22-2 * * *", "0 22-2 * * *", "0 0-2,22-23 * * *"),
+    ("0 0 * * SAT-MON", "0 0 * * SAT-MON", "0 0 * * 0,1,6"),
     # Tabs and repeated spaces separate fields.
     ("0\t0  *  *  *", "0 0 * * *", None),
 ]
@@ -86,6 +95,7 @@ REFUSED = [
     ("0\u30000 * * *", "U+3000"),
     ("0\x1c0 * * *", "got 4"),
     ("0 0 31 4,6 *", "never fires"),
+    ("0 0 0 * * 7-1", "write Sunday as 0"),
 ]
 
 

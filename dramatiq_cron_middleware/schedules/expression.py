@@ -14,6 +14,8 @@ at declaration (docs/schedules.md, "One meaning on every croniter"):
 - ``H/step`` and ``H(a-b)/step`` with a step as wide as the range or wider
   are the hashed value alone, ``H`` or ``H(a-b)`` (croniter 6 drew the
   value from another range);
+- in a 6-field expression, Sunday is written 0, not 7 (``5-7`` becomes
+  ``0,5,6``: croniter 6 refuses 7 there);
 - refused: ``N/step`` in the day-of-week (crons disagree on whether the
   week ends at 6 or 7), ``H(a-b)`` beyond the field, ``#n`` outside 1-5,
   day-of-month or month 0, and any character that is not ASCII.
@@ -77,11 +79,32 @@ def canonical_fields(where: str, fields: list[str]) -> list[str]:
     """The fields (5, or 6 with seconds first) rewritten to their canonical
     form; raise :class:`CronScheduleError` for a form croniter versions
     read differently."""
-    names = (("second",) if len(fields) == 6 else ()) + ("minute", "hour", "day-of-month", "month", "day-of-week")
-    return [
+    seconds = len(fields) == 6
+    names = (("second",) if seconds else ()) + ("minute", "hour", "day-of-month", "month", "day-of-week")
+    out = [
         ",".join(_canonical_part(where, name, part) for part in field.split(","))
         for name, field in zip(names, fields, strict=True)
     ]
+    if seconds:
+        # croniter 6 refuses day-of-week 7 (Sunday) in a 6-field expression.
+        out[-1] = ",".join(_sunday_as_0(where, part) for part in out[-1].split(","))
+    return out
+
+
+def _sunday_as_0(where: str, part: str) -> str:
+    """A day-of-week part with Sunday written 0, not 7."""
+    if "7" not in re.sub(r"/[0-9]+$", "", part):
+        return part
+    if part == "7":
+        return "0"
+    ranged = re.fullmatch(r"([0-7])-7(?:/([0-9]+))?", part)
+    if ranged is not None:
+        step = int(ranged.group(2) or 1)
+        days = sorted({day % 7 for day in range(int(ranged.group(1)), 8, step)})
+        return ",".join(map(str, days))
+    if re.fullmatch(r"(7#[1-5]|L7)", part):
+        return part.replace("7", "0")
+    raise CronScheduleError(f"{where}: {part!r}: write Sunday as 0 here (day-of-week 7 in a 6-field expression)")
 
 
 def _canonical_part(where: str, name: str, part: str) -> str:
