@@ -10,6 +10,7 @@ pyproject.toml allows (.ci/run), so the same table holds on both.
 
 from __future__ import annotations
 
+import binascii
 import datetime as dt
 from importlib import metadata
 
@@ -179,3 +180,22 @@ def test_a_hashed_step_narrower_than_its_range_keeps_its_step(written: str, step
     assert schedule.expression == written
     first, second = next_runs(schedule)[:2]
     assert second - first == step
+
+
+def h_day(actor: str, name: str) -> int:
+    """The day of month ``H`` picks for ``actor/name`` (croniter's CRC32)."""
+    return ((binascii.crc32(f"{actor}/{name}".encode()) & 0xFFFFFFFF) >> 2) % 31 + 1
+
+
+@pytest.mark.parametrize(("expression", "said"), [("0 0 H 2 *", "never fires"), ("0 0 H 2 0", "never falls")])
+def test_an_h_day_that_never_comes_is_refused_for_the_names_that_pick_it(expression: str, said: str) -> None:
+    """``H`` picks a day from 1 to 31 by the schedule's identity: in
+    February, the 30th and 31st never come (croniter 6 then fails on
+    every walk, croniter 7 fires on the day of week alone)."""
+    names = [f"tenant-{n}" for n in range(200)]
+    bad = next(n for n in names if h_day("report", n) >= 30)
+    good = next(n for n in names if h_day("report", n) <= 28)
+    with pytest.raises(CronScheduleError) as caught:
+        bind(Schedule(expression, name=bad))
+    assert "actor 'report'" in str(caught.value) and said in str(caught.value), caught.value
+    assert next_runs(bind(Schedule(expression, name=good)))[0].month == 2

@@ -58,7 +58,8 @@ def test_a_schedule_that_never_ran_is_pending_and_the_check_passes(redis_server:
                 "since": None,
                 "last_run": None,
             }
-        ]
+        ],
+        "stored": [],
     }
     client, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
     assert read_runs(client, cron.keys, "nightly") == []

@@ -61,6 +61,7 @@ from ..schedules.schedule import (
     interval_label,
     of_actor,
     parse_timezone,
+    uses_hash,
 )
 from .codes import decode, load_script
 from .collector import collector_paused
@@ -1037,17 +1038,24 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     shared = _shared_fields(data)
     offset, start, end = data["offset"], data["start"], data["end"]
     description = data.get("description")
-    if data.get("at") is not None or not (
-        type(kwargs) is dict
-        and type(options) is dict
-        and _PLAIN.issuperset(map(type, shared))
-        and type(offset) is int
-        and type(start) in _BOUND_TYPES
-        and type(end) in _BOUND_TYPES
-        and (offset == 0 or data["every"] is not None)
-        and type(data["timezone"]) is str
+    expression = data["expression"]
+    if (
+        data.get("at") is not None
+        or (isinstance(expression, str) and uses_hash(expression))
+        or not (
+            type(kwargs) is dict
+            and type(options) is dict
+            and _PLAIN.issuperset(map(type, shared))
+            and type(offset) is int
+            and type(start) in _BOUND_TYPES
+            and type(end) in _BOUND_TYPES
+            and (offset == 0 or data["every"] is not None)
+            and type(data["timezone"]) is str
+        )
     ):
-        # Anything unusual takes the whole rule book, and its error.
+        # Anything unusual takes the whole rule book, and its error; so does
+        # an H expression, whose values (and whether they ever fire) depend
+        # on the schedule's name.
         return _bind_fully(data, revision)
     try:
         zone_name, zone = _zone(data["timezone"])
