@@ -52,6 +52,7 @@ __all__ = [
     "same_server",
     "scheduler_clients",
     "scripting_missing",
+    "unrelaxed",
 ]
 
 #: The URL scheme of a Redis Cluster: ``redis+cluster://[user:password@]host:port[,host:port...]``
@@ -268,13 +269,14 @@ def _bounded(timeout_ms: int) -> dict[str, Any]:
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
         "decode_responses": True,
         "health_check_interval": 0,
-        **_unrelaxed(),
+        **unrelaxed(),
     }
 
 
-def _unrelaxed() -> dict[str, Any]:
+def unrelaxed() -> dict[str, Any]:
     """The option that keeps a pool's timeouts through a server's
-    maintenance notifications: none followed, none relaxed."""
+    maintenance notifications: none followed, none relaxed (for every pool
+    built from the scheduler's connection parameters)."""
     if _MaintConfig is None:
         return {}
     return {"maint_notifications_config": _MaintConfig(enabled=False, relaxed_timeout=-1)}
@@ -396,7 +398,7 @@ def _sentinel_clients(
                 **spec.sentinel,
                 "socket_timeout": short,
                 "socket_connect_timeout": short,
-                **_unrelaxed(),
+                **unrelaxed(),
             },
         )
         client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
@@ -448,7 +450,7 @@ def _cluster_clients(
             retry=Retry(NoBackoff(), 1),
             decode_responses=True,
             health_check_interval=0,
-            **_unrelaxed(),
+            **unrelaxed(),
             **kwargs,
         )
         return cast(redis.Redis, client)
