@@ -29,7 +29,7 @@ from .errors import CronConfigurationError
 from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
 from .store.codes import decode, load_script
-from .store.connection import redact, scheduler_clients
+from .store.connection import redact, scheduler_clients, unrelaxed
 from .store.keys import Keys
 
 __all__ = ["DEFAULT_QUEUE_WAIT", "CronDeduplication"]
@@ -238,5 +238,6 @@ def _pooled(client: redis.Redis, *, threads: int, timeout_ms: int) -> redis.Redi
         max_connections=max(threads, 8),
         timeout=timeout_ms / 1000,
         **pool.connection_kwargs,
+        **unrelaxed(),
     )
     return redis.Redis(connection_pool=blocking)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-import hashlib
 import os
 import socket
 import threading
@@ -26,6 +25,7 @@ from redis.sentinel import SentinelConnectionPool
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
 from .errors import CronBootError, CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
+from .leader.candidates import fingerprint
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import (
@@ -1214,13 +1214,6 @@ def find_middleware(broker: Broker | None = None, *, needed_by: str | None = Non
             f"{needed_by} needs a CronMiddleware, and the broker ({type(broker).__name__}) has none"
         )
     raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no CronMiddleware")
-
-
-def fingerprint(schedules: list[BoundSchedule]) -> str:
-    """A short digest of a schedule set (identities and shapes): candidates
-    with the same code have the same fingerprint."""
-    text = "\n".join(sorted(f"{s.id}={s.shape}" for s in schedules))
-    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 def _time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:

@@ -5,6 +5,7 @@ that can drop the scheduler's keys is reported once."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from typing import Any
@@ -116,3 +117,26 @@ def test_a_failing_schedule_warns_once_and_never_flaps_with_the_others(redis_ser
         fails = app.warnings("Enqueueing fails")
         assert len(fails) == 1 and "vetoed" in fails[0], app.warnings()
         assert not app.warnings("works again"), app.warnings()
+
+
+def test_a_server_without_lua_scripting_gets_one_clear_error() -> None:
+    """Given a server whose EVAL and EVALSHA are renamed away (as a server
+    without scripting, such as Valkey without its Lua engine, answers),
+    then the scheduler logs one ERROR saying what it needs, without a
+    traceback, however many times it retries, and fires nothing."""
+    with RedisServer(extra=["--rename-command", "EVAL", "", "--rename-command", "EVALSHA", ""]) as server:
+        probe = server.client()
+
+        def refused_calls() -> int:
+            stats: Any = probe.info("errorstats")
+            return int(stats.get("errorstat_ERR", {}).get("count", 0))
+
+        with in_process_app(server.url, {"ping": "* * * * * *"}, lock_ttl=1000) as app:
+            wait_for(lambda: app.errors(), timeout=30, what="the scheduler's error")
+            seen = refused_calls()
+            wait_for(lambda: refused_calls() >= seen + 4, timeout=30, what="the scheduler to retry a few times")
+            errors = [r for r in app.records() if r.levelno >= logging.ERROR]
+            said = "Redis cannot run the cron scheduler's Lua scripts (unknown command 'EVALSHA')"
+            assert [r.getMessage()[: len(said)] for r in errors] == [said], [r.getMessage() for r in errors]
+            assert not errors[0].exc_info and "EVAL, EVALSHA and SCRIPT" in errors[0].getMessage()
+            assert app.sent() == []

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import collections
 
+import pytest
+
 from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.leader.candidates import fingerprint
+from dramatiq_cron_middleware.schedules import expression
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, schedules_for_actor
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
@@ -91,3 +96,38 @@ def test_a_second_app_on_the_prefix_catches_up_from_when_it_started(redis_server
             outcomes = [fields["outcome"] for _, fields in redis_server.client().xrange(b.keys.history)
                         if fields["schedule"] == "beta"]  # fmt: skip
             assert "caught_up" in outcomes
+
+
+def test_processes_reading_cron_expressions_differently_are_a_mixed_set(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given two processes of the same app version declaring the same
+    schedules, one of them with another croniter major (so it could fire an
+    expression differently), then the leader reports a mixed set that
+    names the cron semantics, and ``status`` would count two sets."""
+    crons = {"report": "59/15 * * * *", "ping": "* * * * * *"}
+    monkeypatch.setattr(expression, "SEMANTICS", "cron rules 1, croniter 6")
+    with in_process_app(redis_server.url, crons, app_version="v1") as old:
+        monkeypatch.undo()
+        with in_process_app(redis_server.url, crons, app_version="v1") as new:
+            assert old.leader.store.lease.fingerprint != new.leader.store.lease.fingerprint
+            wait_for(lambda: old.leader.leading or new.leader.leading, timeout=10, what="a leader")
+            leader = old if old.leader.leading else new
+            wait_for(lambda: leader.warnings("different schedule sets"), timeout=20, what="the mixed-set warning")
+            text = leader.warnings("different schedule sets")[0]
+            assert "croniter 6" in text and expression.SEMANTICS in text, text
+            assert "read cron expressions under different rules" in text, text
+            assert "changed -" in text, text  # the schedules themselves are the same
+
+
+def test_the_fingerprint_carries_the_cron_semantics_only_where_cron_expressions_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def bound(spec: object) -> list[BoundSchedule]:
+        return schedules_for_actor("report", "default", spec, timezone="UTC", catch_up="each", catch_up_window=0)
+
+    cron, interval = bound("0 * * * *"), bound(Schedule(every=60_000))
+    before = fingerprint(cron), fingerprint(interval)
+    monkeypatch.setattr(expression, "SEMANTICS", "cron rules 0, croniter 5")
+    assert fingerprint(cron) != before[0]
+    assert fingerprint(interval) == before[1]

@@ -5,6 +5,9 @@ tests/apps/cronapp.py; no worker needed)."""
 from __future__ import annotations
 
 import json
+import logging
+
+import pytest
 
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
@@ -117,3 +120,65 @@ def test_status_counts_the_schedules_by_health(redis_server: RedisServer) -> Non
     assert json.loads(result.stdout)["health"] == {"failing": 1}
     table = cli(env_of(redis_server), "status", APP)
     assert "Health:     1 failing" in table.stdout
+
+
+def _rewrite_expression(server: RedisServer, schedule_id: str, expression: str) -> None:
+    """Store ``expression`` as an earlier version (or another croniter)
+    accepted and wrote it, bypassing today's rules."""
+    client = server.client()
+    definition = json.loads(client.hget(KEYS.runtime, schedule_id))  # type: ignore[arg-type]
+    client.hset(KEYS.runtime, schedule_id, json.dumps({**definition, "expression": expression}))
+
+
+def stored_with_problems(server: RedisServer) -> None:
+    env = env_of(server)
+    for name in ("good", "quarterly", "february", "h8"):
+        cli_json(env, "add", APP, "tick_0", "0 3 * * *", "--name", name)
+    # Written under croniter 6 (every 15 minutes there) and under croniter
+    # 7 (the Sundays of February), before the rules of one meaning.
+    _rewrite_expression(server, "tick_0:quarterly", "59/15 * * * *")
+    _rewrite_expression(server, "tick_0:february", "0 0 31 2 0")
+    # H picks the 20th for tick_0:h8 (a day February has), the 31st for
+    # tick_0:h12.
+    _rewrite_expression(server, "tick_0:h8", "0 0 H 2 *")
+    cli_json(env, "add", APP, "tick_0", "0 3 * * *", "--name", "h12")
+    _rewrite_expression(server, "tick_0:h12", "0 0 H 2 *")
+
+
+def test_check_reports_stored_definitions_that_no_longer_parse_or_read_differently(redis_server: RedisServer) -> None:
+    stored_with_problems(redis_server)
+    result = cli(env_of(redis_server), "check", APP, "--json")
+    assert result.returncode == 2, result.stderr  # one cannot be read: it does not fire
+    stored = {p["id"]: p for p in json.loads(result.stdout)["stored"]}
+    assert sorted(stored) == ["tick_0:february", "tick_0:h12", "tick_0:quarterly"]
+    assert stored["tick_0:february"]["problem"] == "unreadable"
+    assert stored["tick_0:h12"]["problem"] == "unreadable" and "never fires" in stored["tick_0:h12"]["detail"]
+    assert "never falls in month '2'" in stored["tick_0:february"]["detail"]
+    assert stored["tick_0:quarterly"]["problem"] == "changed"
+    assert stored["tick_0:quarterly"]["detail"] == "stored as '59/15 * * * *', now read as '59 * * * *'"
+    table = cli(env_of(redis_server), "check", APP)
+    assert "Stored runtime definitions:" in table.stdout and "tick_0:quarterly" in table.stdout
+
+    # Re-adding it under today's rules clears the report of it.
+    cli_json(env_of(redis_server), "add", APP, "tick_0", "59 * * * *", "--name", "quarterly")
+    cli(env_of(redis_server), "remove", APP, "tick_0:february")
+    cli(env_of(redis_server), "remove", APP, "tick_0:h12")
+    assert json.loads(cli(env_of(redis_server), "check", APP, "--json").stdout)["stored"] == []
+
+
+def test_the_leader_logs_one_warning_for_every_stored_definition_read_differently(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    stored_with_problems(redis_server)
+    client, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
+    store = RuntimeSchedules(client, KEYS, resolve_actor=lambda actor: ActorInfo(str(actor), "default"))
+    with caplog.at_level(logging.WARNING):
+        _, loaded = store.load_all()
+    client.close()
+    # The broken one never stops the others; the changed one fires as now read.
+    assert sorted(loaded) == ["tick_0:good", "tick_0:h8", "tick_0:quarterly"]
+    assert loaded["tick_0:quarterly"].expression == "59 * * * *"
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "2 cannot be read and are skipped ('tick_0:february'" in warning and "'tick_0:h12'" in warning, warning
+    assert "'tick_0:quarterly': stored as '59/15 * * * *', now read as '59 * * * *'" in warning, warning
+    assert "dramatiq-cron check" in warning

@@ -58,7 +58,8 @@ def test_a_registered_schedule_that_never_ran_is_pending_and_the_check_passes(re
     assert report.to_json() == {
         "schedules": [
             {"id": "nightly", "actor": "nightly", "name": None, "health": "pending", "since": None, "last_run": None}
-        ]
+        ],
+        "stored": [],
     }
     scheduler, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
     assert read_runs(scheduler, cron.keys, "nightly") == []

@@ -8,13 +8,20 @@ fingerprint.  The leader compares the live candidates' fingerprints with
 each renewal (whose reply lists them): different sets mean a rolling deploy (the app versions
 differ) or two apps sharing a prefix (they do not), and it says which,
 naming the schedules that differ, once per state change.
+
+The set carries the cron semantics too (the rules and croniter's major
+version, ``schedules.expression.SEMANTICS``), under the id ``""`` that no
+schedule has: two processes that could read one expression differently
+have different fingerprints, and the report says so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from ..schedules import expression
 from ..schedules.schedule import BoundSchedule
 from ..store.abc import LeaseStore, LedgerStore
 from ..store.keys import Keys
@@ -22,7 +29,32 @@ from ..store.ledger import SyncEntry
 from .owed import names_of
 from .reports import Episode
 
-__all__ = ["ScheduleSets"]
+__all__ = ["SEMANTICS_ID", "ScheduleSets", "fingerprint", "published_set"]
+
+#: The id under which a published set carries its cron semantics.
+SEMANTICS_ID = ""
+
+
+def published_set(schedules: Iterable[BoundSchedule]) -> dict[str, str]:
+    """``{schedule id: shape}``, with the cron semantics under
+    :data:`SEMANTICS_ID` when any schedule has a cron expression (interval
+    schedules do not depend on croniter)."""
+    shapes: dict[str, str] = {}
+    cron = False
+    for s in schedules:
+        shapes[s.id] = s.shape
+        cron = cron or s.every is None
+    if cron:
+        shapes[SEMANTICS_ID] = expression.SEMANTICS
+    return shapes
+
+
+def fingerprint(schedules: Sequence[BoundSchedule]) -> str:
+    """A short digest of a schedule set (identities, shapes, and the cron
+    semantics): candidates with the same code and the same reading of cron
+    expressions have the same fingerprint."""
+    text = "\n".join(sorted(f"{sid}={shape}" for sid, shape in published_set(schedules).items()))
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 class ScheduleSets:
@@ -53,12 +85,15 @@ class ScheduleSets:
         self._mixed: Episode[frozenset[str]] = Episode()
         #: The fingerprints the published sets were last pruned to.
         self._pruned: frozenset[str] | None = None
+        #: What this process publishes (read at construction: the
+        #: fingerprint the lease carries was computed then too).
+        self._own = published_set(declared.values())
 
     def register(self) -> None:
         """Make this process's schedules known to the ledger and publish the
         set under its fingerprint (once, at the first contact with Redis)."""
         self.ledger.register([SyncEntry.of(s) for s in self.declared.values()])
-        self.lease.publish_schedule_set({s.id: s.shape for s in self.declared.values()})
+        self.lease.publish_schedule_set(self._own)
         self.registered = True
 
     def check(self, live: Sequence[tuple[str, str]]) -> None:
@@ -75,11 +110,17 @@ class ScheduleSets:
             return
         if not self._mixed.failing(fingerprints):
             return
-        own = {s.id: s.shape for s in self.declared.values()}
+        own = self._own
         sets = self.lease.schedule_sets(sorted(fingerprints - {self.lease.fingerprint}))
         versions = {version for fp, version in live if fp}
         parts = [_difference(fp, theirs, own, live) for fp, theirs in sorted(sets.items())]
-        if len(versions) > 1:
+        semantics = {theirs.get(SEMANTICS_ID) for theirs in sets.values() if theirs is not None}
+        if semantics - {own.get(SEMANTICS_ID)} and all(_same_schedules(own, t) for t in sets.values() if t):
+            likely = (
+                "the processes read cron expressions under different rules (a croniter of another major version, "
+                "or another version of dramatiq-cron-middleware): install the same versions everywhere"
+            )
+        elif len(versions) > 1:
             likely = (
                 "the app versions differ: a rolling deploy looks under way; this clears when every process runs "
                 "the same code"
@@ -98,6 +139,10 @@ class ScheduleSets:
         )
 
 
+def _same_schedules(own: dict[str, str], theirs: dict[str, str]) -> bool:
+    return {k: v for k, v in own.items() if k != SEMANTICS_ID} == {k: v for k, v in theirs.items() if k != SEMANTICS_ID}
+
+
 def _difference(
     fingerprint: str, theirs: dict[str, str] | None, own: dict[str, str], live: Sequence[tuple[str, str]]
 ) -> str:
@@ -105,10 +150,16 @@ def _difference(
     versions = ", ".join(sorted({v or "no version" for fp, v in live if fp == fingerprint}))
     if theirs is None:
         return f"{count} process(es) ({versions}) with set {fingerprint} (unpublished)"
+    here, there = own.get(SEMANTICS_ID), theirs.get(SEMANTICS_ID)
+    semantics = ""
+    if here != there:
+        semantics = f", cron semantics here {here or 'none'}, there {there or 'unknown (an earlier version)'}"
+    own = {k: v for k, v in own.items() if k != SEMANTICS_ID}
+    theirs = {k: v for k, v in theirs.items() if k != SEMANTICS_ID}
     only_here = sorted(set(own) - set(theirs))
     only_there = sorted(set(theirs) - set(own))
     changed = sorted(sid for sid in set(own) & set(theirs) if own[sid] != theirs[sid])
     return (
         f"{count} process(es) ({versions}) with set {fingerprint}: only here {names_of(only_here) or '-'}, "
-        f"only there {names_of(only_there) or '-'}, changed {names_of(changed) or '-'}"
+        f"only there {names_of(only_there) or '-'}, changed {names_of(changed) or '-'}{semantics}"
     )

@@ -27,7 +27,7 @@ from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
 from ..store.codes import Corrupt
-from ..store.connection import ENV_URL, redact, refusal
+from ..store.connection import ENV_URL, redact, refusal, scripting_missing
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
@@ -445,6 +445,7 @@ class LeaderThread(threading.Thread, Generic[H]):
             key = f"credentials:{credentials}"
         else:
             key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
+        no_scripting = scripting_missing(exc)
         if self._fault.failing(key):
             if credentials is not None:
                 self.logger.warning(
@@ -453,6 +454,15 @@ class LeaderThread(threading.Thread, Generic[H]):
                     credentials,
                     int(self.timing.retry_interval * 1000),
                     ENV_URL,
+                )
+            elif refused is None and no_scripting is not None:
+                # A setting of the server, not a bug: no traceback.
+                self.logger.error(
+                    "Redis cannot run the cron scheduler's Lua scripts (%s): the scheduler needs EVAL, EVALSHA and "
+                    "SCRIPT (Redis 6.2 or later, or Valkey with its Lua scripting engine loaded; were they renamed "
+                    "or disabled?); nothing fires from this process; retrying every %d ms.",
+                    redact(no_scripting),
+                    int(self.timing.retry_interval * 1000),
                 )
             elif refused is None:
                 self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)

@@ -24,6 +24,7 @@ from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.codes import ClaimResult, parse_ledger_value, whole_actor
 from ..store.connection import scheduler_clients
 from ..store.keys import Keys
+from ..store.runtime import StoredProblem
 from ..store.timing import Timing
 from .health import Facts, Policy
 from .records import PROBLEMS, RunRecord, ScheduleHealth, parse_run
@@ -59,13 +60,19 @@ class CheckReport:
 
     schedules: list[ScheduleHealth]
     now_ms: int
+    #: Stored runtime definitions this version cannot read, or reads
+    #: differently from how they were written.
+    stored: list[StoredProblem] = dataclasses.field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         """The Nagios status: 0 when every schedule is ``ok``, ``pending``
-        or ``paused``; 1 when one is ``late`` or ``running_long``; 2 when
-        one is ``failing`` or ``missed``."""
-        return max((PROBLEMS.get(s.health, 0) for s in self.schedules), default=0)
+        or ``paused``; 1 when one is ``late`` or ``running_long``, or a
+        stored definition reads differently now; 2 when one is ``failing``
+        or ``missed``, or a stored definition cannot be read (it does not
+        fire)."""
+        health = max((PROBLEMS.get(s.health, 0) for s in self.schedules), default=0)
+        return max(health, max((_STORED_PROBLEMS[p.kind] for p in self.stored), default=0))
 
     def counts(self) -> dict[str, int]:
         """How many schedules are in each health, problems first."""
@@ -77,7 +84,11 @@ class CheckReport:
     def to_json(self) -> dict[str, Any]:
         """``{"schedules": [{"id", "actor", "name", "health", "since",
         "last_run"}, ...]}``, the document of ``check --json``."""
-        return {"schedules": [s.to_json() for s in self.schedules]}
+        return {"schedules": [s.to_json() for s in self.schedules], "stored": [p.to_json() for p in self.stored]}
+
+
+# The Nagios status of a stored definition's problem.
+_STORED_PROBLEMS = {"unreadable": 2, "changed": 1}
 
 
 def check_report(cron: CronMiddleware, broker: Broker) -> CheckReport:
@@ -94,7 +105,8 @@ def check_report(cron: CronMiddleware, broker: Broker) -> CheckReport:
         seconds, micros = client.time()  # first: an unreachable Redis fails here
         now = int(seconds) * 1000 + int(micros) // 1000
         schedules = [*cron.all_schedules(), *_runtime_schedules(cron)]
-        return read_health(client, cron.keys, schedules, now_ms=now, policy=cron.health_policy)
+        report = read_health(client, cron.keys, schedules, now_ms=now, policy=cron.health_policy)
+        return dataclasses.replace(report, stored=_stored_problems(cron))
     finally:
         client.close()
 
@@ -168,6 +180,14 @@ def _last_tick_before(schedule: BoundSchedule, instant_ms: int) -> int | None:
         return schedule.last_before(instant_ms)
     except CronScheduleError:
         return None
+
+
+def _stored_problems(cron: CronMiddleware) -> list[StoredProblem]:
+    try:
+        runtime = cron.runtime
+    except CronConfigurationError:  # a StubBroker without Redis: none there
+        return []
+    return runtime.recheck()
 
 
 def _runtime_schedules(cron: CronMiddleware) -> list[BoundSchedule]:

@@ -13,8 +13,9 @@ Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease;
 2 a usage or configuration error (bad module, no middleware, unknown
 actor); 3 Redis could not be reached; 130 ``backfill`` interrupted.  ``check`` follows the
 Nagios plugin convention: 0 every schedule ``ok``, ``pending`` or
-``paused``, 1 one is ``late`` or ``running_long``, 2 one is ``failing`` or
-``missed``, 3 Redis could not be reached.
+``paused``, 1 one is ``late`` or ``running_long`` (or a stored runtime
+definition reads differently now), 2 one is ``failing`` or ``missed`` (or a
+stored runtime definition cannot be read), 3 Redis could not be reached.
 """
 
 from __future__ import annotations
@@ -603,6 +604,9 @@ def _check(app: _App, args: argparse.Namespace) -> int:
             "runs against this Redis and prefix, or every process has lead=False (see dramatiq-cron status)."
         )
     text += (f"\n{counts}" if counts else "") + "".join(f"\n{line}" for line in warning)
+    if report.stored:
+        stored = [[p.schedule_id, p.kind, p.detail] for p in report.stored]
+        text += "\n\nStored runtime definitions:\n" + _table(["SCHEDULE", "PROBLEM", "DETAIL"], stored)
     _emit(args, {**report.to_json(), "mixed_schedule_sets": bool(sets), "schedule_sets": sets}, text)
     # Schedules of the app that does not lead never fire: at least a warning.
     return max(report.exit_code, 1) if sets else report.exit_code
@@ -1088,7 +1092,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("history", "recent tick outcomes, oldest first")
     sub.add_argument("actor", nargs="?", metavar="ACTOR", help="only this actor (or schedule id)")
     sub.add_argument("--limit", "-n", type=int, default=20, metavar="N", help="how many entries (default 20)")
-    command("check", "each schedule's health; exit 0 all ok, 1 late or running long, 2 failing or missed")
+    command(
+        "check",
+        "each schedule's health and the stored runtime definitions this version reads differently or not at all; "
+        "exit 0 all ok, 1 late, running long or read differently, 2 failing, missed or unreadable",
+    )
     for name, help in (
         ("runs", "a schedule's recent runs, newest first: outcome, start, duration, host, error"),
         ("trigger", "enqueue a schedule's message now, marked manual; the schedule is left as it is"),

@@ -46,6 +46,7 @@ from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
 from ..errors import CronScheduleError
+from .expression import canonical_fields, check_ascii
 
 __all__ = [
     "DEFAULT_CATCH_UP_WINDOW",
@@ -63,9 +64,11 @@ __all__ = [
     "Source",
     "actor_signature",
     "bind_schedule",
+    "check_hashed",
     "of_actor",
     "parse_timezone",
     "schedules_for_actor",
+    "uses_hash",
 ]
 
 #: How a new leader treats ticks that fell due while nobody led:
@@ -588,6 +591,12 @@ _WALKS_LIMIT = 65_536
 _NEXT_TICKS_KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 
+def uses_hash(expression: str) -> bool:
+    """Whether a cron expression has an ``H`` field (its values then depend
+    on the schedule's identity)."""
+    return _hashed(" ".join(expression.split()))
+
+
 @functools.lru_cache(maxsize=4096)
 def _hashed(expression: str) -> bool:
     """Whether any field uses ``H``: only then does the parse depend on the
@@ -902,6 +911,8 @@ def bind_schedule(
         max_runtime=item.max_runtime,
         failure_threshold=item.failure_threshold,
     )
+    if actor_name:
+        check_hashed(where, bound)
     if signature is not None:
         _check_arguments(bound, signature)
     return bound
@@ -1071,7 +1082,10 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
 @functools.lru_cache(maxsize=4096)
 def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
     where = f"{_subject(actor_name)}cron {expression!r}"
-    text = " ".join(expression.split())
+    check_ascii(where, expression)
+    # ASCII whitespace only: str.split() would also split on the file and
+    # record separators (``\x1c``-``\x1f``), which cron does not.
+    text = " ".join(_BLANKS.split(expression.strip(" \t\n\r\f\v")))
     if not text:
         raise CronScheduleError(f"{where}: the expression is empty")
     if text.startswith("@"):
@@ -1088,26 +1102,69 @@ def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
             raise CronScheduleError(f"{where}: field {field!r} is not valid cron syntax")
         if _RANDOM.search(field):
             raise CronScheduleError(f"{where}: field {field!r}: random 'R' values differ per process; use 'H'")
-    fields = [_collapse_single_ranges(f) for f in fields]
+    fields = canonical_fields(where, [_collapse_single_ranges(f) for f in fields])
     fields = _every_day_when_either_covers_all(fields)
     text = " ".join(fields)
     has_seconds = len(fields) == 6
-    try:
-        # Through the parse cache: declaring 10,000 schedules that share a
-        # few expressions parses each expression once.
-        it = copy.copy(_parsed(text, has_seconds, actor_name if _hashed(text) else "", _day_or(fields[-3], fields[-1])))
-        it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
-        it.get_next(float)
-    except CroniterBadDateError:
-        raise CronScheduleError(
-            f"{where}: this expression never fires (no date matches all of its fields together)"
-        ) from None
-    except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise CronScheduleError(f"{where}: {exc}") from None
+    # (A hashed expression is checked again with the schedule's own hash
+    # id when it is bound: H may pick a day that never comes.)
+    _check_fires(where, text, has_seconds, actor_name if _hashed(text) else "")
     return text, has_seconds
 
 
+def check_hashed(where: str, schedule: BoundSchedule) -> None:
+    """Refuse a schedule whose ``H`` fields, with the values its own
+    identity picks, never fire (``0 0 H 2 *`` where H picks the 30th)."""
+    if schedule.every is None and _hashed(schedule.expression):
+        _check_fires(where, schedule.expression, schedule.has_seconds, schedule._hash_id)
+
+
+def _check_fires(where: str, text: str, has_seconds: bool, hash_id: str) -> None:
+    """Refuse a normalised expression croniter cannot parse, or that never
+    fires (as a whole, or through one of two restricted day fields)."""
+    fields = text.split(" ")
+    day_or = _day_or(fields[-3], fields[-1])
+    if day_or:
+        _check_each_day_field_fires(where, fields, has_seconds, hash_id)
+    try:
+        # Through the parse cache: declaring 10,000 schedules that share a
+        # few expressions parses each expression once.
+        it = copy.copy(_parsed(text, has_seconds, hash_id, day_or))
+        it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
+        it.get_next(float)
+    except CroniterBadDateError:
+        hashed = f" (with the value H picks for {hash_id!r})" if hash_id and "/" in hash_id else ""
+        raise CronScheduleError(
+            f"{where}: this expression never fires{hashed} (no date matches all of its fields together)"
+        ) from None
+    except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CronScheduleError(f"{where}: {exc}") from None
+
+
 _RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+_BLANKS = re.compile(r"[ \t\n\r\f\v]+")
+
+
+def _check_each_day_field_fires(where: str, fields: list[str], has_seconds: bool, hash_id: str) -> None:
+    """With both day fields restricted, refuse one that never fires on its
+    own (``0 0 31 2 0``: no February has a 31st): croniter 6 refuses the
+    expression, croniter 7 fires on the other field alone."""
+    dom, month, dow = fields[-3], fields[-2], fields[-1]
+    for side, text, other in (
+        (f"day-of-month {dom!r}", " ".join([*fields[:-1], "*"]), " ".join([*fields[:-3], "*", month, dow])),
+        (f"day-of-week {dow!r}", " ".join([*fields[:-3], "*", month, dow]), " ".join([*fields[:-1], "*"])),
+    ):
+        try:
+            it = copy.copy(_parsed(text, has_seconds, hash_id, False))
+            it.set_current(dt.datetime(2026, 1, 1, tzinfo=_UTC), force=True)
+            it.get_next(float)
+        except CroniterBadDateError:
+            raise CronScheduleError(
+                f"{where}: {side} never falls in month {month!r}, so only the other day field could fire, and "
+                f"croniter versions disagree on that; write {other!r} if that is what you mean"
+            ) from None
+        except (CroniterError, ValueError, KeyError, TypeError, IndexError):
+            return  # reported with the whole expression by the caller
 
 
 def _every_day_when_either_covers_all(fields: list[str]) -> list[str]:

@@ -6,6 +6,13 @@ client can take about a minute to give up on a dead server, far longer than
 a lease.  So the scheduler never uses the given client directly; it builds
 its own pools from the same connection parameters with short timeouts and
 at most one retry.
+
+redis-py 8 speaks RESP3 by default, and a RESP3 pool follows the server's
+maintenance notifications: on a managed Redis an announced maintenance
+relaxes every connection's socket timeout to 10-20 s, which would blind the
+lease's failure detection for as long.  The scheduler's pools opt out
+(where the installed redis-py has them), keeping the protocol the user's
+client speaks.
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConn
 
 from ..errors import CronConfigurationError
 
+_MaintConfig: Any
+try:  # redis-py 7 and later
+    from redis.maint_notifications import MaintNotificationsConfig as _MaintConfig
+except ImportError:  # pragma: no cover - redis-py 5 and 6 relax nothing
+    _MaintConfig = None
+
 __all__ = [
     "CLUSTER_SCHEME",
     "ENV_URL",
@@ -38,7 +51,9 @@ __all__ = [
     "refusal",
     "same_server",
     "scheduler_clients",
+    "scripting_missing",
     "sentinels_of",
+    "unrelaxed",
 ]
 
 #: The URL scheme of a Redis Cluster: ``redis+cluster://[user:password@]host:port[,host:port...]``
@@ -135,6 +150,21 @@ def refusal(exc: BaseException) -> str | None:
     elif code is None:
         code, _, text = text.partition(" ")
     return f"{code}: {text}" if code in _REFUSALS else None
+
+
+# How a server without Lua scripting answers a script call: EVAL, EVALSHA
+# or SCRIPT renamed away (``rename-command EVAL ""``), or a Valkey built or
+# started without its Lua scripting engine.
+_NO_SCRIPTING = re.compile(r"unknown command '(eval|evalsha|script)'|scripting engine", re.IGNORECASE)
+
+
+def scripting_missing(exc: BaseException) -> str | None:
+    """The server's words when ``exc`` says it cannot run Lua scripts at
+    all (the scheduler's every step is a script), else None."""
+    if not isinstance(exc, redis.ResponseError):
+        return None
+    text = str(exc)
+    return text.split(",")[0].strip() if _NO_SCRIPTING.search(text) else None
 
 
 def describe(client: redis.Redis) -> str:
@@ -240,7 +270,17 @@ def _bounded(timeout_ms: int) -> dict[str, Any]:
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
         "decode_responses": True,
         "health_check_interval": 0,
+        **unrelaxed(),
     }
+
+
+def unrelaxed() -> dict[str, Any]:
+    """The option that keeps a pool's timeouts through a server's
+    maintenance notifications: none followed, none relaxed (for every pool
+    built from the scheduler's connection parameters)."""
+    if _MaintConfig is None:
+        return {}
+    return {"maint_notifications_config": _MaintConfig(enabled=False, relaxed_timeout=-1)}
 
 
 def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
@@ -362,6 +402,7 @@ def _sentinel_clients(
                 "socket_timeout": short,
                 "socket_connect_timeout": short,
                 "retry": Retry(NoBackoff(), 0),
+                **unrelaxed(),
             },
         )
         client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
@@ -423,6 +464,7 @@ def _cluster_clients(
             retry=Retry(NoBackoff(), 1),
             decode_responses=True,
             health_check_interval=0,
+            **unrelaxed(),
             **kwargs,
         )
         return cast(redis.Redis, client)

@@ -334,8 +334,13 @@ class Lease:
         connection = pool.get_connection()
         try:
             connection.send_command("BLPOP", key, self.keys.wake_one(self.candidate_id), timeout)
-            popped = connection.read_response(timeout=max(bound_ms, timeout_ms) / 1000)
-        except redis.TimeoutError:  # the bound passed first: see above
+            # (can_read, not read_response(timeout=...), which redis-py
+            # only has since 8.0.)
+            if not connection.can_read(timeout=max(bound_ms, timeout_ms) / 1000):
+                connection.disconnect()  # the bound passed first: see above
+                return None
+            popped = connection.read_response()
+        except redis.TimeoutError:
             connection.disconnect()
             return None
         except BaseException:

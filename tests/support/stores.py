@@ -250,9 +250,12 @@ class MemoryHarness(StoreHarness):
 class RedisHarness(StoreHarness):
     name = "redis"
 
-    def __init__(self, server: RedisServer) -> None:
+    def __init__(self, server: RedisServer, *, protocol: int | None = None) -> None:
+        """``protocol``: the RESP version every client of the harness
+        speaks (2 or 3); None, redis-py's default (3 since redis-py 8)."""
         self.server = server
-        self.client = server.client()
+        self.url = server.url + (f"?protocol={protocol}" if protocol else "")
+        self.client = server.client(protocol=protocol) if protocol else server.client()
         self.client.flushall()
         self.keys = Keys(PREFIX)
         self._clients: list[redis.Redis] = [self.client]
@@ -261,7 +264,7 @@ class RedisHarness(StoreHarness):
     def candidate(
         self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
     ) -> Store:
-        client, blocking = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=ttl_ms)
+        client, blocking = scheduler_clients(self.url, op_timeout_ms=1000, block_timeout_ms=ttl_ms)
         self._clients += [client, blocking]
         clock = ServerClock()
         lease = Lease(
@@ -353,12 +356,12 @@ class RedisHarness(StoreHarness):
         store.ledger.claim(token, epoch, batch_id, claims)  # it ran; the reply is dropped unread
 
     def run_store(self, *, run_history: int = 100) -> RunStore:
-        client, _ = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=0)
+        client, _ = scheduler_clients(self.url, op_timeout_ms=1000, block_timeout_ms=0)
         self._clients.append(client)
         return RedisRuns(client, self.keys, run_history=run_history, events_length=10_000)
 
     def runs(self, schedule_id: str) -> list[RunRecord]:
-        client, _ = scheduler_clients(self.server.url, op_timeout_ms=1000, block_timeout_ms=0)
+        client, _ = scheduler_clients(self.url, op_timeout_ms=1000, block_timeout_ms=0)
         self._clients.append(client)
         return read_runs(client, self.keys, schedule_id)
 
