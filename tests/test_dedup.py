@@ -24,6 +24,7 @@ from dramatiq.middleware import CurrentMessage
 from dramatiq_cron_middleware import CronConfigurationError, CronDeduplication, CronMiddleware, Schedule
 from dramatiq_cron_middleware.dedup import DEFAULT_QUEUE_WAIT
 from dramatiq_cron_middleware.store.codes import decode
+from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import Instance, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
@@ -69,14 +70,14 @@ class App:
                 raise RuntimeError("the first attempt fails")
 
         dramatiq.actor(job, actor_name="job", broker=self.broker, max_retries=1, min_backoff=10, max_backoff=20)
-        self.worker = Worker(self.broker, worker_threads=2, worker_timeout=50)
+        self._running = running_worker(self.broker, worker_threads=2, worker_timeout=50)
 
     def __enter__(self) -> App:
-        self.worker.start()
+        self.worker = self._running.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.worker.stop()
+        self._running.__exit__(*exc)
 
     def deliver(self, message: Message[Any], times: int = 2) -> None:
         """The broker delivers ``message`` ``times`` times (the same body)."""
@@ -232,7 +233,8 @@ def test_without_a_cron_middleware_the_worker_does_not_boot() -> None:
     broker = StubBroker()
     broker.add_middleware(CronDeduplication())
     with pytest.raises(CronConfigurationError, match="needs a CronMiddleware"):
-        Worker(broker, worker_timeout=50).start()
+        with running_worker(broker, worker_timeout=50):
+            pass
 
 
 # -- Redis unreachable ----------------------------------------------------------
