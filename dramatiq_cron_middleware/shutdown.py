@@ -142,9 +142,11 @@ class HandOver:
         return True
 
     def wait(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds, never past the hand-over's bound,
-        for a release under way to be answered or given up."""
-        deadline = min(time.monotonic() + timeout, self._deadline)
+        """Wait up to ``timeout`` seconds for a release under way to be
+        answered or given up, never past the end of the last attempt it may
+        start (one begun just before the bound: a connect and a read)."""
+        last = self._deadline + 2 * Timing.HAND_OVER_ATTEMPT_MS / 1000
+        deadline = min(time.monotonic() + timeout, last)
         while self._pending() and time.monotonic() < deadline:
             time.sleep(0.002)
 

@@ -331,7 +331,7 @@ class LeaderThread(threading.Thread, Generic[H]):
                 self.observer.leadership_changed(epoch=epoch, leading=False)
             hand_over = self.hand_over
             if hand_over is not None:
-                hand_over.wait(Timing.HAND_OVER_MS / 1000)  # a release under way
+                hand_over.wait(2 * Timing.HAND_OVER_MS / 1000)  # a release under way
                 if hand_over.failed:
                     # Redis did not answer the hand-over within its bound:
                     # asking again on the pooled client would only hold the
