@@ -98,6 +98,10 @@ class HandOver:
         refused): nothing on the shutdown path should wait for Redis again."""
         return self._failed
 
+    def may_begin(self) -> bool:
+        """Whether :meth:`begin` may still succeed (signal safe: reads)."""
+        return not self._begun and os.getpid() == self.pid
+
     def begin(self) -> bool:
         """Begin the hand-over: read the release, stop the leader thread.
         True for the one caller that began it (in the process that made
@@ -114,8 +118,15 @@ class HandOver:
     def run(self) -> None:
         """The stop path's part (a plain thread, not a signal handler):
         begin and send, unless someone already began."""
-        if self.begin():
-            self.send()
+        if not self.begin():
+            return
+        if self.connection is None:  # none could be made: at least end the thread's blocking wait
+            try:
+                self.leader.lease.wake_self()
+            except (redis.RedisError, OSError):
+                pass
+            return
+        self.send()
 
     def at_exit(self) -> None:
         """The ``atexit`` part: release if no handler finished doing so (an
@@ -321,16 +332,16 @@ _on_signal._cron_chained = True  # type: ignore[attr-defined]
 def hand_over_all(hand_overs: list[HandOver]) -> None:
     """The signal handler's part: stop every leader thread and release
     its lease.  Takes no lock and never waits for one."""
-    begun = [h for h in hand_overs if h.begin()]
-    if not begun:
+    if not any(h.may_begin() for h in hand_overs):
         return
     if _gevent_patched():
         # Under gevent a handler runs in the hub, where a socket cannot
         # block: release from greenlets, which run once it returns.
         import gevent  # type: ignore[import-untyped]
 
-        for hand_over in begun:
-            gevent.spawn(hand_over.send)
+        for hand_over in hand_overs:
+            if hand_over.begin():
+                gevent.spawn(hand_over.send)
         return
     # A nested signal runs dramatiq's handler, whose second call raises
     # SystemExit out of whatever this frame is waiting in; in a storm,
@@ -339,6 +350,11 @@ def hand_over_all(hand_overs: list[HandOver]) -> None:
     # the signals that come meanwhile are held until the releases are
     # answered (or given up), then delivered (once each, as the kernel
     # coalesces them); an exit that came before they were held is deferred.
+    # The hand-overs begin only once the signals are held: one begun
+    # before would leave a nested signal nothing to do but chain on to
+    # that exit, which then cut this frame short before anything was
+    # sent.  A nested signal that comes while they are being held begins
+    # (and sends) them itself.
     held: list[int] = []
     deferred: BaseException | None = None
     previous: dict[int, Any] = {}
@@ -347,6 +363,7 @@ def hand_over_all(hand_overs: list[HandOver]) -> None:
     except BaseException as exc:
         deferred = exc
     try:
+        begun = [h for h in hand_overs if h.begin()]
         for hand_over in begun:
             for _ in range(3):
                 try:

@@ -57,6 +57,35 @@ def test_a_forked_child_never_releases_its_parents_lease(
     assert "Lost cron leadership" not in log and "Released cron leadership" not in log, log[-3000:]
 
 
+def test_a_storm_at_the_instant_the_hand_over_begins_still_releases(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker whose SIGTERM handler gets two more SIGTERMs
+    at the instant it has begun the hand-over but sent nothing (dramatiq
+    exits at its second signal), then the lease is deleted, not left to
+    expire, and the worker exits.  (The nested exit cut the hand-over
+    short before its send, and a forked worker runs no atexit hook: "in 1
+    of 4 SIGTERM storms the worker exited without releasing the lease".)"""
+    client = redis_server.client()
+    client.config_set("notify-keyspace-events", "Kgx")
+    events = client.pubsub()  # type: ignore[no-untyped-call]
+    events.subscribe(f"__keyspace@0__:{LEASE}")
+    assert events.get_message(timeout=10) is not None  # the subscription's confirmation
+    env = {**app_env, "CRON_APP_TTL": "10000", "SIGNAL_STORM_AT_STOP": "2"}
+    instance = instances(env, app="tests.apps.signal_storm")
+    worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the worker to lead"))
+    os.kill(worker, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    gone = ""
+    while not gone and time.monotonic() < deadline:
+        message = events.get_message(timeout=1)
+        if message is not None and message["type"] == "message" and message["data"] in ("del", "expired"):
+            gone = message["data"]
+    events.close()
+    assert gone == "del", f"the lease was not released ({gone or 'still held'}): {instance.log()[-2000:]}"
+    wait_for(lambda: not alive(worker), timeout=30, what="the worker to exit")
+
+
 def _cpu_wait(pid: int) -> float | None:
     """Seconds the main thread of ``pid`` spent runnable but waiting for a
     CPU (the kernel's schedstat); None once it is gone."""
