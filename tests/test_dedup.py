@@ -237,6 +237,21 @@ def test_without_a_cron_middleware_the_worker_does_not_boot() -> None:
             pass
 
 
+def test_a_stopped_worker_leaves_no_redis_connection_open(redis_server: RedisServer) -> None:
+    """Given a worker that ran deduplicated cron messages, when it stops,
+    then neither middleware keeps a connection to Redis open (each kept
+    its pools' connections for the life of the process)."""
+    admin = redis_server.client()
+    before = len(admin.client_list())
+    with App(redis_server.url) as app:
+        message = cron_message()
+        app.deliver(message)
+        app.settle()
+        assert len(admin.client_list()) > before
+    assert app.count(message) == {0: 1}
+    assert len(admin.client_list()) == before, [c["name"] or c["cmd"] for c in admin.client_list()]
+
+
 # -- Redis unreachable ----------------------------------------------------------
 
 
