@@ -168,11 +168,11 @@ class HandOver:
             return False
         self._reported = True
         self.leader.logger.warning(
-            "Gave up releasing the cron lease (epoch %s) at shutdown: Redis did not answer within %d ms (%s); "
+            "Gave up releasing the cron lease (epoch %s) at shutdown (%s; the hand-over waits %d ms at most); "
             "it expires within %d ms.",
             self._epoch,
-            Timing.HAND_OVER_MS,
             self._error or "not sent",
+            Timing.HAND_OVER_MS,
             self.leader.timing.lease_ms,
         )
         return True
