@@ -235,8 +235,11 @@ class CronMiddleware(Middleware):
         self._monitoring: MonitorThreads | None = None
         self._built: tuple[Redis, Redis] | None = None
         #: Every Redis client this middleware built: their connections are
-        #: closed when it stops (each reconnects if used again).
+        #: closed when it stops (each reconnects if used again); those of
+        #: the worker threads (run records, running marks) once the worker
+        #: has drained, not under a message being processed.
         self._owned: list[Redis] = []
+        self._owned_by_workers: list[Redis] = []
         self._broker: Broker | None = None  # runtime schedules check actors against it
         self._runtime: RuntimeSchedules | None = None
         # Not the start lock: a web request asking for the runtime schedules
@@ -419,7 +422,7 @@ class CronMiddleware(Middleware):
                 if self._recorder is None:
                     self._recorder = RunRecorder(
                         runs_factory=lambda: self._redis_runs(
-                            self._own(
+                            self._own_for_workers(
                                 scheduler_clients(
                                     self.redis_source(broker),
                                     op_timeout_ms=self.timing.op_timeout_ms,
@@ -442,7 +445,7 @@ class CronMiddleware(Middleware):
                 if self._marks is None:
                     self._marks = RunningMarks(
                         keys=self.keys,
-                        client_factory=lambda: self._own(
+                        client_factory=lambda: self._own_for_workers(
                             scheduler_clients(
                                 self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
                             )
@@ -509,9 +512,10 @@ class CronMiddleware(Middleware):
         self.stop()
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
-        """Close the connections the draining worker threads used since
-        (run records, running marks)."""
+        """Close the connections of the worker threads, drained by now (run
+        records, running marks)."""
         self.stop()
+        close_clients(self._owned_by_workers)
 
     def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
@@ -686,10 +690,15 @@ class CronMiddleware(Middleware):
             self._owned.append(client)
         return client
 
+    def _own_for_workers(self, clients: tuple[Redis, Redis]) -> tuple[Redis, Redis]:
+        self._owned_by_workers.extend(clients)  # built once each (under the start lock)
+        return clients
+
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the leader thread and release the lease if held, then close
-        every connection this middleware opened (a client used again, by
-        the API or a next start, reconnects).  With the scheduler's Redis
+        every connection this middleware opened but the worker threads'
+        (closed at ``after_worker_shutdown``); a client used again, by the
+        API or a next start, reconnects.  With the scheduler's Redis
         unresponsive this gives up within about two seconds, whatever the
         lease (see shutdown.py)."""
         with self._start_lock:
