@@ -86,6 +86,40 @@ def test_a_storm_at_the_instant_the_hand_over_begins_still_releases(
     wait_for(lambda: not alive(worker), timeout=30, what="the worker to exit")
 
 
+def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(redis_server: RedisServer) -> None:
+    """Given a leading middleware, when a forked child of its process
+    stops it (as its own shutdown code would), then the parent still leads
+    under the same epoch: the child's copy of the leader thread never
+    releases, and no inherited socket is written on.  (The child released
+    the parent's lease through a fresh connection.)"""
+    client = redis_server.client()
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(middleware)
+
+    @dramatiq.actor(broker=broker, cron="0 0 1 1 *")
+    def yearly() -> None: ...
+
+    try:
+        with running_worker(broker, worker_threads=1, worker_timeout=50):
+            wait_for(lambda: middleware.leader is not None and middleware.leader.leading, timeout=30, what="leading")
+            held = client.hmget(LEASE, ["token", "epoch", "pid"])
+            child = os.fork()
+            if child == 0:  # pragma: no cover - the child
+                code = 1
+                try:
+                    middleware.stop()
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(child, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert client.hmget(LEASE, ["token", "epoch", "pid"]) == held, "the child released the parent's lease"
+            assert middleware.leader is not None and middleware.leader.leading
+    finally:
+        broker.close()
+
+
 def _cpu_wait(pid: int) -> float | None:
     """Seconds the main thread of ``pid`` spent runnable but waiting for a
     CPU (the kernel's schedstat); None once it is gone."""
