@@ -9,6 +9,8 @@ storms of tests/test_shutdown_signals.py (issue 28, items 3 and 8).
   SIGTERM at the default 15 s lease, past ``docker stop``'s 10 s: the
   hand-over now gives up within a bound of its own, whatever the lease,
   with one WARNING.
+- A storm whose nested exit came right after the hand-over began cut it
+  short before its send: the lease expired instead of being released.
 """
 
 from __future__ import annotations

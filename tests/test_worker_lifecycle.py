@@ -33,6 +33,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware.store.connection import ENV_URL
 from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
@@ -87,12 +88,15 @@ def held_first_run() -> Iterator[_HoldFirstRun]:
     logger.setLevel(level)
 
 
-def test_running_worker_stops_a_worker_whose_thread_had_not_run_yet(held_first_run: _HoldFirstRun) -> None:
+def test_running_worker_stops_a_worker_whose_thread_had_not_run_yet(
+    held_first_run: _HoldFirstRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Given a worker thread that has started but not yet run its first
     line when the test is done with the worker, when the worker is stopped
     through ``running_worker``, then the stop returns and every thread
     ends.  (A plain ``Worker.start(); Worker.stop()`` loses the stop: the
     thread sets ``running`` after it and loops forever.)"""
+    monkeypatch.delenv(ENV_URL, raising=False)
     broker = StubBroker()
     broker.add_middleware(CronMiddleware())
 
