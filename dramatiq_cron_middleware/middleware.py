@@ -526,6 +526,8 @@ class CronMiddleware(Middleware):
         with self._start_lock:
             if self.leader is not None and self.leader.is_alive():
                 return self.leader
+            if self.leader is not None and self.leader.hand_over is not None:
+                self.leader.hand_over.close()  # of a leader thread that died: its connection goes with it
             if not self.config.eligible:
                 self._start_watch(broker)
                 return None
