@@ -29,7 +29,7 @@ from .errors import CronConfigurationError
 from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
 from .store.codes import decode, load_script
-from .store.connection import redact, scheduler_clients, unrelaxed
+from .store.connection import close_clients, redact, scheduler_clients, unrelaxed
 from .store.keys import Keys
 
 __all__ = ["DEFAULT_QUEUE_WAIT", "CronDeduplication"]
@@ -127,6 +127,12 @@ class CronDeduplication(Middleware):
         size the connection pool to the worker's threads."""
         self._cron_middleware(broker)
         self._threads = max(self._threads, int(getattr(worker, "worker_threads", 8)))
+
+    def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
+        """Close the marks' connections (the client reconnects if used again)."""
+        script = self._script
+        if script is not None:
+            close_clients([script.registered_client])
 
     def _cron_middleware(self, broker: Broker) -> CronMiddleware:
         if self._cron is None:

@@ -49,11 +49,12 @@ from .schedules.schedule import (
     actor_signature,
     schedules_for_actor,
 )
-from .shutdown import HandOver, dedicated_connection, install
+from .shutdown import HandOver, dedicated_connection, install, register
 from .store.boundary import BrokerBoundary, boundary_for
 from .store.clock import ServerClock
 from .store.connection import (
     ENV_URL,
+    close_clients,
     credentials_refused,
     describe,
     presence_client,
@@ -242,7 +243,12 @@ class CronMiddleware(Middleware):
         self._recorder: RunRecorder | None = None
         self._monitoring: MonitorThreads | None = None
         self._built: tuple[Redis, Redis] | None = None
-        self._hand_over_installed = False
+        #: Every Redis client this middleware built: their connections are
+        #: closed when it stops (each reconnects if used again); those of
+        #: the worker threads (run records, running marks) once the worker
+        #: has drained, not under a message being processed.
+        self._owned: list[Redis] = []
+        self._owned_by_workers: list[Redis] = []
         self._broker: Broker | None = None  # runtime schedules check actors against it
         self._runtime: RuntimeSchedules | None = None
         # Not the start lock: a web request asking for the runtime schedules
@@ -443,9 +449,13 @@ class CronMiddleware(Middleware):
                     timeout_ms = max(self.timing.op_timeout_ms, RECORD_TIMEOUT_MS)
                     self._recorder = RunRecorder(
                         runs_factory=lambda: self._redis_runs(
-                            scheduler_clients(self.redis_source(broker), op_timeout_ms=timeout_ms, block_timeout_ms=0)[
-                                0
-                            ]
+                            self._own_for_workers(
+                                scheduler_clients(
+                                    self.redis_source(broker),
+                                    op_timeout_ms=timeout_ms,
+                                    block_timeout_ms=0,
+                                )
+                            )[0]
                         ),
                         logger=self.logger,
                     )
@@ -462,8 +472,10 @@ class CronMiddleware(Middleware):
                 if self._marks is None:
                     self._marks = RunningMarks(
                         keys=self.keys,
-                        client_factory=lambda: scheduler_clients(
-                            self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
+                        client_factory=lambda: self._own_for_workers(
+                            scheduler_clients(
+                                self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
+                            )
                         )[0],
                         logger=self.logger,
                     )
@@ -516,12 +528,11 @@ class CronMiddleware(Middleware):
         (see shutdown.py)."""
         if self._simulator is not None or self._stub_without_redis(broker):
             return
-        if not self._hand_over_installed:
-            # Before the thread starts: a signal that comes the moment the
-            # lease is won must already find the hand-over (it hands over
-            # whatever leads then, nothing before the thread exists).
-            self._hand_over_installed = True
-            install(self._current_hand_over)
+        # Before the thread starts: a signal that comes the moment the
+        # lease is won must already find the hand-over (it hands over
+        # whatever leads then, nothing before the thread exists).  Once per
+        # process, for every middleware of it (see shutdown.py).
+        install()
         self.start(broker)
 
     def _stub_without_redis(self, broker: Broker) -> bool:
@@ -529,14 +540,16 @@ class CronMiddleware(Middleware):
         nothing could be scheduled across processes anyway."""
         return isinstance(broker, StubBroker) and self.redis is None and url_from_environment() is None
 
-    def _current_hand_over(self) -> HandOver | None:
-        leader = self.leader  # one read: a signal handler calls this
-        return None if leader is None else leader.hand_over
-
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the leader thread and release the lease, so a follower takes
         over in milliseconds instead of a lease."""
         self.stop()
+
+    def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
+        """Close the connections of the worker threads, drained by now (run
+        records, running marks)."""
+        self.stop()
+        close_clients(self._owned_by_workers)
 
     def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
@@ -547,6 +560,8 @@ class CronMiddleware(Middleware):
         with self._start_lock:
             if self.leader is not None and self.leader.is_alive():
                 return self.leader
+            if self.leader is not None and self.leader.hand_over is not None:
+                self.leader.hand_over.close()  # of a leader thread that died: its connection goes with it
             if not self.config.eligible:
                 self._start_watch(broker)
                 return None
@@ -558,6 +573,8 @@ class CronMiddleware(Middleware):
             durability = Durability(replicas=self.config.replicas or 0, wait_ms=timing.replica_wait_ms)
             sentinels = sentinels_of(client, timeout_ms=timing.replica_wait_ms)
             if sentinels is not None:  # a replica's acknowledgement is not enough: see durability.py
+                for sentinel in sentinels[0]:
+                    self._own_one(sentinel)
                 durability.sentinels = SentinelQuorum(sentinels[0], service=sentinels[1])
             lease = Lease(
                 client=client,
@@ -570,7 +587,7 @@ class CronMiddleware(Middleware):
                 fingerprint=fingerprint(schedules),
                 version=self.config.version.replace("|", "/"),
                 presence_client=(
-                    presence_client(self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms)
+                    self._own_one(presence_client(self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms))
                     if self.config.fast_takeover
                     else None
                 ),
@@ -581,8 +598,12 @@ class CronMiddleware(Middleware):
             )
             # The signal path releases on a connection of its own, outside
             # any pool: the leader thread may be mid-command on the pooled ones.
-            shutdown_client = scheduler_clients(
-                self.redis_source(broker), op_timeout_ms=min(timing.op_timeout_ms, 500), block_timeout_ms=0
+            shutdown_client = self._own(
+                scheduler_clients(
+                    self.redis_source(broker),
+                    op_timeout_ms=min(timing.op_timeout_ms, Timing.HAND_OVER_ATTEMPT_MS),
+                    block_timeout_ms=0,
+                )
             )[0]
             # The scheduler's client and the broker's: the same server means
             # the claim script can enqueue in the same atomic step.
@@ -606,7 +627,7 @@ class CronMiddleware(Middleware):
                 identify_server=lambda: identify(client),
                 boot_check=lambda: self._boot_check(client, durability, where=where),
                 declared_actors=lambda name: name in broker.actors,
-                hand_over=lambda leader: HandOver(leader=leader, connection=shutdown_connection),
+                hand_over=lambda leader: register(HandOver(leader=leader, connection=shutdown_connection)),
                 one_shot_retention_ms=self.config.one_shot_retention,
             )
             started = (
@@ -691,15 +712,37 @@ class CronMiddleware(Middleware):
         """The scheduler's command and blocking clients, built (and the
         source parsed) once."""
         if self._built is None:
-            self._built = scheduler_clients(
-                self.redis_source(broker),
-                op_timeout_ms=self.timing.op_timeout_ms,
-                block_timeout_ms=self.timing.block_timeout_ms,
+            self._built = self._own(
+                scheduler_clients(
+                    self.redis_source(broker),
+                    op_timeout_ms=self.timing.op_timeout_ms,
+                    block_timeout_ms=self.timing.block_timeout_ms,
+                )
             )
         return self._built
 
+    def _own(self, clients: tuple[Redis, Redis]) -> tuple[Redis, Redis]:
+        """Note clients this middleware built, to close when it stops."""
+        for client in clients:
+            self._own_one(client)
+        return clients
+
+    def _own_one(self, client: Redis | None) -> Redis | None:
+        if client is not None and all(client is not c for c in self._owned):
+            self._owned.append(client)
+        return client
+
+    def _own_for_workers(self, clients: tuple[Redis, Redis]) -> tuple[Redis, Redis]:
+        self._owned_by_workers.extend(clients)  # built once each (under the start lock)
+        return clients
+
     def stop(self, timeout: float = 1.0) -> None:
-        """Stop the leader thread and release the lease if held."""
+        """Stop the leader thread and release the lease if held, then close
+        every connection this middleware opened but the worker threads'
+        (closed at ``after_worker_shutdown``); a client used again, by the
+        API or a next start, reconnects.  With the scheduler's Redis
+        unresponsive this gives up within about two seconds, whatever the
+        lease (see shutdown.py)."""
         with self._start_lock:
             leader, self.leader = self.leader, None
             watch, self._watch = self._watch, None
@@ -717,6 +760,9 @@ class CronMiddleware(Middleware):
                 leader.hand_over.close()
         if monitoring is not None:
             monitoring.join(0.1)
+        # Closing also ends a thread still blocked on one of them (its
+        # socket is shut down), so nothing outlives the stop for long.
+        close_clients(self._owned)
 
     def redis_source(self, broker: Broker) -> Any:
         """Where the scheduler's Redis is, for ``broker``: the ``redis=``
@@ -780,8 +826,10 @@ class CronMiddleware(Middleware):
                         f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
                         f"{ENV_URL}"
                     )
-                client, _ = scheduler_clients(
-                    self.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
+                client, _ = self._own(
+                    scheduler_clients(
+                        self.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
+                    )
                 )
                 self._runtime = self._runtime_store(client, broker)
             return self._runtime

@@ -35,14 +35,17 @@ runs``, ``check`` and ``on_alert`` would, for testing thresholds::
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dramatiq import Broker, Message
+from dramatiq import Broker, Message, Worker
 from dramatiq.logging import get_logger
+from dramatiq.worker import ConsumerThread, WorkerThread
 
 from .errors import CronScheduleError
 from .leader.thread import LeaderThread
@@ -63,10 +66,69 @@ from .store.in_memory import InMemoryStore, MemoryRuns, MemoryServer
 from .store.keys import Keys
 from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id, already_exists
 
-__all__ = ["CronSimulator", "Instant", "SimulatedRuntime", "cron_middleware_of", "ticks_between"]
+__all__ = ["CronSimulator", "Instant", "SimulatedRuntime", "cron_middleware_of", "running_worker", "ticks_between"]
 
 #: A point in time: a timezone-aware ``datetime``, or epoch milliseconds.
 Instant = dt.datetime | int
+
+
+@contextlib.contextmanager
+def running_worker(
+    broker: Broker, *, start_timeout: int = 30_000, stop_timeout: int = 30_000, **worker_kwargs: Any
+) -> Iterator[Worker]:
+    """Start a ``dramatiq.Worker`` on ``broker``, wait until every one of
+    its threads runs, yield it, and stop it (also when the body or the
+    start raised)::
+
+        with running_worker(broker, worker_timeout=50) as worker:
+            job.send()
+            broker.join(job.queue_name)
+            worker.join()
+
+    dramatiq's worker and consumer threads set their ``running`` flag as
+    the first line of their own ``run``, while ``Worker.stop`` clears it: a
+    stop that lands after ``Worker.start`` returned but before a thread got
+    to that line is lost, and the thread loops forever (``Worker.stop`` then
+    waits its whole timeout, ten minutes by default, and the thread stays).
+    A loaded machine, or DEBUG logging, makes that likely for a test that
+    stops a worker right after starting it.  So the stop comes only once
+    every thread runs.  The worker's own middleware is taken off the broker
+    afterwards, so a queue declared later starts no consumer for it.
+
+    Parameters:
+      broker: The broker (a ``StubBroker`` or a real one).
+      start_timeout: How long in milliseconds to wait for the threads to
+        run (30 s by default); then :class:`TimeoutError`, after the stop.
+      stop_timeout: Passed to ``Worker.stop`` (30 s by default).
+      worker_kwargs: Passed to ``dramatiq.Worker`` (``worker_threads``,
+        ``worker_timeout``, ``queues``).
+    """
+    worker = Worker(broker, **worker_kwargs)
+    running = False
+    try:
+        worker.start()
+        running = _all_threads_run(worker, start_timeout)
+        if not running:
+            raise TimeoutError(f"dramatiq's worker threads did not start running within {start_timeout} ms")
+        yield worker
+    finally:
+        if not running:
+            _all_threads_run(worker, start_timeout)
+        worker.stop(timeout=stop_timeout)
+        broker.middleware[:] = [m for m in broker.middleware if getattr(m, "worker", None) is not worker]
+
+
+def _all_threads_run(worker: Worker, timeout_ms: int) -> bool:
+    """Wait up to ``timeout_ms`` until every live thread of ``worker`` (its
+    worker threads and consumers) has set ``running``; whether they did."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        threads: list[WorkerThread | ConsumerThread] = [*worker.workers, *worker.consumers.values()]
+        if all(thread.running or not thread.is_alive() for thread in threads):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
 
 
 def cron_middleware_of(broker: Broker) -> CronMiddleware:

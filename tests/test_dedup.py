@@ -24,6 +24,7 @@ from dramatiq.middleware import CurrentMessage
 from dramatiq_cron_middleware import CronConfigurationError, CronDeduplication, CronMiddleware, Schedule
 from dramatiq_cron_middleware.dedup import DEFAULT_QUEUE_WAIT
 from dramatiq_cron_middleware.store.codes import decode
+from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import Instance, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
@@ -69,14 +70,14 @@ class App:
                 raise RuntimeError("the first attempt fails")
 
         dramatiq.actor(job, actor_name="job", broker=self.broker, max_retries=1, min_backoff=10, max_backoff=20)
-        self.worker = Worker(self.broker, worker_threads=2, worker_timeout=50)
+        self._running = running_worker(self.broker, worker_threads=2, worker_timeout=50)
 
     def __enter__(self) -> App:
-        self.worker.start()
+        self.worker = self._running.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.worker.stop()
+        self._running.__exit__(*exc)
 
     def deliver(self, message: Message[Any], times: int = 2) -> None:
         """The broker delivers ``message`` ``times`` times (the same body)."""
@@ -232,7 +233,23 @@ def test_without_a_cron_middleware_the_worker_does_not_boot() -> None:
     broker = StubBroker()
     broker.add_middleware(CronDeduplication())
     with pytest.raises(CronConfigurationError, match="needs a CronMiddleware"):
-        Worker(broker, worker_timeout=50).start()
+        with running_worker(broker, worker_timeout=50):
+            pass
+
+
+def test_a_stopped_worker_leaves_no_redis_connection_open(redis_server: RedisServer) -> None:
+    """Given a worker that ran deduplicated cron messages, when it stops,
+    then neither middleware keeps a connection to Redis open (each kept
+    its pools' connections for the life of the process)."""
+    admin = redis_server.client()
+    before = len(admin.client_list())
+    with App(redis_server.url) as app:
+        message = cron_message()
+        app.deliver(message)
+        app.settle()
+        assert len(admin.client_list()) > before
+    assert app.count(message) == {0: 1}
+    assert len(admin.client_list()) == before, [c["name"] or c["cmd"] for c in admin.client_list()]
 
 
 # -- Redis unreachable ----------------------------------------------------------

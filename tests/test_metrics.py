@@ -14,7 +14,6 @@ from typing import Any
 
 import dramatiq
 import pytest
-from dramatiq import Worker
 from dramatiq.brokers.stub import StubBroker
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,7 +21,7 @@ from dramatiq_cron_middleware import CronMiddleware, Schedule, find_middleware
 from dramatiq_cron_middleware.metrics import ENV_DIR, CronMetrics
 from dramatiq_cron_middleware.monitoring.records import HEALTH_STATES
 from dramatiq_cron_middleware.schedules.planner import message_for
-from dramatiq_cron_middleware.testing import CronSimulator
+from dramatiq_cron_middleware.testing import CronSimulator, running_worker
 from tests.support.instances import now_ms, wait_for
 from tests.support.redis_server import RedisServer, free_port
 
@@ -179,15 +178,11 @@ def test_an_attempt_is_retrying_until_dramatiq_gives_up_and_a_stale_message_is_d
         broker.emit_after("process_boot")
         simulator = CronSimulator(broker, now=dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc))
         schedule = next(s for s in find_middleware(broker).all_schedules() if s.actor_name == "stale")
-        worker = Worker(broker, worker_timeout=50)
-        worker.start()
-        try:
+        with running_worker(broker, worker_timeout=50) as worker:
             simulator.advance(by=dt.timedelta(minutes=90))  # one tick of broken
             broker.enqueue(message_for(schedule, 60_000, prefix="dramatiq-cron", timestamp_ms=60_000))
             broker.join("default", fail_fast=False, timeout=20_000)
             worker.join()
-        finally:
-            worker.stop()
         assert metrics.runs is not None
         counted = {
             (dict(sample.labels)["schedule"], dict(sample.labels)["outcome"]): sample.value

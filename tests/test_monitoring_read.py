@@ -14,6 +14,7 @@ from dramatiq_cron_middleware.middleware import find_middleware
 from dramatiq_cron_middleware.monitoring.read import check_report, read_runs
 from dramatiq_cron_middleware.schedules.planner import message_for
 from dramatiq_cron_middleware.store.connection import scheduler_clients
+from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 
@@ -21,13 +22,9 @@ from tests.support.redis_server import RedisServer
 def run_queue(broker: StubBroker, queue_name: str) -> None:
     """Run a real dramatiq Worker until ``queue_name`` is drained (failed
     messages included), then stop it."""
-    worker = dramatiq.Worker(broker, worker_timeout=50)
-    worker.start()
-    try:
+    with running_worker(broker, worker_timeout=50) as worker:
         broker.join(queue_name, fail_fast=False)
         worker.join()
-    finally:
-        worker.stop()
 
 
 def _app(redis_server: RedisServer, **options: object) -> tuple[CronMiddleware, StubBroker]:

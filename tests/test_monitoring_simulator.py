@@ -12,7 +12,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware
 from dramatiq_cron_middleware.monitoring import Alert
-from dramatiq_cron_middleware.testing import CronSimulator
+from dramatiq_cron_middleware.testing import CronSimulator, running_worker
 
 START = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -32,16 +32,13 @@ class App:
                 raise RuntimeError("report failed")
 
         self.simulator = CronSimulator(self.broker, now=START)
-        self.worker = dramatiq.Worker(self.broker, worker_timeout=20)
 
     def hour(self) -> None:
         """An hour passes and the worker runs what fell due."""
         self.simulator.advance(by=dt.timedelta(hours=1))
-        self.worker.start()
-        self.broker.join("default", fail_fast=False)
-        self.worker.join()
-        self.worker.stop()
-        self.worker = dramatiq.Worker(self.broker, worker_timeout=20)
+        with running_worker(self.broker, worker_timeout=20) as worker:
+            self.broker.join("default", fail_fast=False)
+            worker.join()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from dramatiq.middleware import AgeLimit
 from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.schedules.planner import jitter_ms, message_for
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, schedules_for_actor
+from dramatiq_cron_middleware.testing import running_worker
 
 TICK = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -61,13 +62,9 @@ def test_max_age_reaches_the_message_and_age_limit_drops_a_stale_one() -> None:
     # Ten seconds in the queue already: far past its 50 ms max_age.
     broker.enqueue(stale.copy(message_timestamp=stale.message_timestamp - 10_000))
     broker.enqueue(fresh)
-    worker = dramatiq.Worker(broker, worker_timeout=100)
-    worker.start()
-    try:
+    with running_worker(broker, worker_timeout=100) as worker:
         broker.join("default", timeout=10_000, fail_fast=False)
         worker.join()
-    finally:
-        worker.stop()
     assert ran == [((2,), {})]
 
 

@@ -14,7 +14,6 @@ from typing import Any
 import dramatiq
 import pytest
 import sentry_sdk
-from dramatiq import Worker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import AgeLimit
 from sentry_sdk.envelope import Envelope
@@ -24,7 +23,7 @@ from dramatiq_cron_middleware import CronMiddleware, Schedule, find_middleware
 from dramatiq_cron_middleware.schedules.planner import message_for
 from dramatiq_cron_middleware.schedules.schedule import schedules_for_actor
 from dramatiq_cron_middleware.sentry import SentryCrons, monitor_config, monitor_slug
-from dramatiq_cron_middleware.testing import CronSimulator
+from dramatiq_cron_middleware.testing import CronSimulator, running_worker
 from tests.support.redis_server import RedisServer
 
 UTC = dt.timezone.utc
@@ -78,14 +77,10 @@ def broker() -> Iterator[StubBroker]:
 def run(broker: StubBroker, simulator: CronSimulator, *, by: dt.timedelta) -> None:
     """Fire what falls due in ``by`` and let a real worker run it all,
     retries included."""
-    worker = Worker(broker, worker_timeout=50)
-    worker.start()
-    try:
+    with running_worker(broker, worker_timeout=50) as worker:
         simulator.advance(by=by)
         broker.join("default", fail_fast=False, timeout=20_000)
         worker.join()
-    finally:
-        worker.stop()
 
 
 def test_a_run_checks_in_in_progress_then_ok_with_its_duration_and_the_schedules_monitor(
@@ -179,15 +174,11 @@ def test_other_messages_and_skipped_cron_messages_send_nothing(sent: Envelopes) 
         (schedule,) = find_middleware(broker).all_schedules()
         old = message_for(schedule, 60_000, prefix="dramatiq-cron", timestamp_ms=60_000)
         assert any(isinstance(m, AgeLimit) for m in broker.middleware)
-        worker = Worker(broker, worker_timeout=50)
-        worker.start()
-        try:
+        with running_worker(broker, worker_timeout=50) as worker:
             plain.send()
             broker.enqueue(old)
             broker.join("default", fail_fast=False)
             worker.join()
-        finally:
-            worker.stop()
         assert ran == ["plain"]
         assert sent.check_ins == []
     finally:
@@ -313,16 +304,12 @@ def test_a_runtime_schedule_whose_definition_cannot_be_read_still_checks_in_and_
             ran.append(tenant)
 
         redis_server.stop()
-        worker = Worker(broker, worker_timeout=50)
-        worker.start()
-        try:
+        with running_worker(broker, worker_timeout=50) as worker:
             for tenant in (1, 2, 3):
                 options = {"cron_schedule": f"report:tenant-{tenant}", "cron_tick": "2030-01-01T00:00:00+00:00"}
                 broker.enqueue(report.message_with_options(args=(tenant,), **options))
             broker.join("default")
             worker.join()
-        finally:
-            worker.stop()
         assert sorted(ran) == [1, 2, 3]
         assert [c["status"] for c in sent.check_ins].count("ok") == 3
         assert all("monitor_config" not in c for c in sent.check_ins)

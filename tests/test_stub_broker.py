@@ -16,13 +16,12 @@ from pathlib import Path
 
 import dramatiq
 import pytest
-from dramatiq import Worker
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.errors import CronConfigurationError
 from dramatiq_cron_middleware.store.connection import ENV_URL
-from dramatiq_cron_middleware.testing import CronSimulator
+from dramatiq_cron_middleware.testing import CronSimulator, running_worker
 from tests.support.instances import ROOT, stop_group, wait_for
 
 UTC = dt.timezone.utc
@@ -63,14 +62,10 @@ def test_a_worker_on_a_stub_broker_runs_the_apps_actors_with_the_scheduler_off(
         done.append(x)
 
     for round_ in range(2):
-        worker = Worker(broker, worker_timeout=50)
-        worker.start()
-        try:
+        with running_worker(broker, worker_timeout=50) as worker:
             add.send(round_)
             broker.join(add.queue_name)
             worker.join()
-        finally:
-            worker.stop()
     assert done == [0, 1]
     [line] = scheduler_lines(caplog)
     assert line.levelno == logging.INFO
@@ -113,14 +108,10 @@ def test_runtime_calls_go_to_an_attached_simulator_which_fires_them(broker: Stub
     assert cron.remove(send_report, "tenant-7") is True
     assert cron.remove(send_report, "tenant-7") is False
 
-    worker = Worker(broker, worker_timeout=50)
-    worker.start()
-    try:
+    with running_worker(broker, worker_timeout=50) as worker:
         sent = simulator.advance(by=dt.timedelta(days=2))
         broker.join(send_report.queue_name)
         worker.join()
-    finally:
-        worker.stop()
     assert [m.options["cron_tick"] for m in sent] == ["2030-01-01T09:00:00+00:00", "2030-01-02T09:00:00+00:00"]
     assert ran == [42, 42]
     simulator.close()
@@ -131,12 +122,10 @@ def test_runtime_calls_go_to_an_attached_simulator_which_fires_them(broker: Stub
 def test_a_malformed_redis_url_still_fails_at_boot() -> None:
     broker = StubBroker()
     broker.add_middleware(CronMiddleware(redis="redis://localhost:notaport/0"))
-    worker = Worker(broker, worker_timeout=50)
     try:
-        with pytest.raises(CronConfigurationError):
-            worker.start()
+        with pytest.raises(CronConfigurationError), running_worker(broker, worker_timeout=50):
+            pass
     finally:
-        worker.stop()
         broker.close()
 
 

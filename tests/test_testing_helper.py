@@ -10,12 +10,11 @@ from typing import Any
 
 import dramatiq
 import pytest
-from dramatiq import Worker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import CurrentMessage
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
-from dramatiq_cron_middleware.testing import CronSimulator, ticks_between
+from dramatiq_cron_middleware.testing import CronSimulator, running_worker, ticks_between
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 
@@ -70,14 +69,10 @@ def test_advance_enqueues_due_ticks_and_a_worker_runs_them_without_redis(broker:
         ran.append(message.options["cron_tick"])
 
     simulator = CronSimulator(broker, now=T0)
-    worker = Worker(broker, worker_timeout=50)
-    worker.start()
-    try:
+    with running_worker(broker, worker_timeout=50) as worker:
         sent = simulator.advance(by=dt.timedelta(minutes=12))
         broker.join(cleanup.queue_name)
         worker.join()
-    finally:
-        worker.stop()
     assert [m.options["cron_tick"] for m in sent] == ["2030-01-01T00:05:00+00:00", "2030-01-01T00:10:00+00:00"]
     assert sorted(ran) == [m.options["cron_tick"] for m in sent]
     assert simulator.now == T0 + dt.timedelta(minutes=12)

@@ -16,11 +16,11 @@ from typing import Any
 
 import dramatiq
 import pytest
-from dramatiq import Worker
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware import CronMiddleware
 from dramatiq_cron_middleware.monitoring.read import check_report
+from dramatiq_cron_middleware.testing import running_worker
 from dramatiq_cron_middleware.web import CronDashboard
 from dramatiq_cron_middleware.web.health_pages import ReportCache
 from tests.support.dashboards import csrf_of, row_ids
@@ -61,21 +61,19 @@ def monitoring(server: RedisServer) -> Iterator[Monitored]:
         raise RuntimeError(f"{EVIL} could not reach {SECRET}")
 
     dramatiq.actor(broken, actor_name="broken", broker=broker, cron="* * * * * *", max_retries=0)
-    worker = Worker(broker, worker_threads=2, worker_timeout=100)
-    worker.start()
     try:
-        wait_for(
-            lambda: (
-                {s.schedule_id: s.health for s in check_report(middleware, broker).schedules}
-                == {"healthy": "ok", "broken": "failing"}
-            ),
-            timeout=20,
-            interval=0.1,
-            what="broken failing and healthy ok",
-        )
-        yield Monitored(server, broker, middleware, Browser(CronDashboard(broker, unauthenticated=True)))
+        with running_worker(broker, worker_threads=2, worker_timeout=100):
+            wait_for(
+                lambda: (
+                    {s.schedule_id: s.health for s in check_report(middleware, broker).schedules}
+                    == {"healthy": "ok", "broken": "failing"}
+                ),
+                timeout=20,
+                interval=0.1,
+                what="broken failing and healthy ok",
+            )
+            yield Monitored(server, broker, middleware, Browser(CronDashboard(broker, unauthenticated=True)))
     finally:
-        worker.stop()
         middleware.stop()
         broker.close()
 

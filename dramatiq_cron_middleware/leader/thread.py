@@ -16,6 +16,7 @@ retry.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
@@ -49,8 +50,22 @@ _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
 class ReleaseReport(Protocol):
     """What the leader asks of a shutdown hand-over (see shutdown.py)."""
 
+    @property
+    def failed(self) -> bool:
+        """Whether the hand-over's release gave up (Redis did not answer
+        within its bound, or refused)."""
+
+    def run(self) -> None:
+        """Begin the hand-over and send the release, unless it began."""
+
+    def wait(self, timeout: float) -> None:
+        """Wait (bounded) for a release under way to be answered or given up."""
+
     def claim_report(self, *, wait: float) -> bool:
         """True, once, when the hand-over released the lease."""
+
+    def report_failure(self) -> bool:
+        """Log, once, that the release gave up; True if this call did."""
 
 
 H = TypeVar("H", bound=ReleaseReport)
@@ -172,6 +187,9 @@ class LeaderThread(threading.Thread, Generic[H]):
             one_shot_retention_ms=one_shot_retention_ms,
         )
         self._losses = losses
+        #: The process the lease is this thread's in: a forked child
+        #: inherits the object, never the lease.
+        self._pid = os.getpid()
         #: What a signal handler or ``atexit`` calls (see shutdown.py).
         self.hand_over = hand_over(self) if hand_over is not None else None
 
@@ -223,15 +241,24 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.stopping.set()
 
     def stop(self, timeout: float = 1.0) -> None:
-        """Stop the loop and release the lease if held (compare-and-delete)."""
+        """Stop the loop and release the lease if held (compare-and-delete).
+        With a hand-over, the release and the push that ends a blocking
+        wait go out at once on its connection, bounded by
+        ``Timing.HAND_OVER_MS`` whatever the lease; once it gave up (Redis
+        does not answer), nothing here waits for Redis again."""
         self.stopping.set()
-        if self.is_alive():
+        hand_over = self.hand_over
+        if hand_over is not None:
+            hand_over.run()
+        elif self.is_alive():
             try:
                 self.lease.wake_self()  # ends a blocking wait on Redis
             except _FAULTS:
                 pass
         if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)
+            # A thread stuck on a Redis that did not answer the hand-over
+            # will not be done within the timeout either.
+            self.join(min(timeout, 0.1) if hand_over is not None and hand_over.failed else timeout)
         self._release()
 
     def run(self) -> None:
@@ -295,6 +322,8 @@ class LeaderThread(threading.Thread, Generic[H]):
         self._stopped = True
 
     def _release(self) -> None:
+        if os.getpid() != self._pid:  # a forked child: the lease is its parent's
+            return
         # stop() on another thread may release while this thread does.
         if not self._release_lock.acquire(timeout=1.0):
             return
@@ -305,6 +334,19 @@ class LeaderThread(threading.Thread, Generic[H]):
             epoch = None if leadership is None else leadership.epoch
             if epoch is not None:
                 self.observer.leadership_changed(epoch=epoch, leading=False)
+            hand_over = self.hand_over
+            if hand_over is not None:
+                hand_over.wait(2 * Timing.HAND_OVER_MS / 1000)  # a release under way
+                if hand_over.failed:
+                    # Redis did not answer the hand-over within its bound:
+                    # asking again on the pooled client would only hold the
+                    # exit up for two op timeouts more.
+                    self.lease.forget()
+                    self._released = True
+                    if not hand_over.report_failure() and leadership is not None:
+                        if self._lapsed_before_stop(leadership):
+                            self._report_lapse(leadership)
+                    return
             try:
                 released = self.lease.release()
             except (*_FAULTS, redis.RedisError) as exc:
@@ -396,6 +438,10 @@ class LeaderThread(threading.Thread, Generic[H]):
         reachable one that refuses (one WARNING per kind, whichever command
         met it), None for anything else (a bug: ERROR with traceback).
         ``unconfirmed``: Redis answered, but too few replicas acknowledged."""
+        if self.stopping.is_set():
+            # Met on the way out (a Redis that froze, a connection the stop
+            # closed): the release reports how the stop went, in one line.
+            return
         if unconfirmed is not None:
             self._report_unconfirmed(unconfirmed)
         else:

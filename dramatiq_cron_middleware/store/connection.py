@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -42,6 +43,7 @@ __all__ = [
     "ENV_URL",
     "SENTINEL_SCHEME",
     "MasterChanged",
+    "close_clients",
     "describe",
     "node_client",
     "pool_for",
@@ -293,6 +295,26 @@ def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
     kwargs.update(_bounded(timeout_ms))
     new_pool = redis.ConnectionPool(connection_class=pool.connection_class, max_connections=8, **kwargs)
     return redis.Redis(connection_pool=new_pool)
+
+
+def close_clients(clients: Iterable[Any]) -> None:
+    """Close every connection of these clients (and of their Sentinel
+    managers, and of every node of a cluster client), in use or idle.  Each
+    client stays usable: its next command connects again."""
+    for client in clients:
+        try:
+            if isinstance(client, RedisCluster):
+                nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+                pools = [node.redis_connection.connection_pool for node in nodes if node.redis_connection]
+            else:
+                pools = [client.connection_pool]
+                manager = getattr(client.connection_pool, "sentinel_manager", None)
+                if manager is not None:
+                    pools += [sentinel.connection_pool for sentinel in manager.sentinels]
+            for pool in pools:
+                pool.disconnect()
+        except Exception:  # closing is best effort: the process may be going down
+            pass
 
 
 def url_from_environment() -> str | None:

@@ -24,6 +24,13 @@ class Timing:
     #: runtime API): they come from people and scripts, not lease traffic,
     #: so they do not scale with the lease.
     OPERATOR_TIMEOUT_MS: ClassVar[int] = 2000
+    #: How long the shutdown hand-over may try to release the lease before
+    #: it gives up (once, with a WARNING), whatever the lease: a worker must
+    #: exit well within a container's grace (``docker stop`` waits 10 s)
+    #: even when Redis does not answer.  Each attempt times out after
+    #: ``HAND_OVER_ATTEMPT_MS``; a second one starts only within the bound.
+    HAND_OVER_MS: ClassVar[int] = 1000
+    HAND_OVER_ATTEMPT_MS: ClassVar[int] = 500
 
     #: The lease length.
     lease_ms: int

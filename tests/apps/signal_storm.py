@@ -15,6 +15,11 @@ signals a few microseconds apart.
 command a connection sends in that handler: a storm that outlasts any
 number of retries (dramatiq exits at its second signal, before the
 release is on the wire, every time).
+
+``SIGNAL_STORM_AT_STOP=N`` raises N SIGTERMs, nested, the first time that
+handler stops the leader thread (``StopRequest.set``): the instant the
+hand-over has begun but sends nothing yet, where a storm's exit could cut
+it short.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import redis.connection
 from dramatiq.middleware import Middleware
 
 from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware.stop_request import StopRequest
 from tests.apps.cronapp import broker
 
 __all__ = ["broker"]
@@ -37,6 +43,7 @@ __all__ = ["broker"]
 _depth = 0
 _raised: set[str] = set()
 _BURST = int(os.environ.get("SIGNAL_STORM_BURST", "0"))
+_AT_STOP = int(os.environ.get("SIGNAL_STORM_AT_STOP", "0"))
 
 
 def _raise_nested(where: str) -> None:
@@ -64,6 +71,17 @@ def _read_with_signal(self: Any, *args: Any, **kwargs: Any) -> Any:
     return _read(self, *args, **kwargs)
 
 
+_stop_set = StopRequest.set
+
+
+def _stop_set_with_signals(self: StopRequest) -> None:
+    if _AT_STOP and _depth == 1 and "stop" not in _raised and threading.current_thread() is threading.main_thread():
+        _raised.add("stop")
+        for _ in range(_AT_STOP):
+            signal.raise_signal(signal.SIGTERM)
+    _stop_set(self)
+
+
 def _set_with_signal(self: threading.Event) -> None:
     with self._cond:  # type: ignore[attr-defined]
         _raise_nested("Event.set")
@@ -89,6 +107,7 @@ class SignalStorm(Middleware):
         redis.connection.AbstractConnection.send_packed_command = _send_with_signal  # type: ignore[method-assign]
         redis.connection.AbstractConnection.read_response = _read_with_signal  # type: ignore[method-assign]
         threading.Event.set = _set_with_signal  # type: ignore[method-assign]
+        StopRequest.set = _stop_set_with_signals  # type: ignore[method-assign]
         signal.signal(signal.SIGTERM, outermost)
 
 

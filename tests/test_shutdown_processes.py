@@ -1,0 +1,195 @@
+"""The shutdown hand-over in real ``dramatiq`` processes, beyond the signal
+storms of tests/test_shutdown_signals.py (issue 28, items 3 and 8).
+
+- A forked child (a ``multiprocessing`` pool an actor terminates) inherits
+  the worker's handlers and its hand-over's socket: it used to release its
+  parent's lease on that socket, each time with a new epoch and a spurious
+  "Lost cron leadership".
+- With the scheduler's Redis frozen, a worker took 12.5 s to exit after
+  SIGTERM at the default 15 s lease, past ``docker stop``'s 10 s: the
+  hand-over now gives up within a bound of its own, whatever the lease,
+  with one WARNING.
+- A storm whose nested exit came right after the hand-over began cut it
+  short before its send: the lease expired instead of being released.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+
+from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware.testing import running_worker
+from tests.support.instances import Instance, alive, wait_for
+from tests.support.redis_server import RedisServer
+
+LEASE = "{dramatiq-cron}:lease"
+#: ``docker stop`` sends SIGKILL 10 s after SIGTERM: the exit must come well
+#: before, however long the lease (the hand-over itself gives up after 1 s).
+CONTAINER_GRACE = 8.0
+
+
+def _pools(record_dir: str) -> int:
+    return sum(len(Path(p).read_text().splitlines()) for p in glob.glob(os.path.join(record_dir, "pools-*.jsonl")))
+
+
+def test_a_forked_child_never_releases_its_parents_lease(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer, record_dir: str
+) -> None:
+    """Given a leading worker whose actor forks a multiprocessing pool and
+    terminates it (SIGTERM to each child), five times, then the lease is
+    still the leader's own, under the epoch it won, and nobody logged a
+    lost leadership.  (2 of 3 terminates deleted it.)"""
+    client = redis_server.client()
+    instance = instances({**app_env, "CRON_APP_TTL": "10000"}, app="tests.apps.forkapp", threads=2)
+    leader = wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the worker to lead")
+    epoch = client.hget(LEASE, "epoch")
+    wait_for(lambda: _pools(record_dir) >= 5, timeout=60, what="five pools forked and terminated")
+    assert (client.hget(LEASE, "pid"), client.hget(LEASE, "epoch")) == (leader, epoch), instance.log()[-3000:]
+    log = instance.log()
+    assert "Lost cron leadership" not in log and "Released cron leadership" not in log, log[-3000:]
+
+
+def test_a_storm_at_the_instant_the_hand_over_begins_still_releases(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a leading worker whose SIGTERM handler gets two more SIGTERMs
+    at the instant it has begun the hand-over but sent nothing (dramatiq
+    exits at its second signal), then the lease is deleted, not left to
+    expire, and the worker exits.  (The nested exit cut the hand-over
+    short before its send, and a forked worker runs no atexit hook: "in 1
+    of 4 SIGTERM storms the worker exited without releasing the lease".)"""
+    client = redis_server.client()
+    client.config_set("notify-keyspace-events", "Kgx")
+    events = client.pubsub()  # type: ignore[no-untyped-call]
+    events.subscribe(f"__keyspace@0__:{LEASE}")
+    assert events.get_message(timeout=10) is not None  # the subscription's confirmation
+    env = {**app_env, "CRON_APP_TTL": "10000", "SIGNAL_STORM_AT_STOP": "2"}
+    instance = instances(env, app="tests.apps.signal_storm")
+    worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the worker to lead"))
+    os.kill(worker, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    gone = ""
+    while not gone and time.monotonic() < deadline:
+        message = events.get_message(timeout=1)
+        if message is not None and message["type"] == "message" and message["data"] in ("del", "expired"):
+            gone = message["data"]
+    events.close()
+    assert gone == "del", f"the lease was not released ({gone or 'still held'}): {instance.log()[-2000:]}"
+    wait_for(lambda: not alive(worker), timeout=30, what="the worker to exit")
+
+
+def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(redis_server: RedisServer) -> None:
+    """Given a leading middleware, when a forked child of its process
+    stops it (as its own shutdown code would), then the parent still leads
+    under the same epoch: the child's copy of the leader thread never
+    releases, and no inherited socket is written on.  (The child released
+    the parent's lease through a fresh connection.)"""
+    client = redis_server.client()
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(middleware)
+
+    @dramatiq.actor(broker=broker, cron="0 0 1 1 *")
+    def yearly() -> None: ...
+
+    try:
+        with running_worker(broker, worker_threads=1, worker_timeout=50):
+            wait_for(lambda: middleware.leader is not None and middleware.leader.leading, timeout=30, what="leading")
+            held = client.hmget(LEASE, ["token", "epoch", "pid"])
+            child = os.fork()
+            if child == 0:  # pragma: no cover - the child
+                code = 1
+                try:
+                    middleware.stop()
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(child, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert client.hmget(LEASE, ["token", "epoch", "pid"]) == held, "the child released the parent's lease"
+            assert middleware.leader is not None and middleware.leader.leading
+    finally:
+        broker.close()
+
+
+def _cpu_wait(pid: int) -> float | None:
+    """Seconds the main thread of ``pid`` spent runnable but waiting for a
+    CPU (the kernel's schedstat); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_a_worker_exits_within_a_containers_grace_when_its_redis_is_frozen(
+    app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
+) -> None:
+    """Given a worker leading under the default 15 s lease, when its Redis
+    freezes (SIGSTOP) and the worker gets SIGTERM, then it exits well
+    within docker's 10 s grace (not counting the time it waited for a CPU),
+    saying once, in one WARNING, that it gave up releasing the lease.
+    (It took 12.5 s: each step of the shutdown waited for Redis anew.)"""
+    client = redis_server.client()
+    instance = instances({**app_env, "CRON_APP_TTL": "15000"})
+    worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the worker to lead"))
+    redis_server.pause()
+    try:
+        waited = _cpu_wait(worker) or 0.0
+        starved = 0.0
+        sent = time.monotonic()
+        instance.signal(signal.SIGTERM)
+        proc = instance.proc
+        assert proc is not None
+        deadline = sent + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            now_waited = _cpu_wait(worker)
+            if now_waited is not None:
+                starved = now_waited - waited
+            time.sleep(0.01)
+        took = time.monotonic() - sent
+    finally:
+        redis_server.resume()
+    print(f"exited {took:.2f} s after SIGTERM, {starved:.2f} s of it waiting for a CPU")
+    assert proc.poll() is not None, "the worker did not exit within 60 s"
+    assert took - starved < CONTAINER_GRACE, f"the worker took {took:.1f} s to exit ({starved:.1f} s waiting for a CPU)"
+    assert not alive(worker)
+    lines = [line for line in instance.log().splitlines() if "[WARNING]" in line and "lease" in line]
+    assert len(lines) == 1 and "Gave up releasing the cron lease" in lines[0], "\n".join(lines)
+
+
+def test_worker_stop_returns_within_a_containers_grace_when_redis_is_frozen(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same for ``Worker.stop()`` in a process (it took 9.2 s at the
+    default lease): bounded, and one WARNING."""
+    caplog.set_level(logging.INFO, logger="dramatiq_cron_middleware")
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(middleware)
+
+    @dramatiq.actor(broker=broker, cron="0 0 1 1 *")
+    def yearly() -> None: ...
+
+    try:
+        with running_worker(broker, worker_threads=1, worker_timeout=50):
+            wait_for(lambda: middleware.leader is not None and middleware.leader.leading, timeout=30, what="leading")
+            redis_server.pause()
+            stopping = time.monotonic()
+        took = time.monotonic() - stopping
+    finally:
+        redis_server.resume()
+        broker.close()
+    assert took < CONTAINER_GRACE, f"Worker.stop took {took:.1f} s"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "Gave up releasing the cron lease" in warnings[0], warnings
