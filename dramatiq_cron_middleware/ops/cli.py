@@ -57,6 +57,7 @@ from .control import (
     paused_by,
     resolve_target,
 )
+from .format import instant_ms as parse_instant
 from .format import iso, span, when
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
@@ -885,23 +886,22 @@ def _json_option(flag: str, text: str | None, kind: type) -> Any:
     return value
 
 
-def _instant_option(flag: str, text: str | None) -> int | dt.datetime | None:
-    """Epoch milliseconds, or an ISO 8601 time with its offset."""
+def _instant_option(flag: str, text: str | None) -> int | None:
+    """Epoch milliseconds (ASCII digits), or an ISO 8601 time with its offset."""
     if text is None:
         return None
-    if text.isdigit():
-        return int(text)
     try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise _Failure(f"{flag} must be epoch milliseconds or an ISO 8601 time with offset, got {text!r}") from None
+        return parse_instant(text)
+    except ValueError as exc:
+        raise _Failure(f"{flag}: {exc}") from None
 
 
-def _add(app: _App, args: argparse.Namespace) -> int:
+def schedule_of(args: argparse.Namespace) -> Schedule:
+    """The :class:`Schedule` that ``add``'s arguments describe."""
     if [args.expression, args.every, args.at].count(None) != 2:
         raise _Failure("give one of a cron EXPRESSION, --every MS or --at WHEN (not both, not none)")
     with of_actor(args.actor):
-        schedule = Schedule(
+        return Schedule(
             args.expression,
             timezone=args.timezone,
             args=tuple(_json_option("--args", args.args, list)),
@@ -923,13 +923,17 @@ def _add(app: _App, args: argparse.Namespace) -> int:
             max_runtime=args.max_runtime,
             failure_threshold=args.failure_threshold,
         )
+
+
+def _add(app: _App, args: argparse.Namespace) -> int:
+    schedule = schedule_of(args)
     try:
         stored = app.middleware.add(args.actor, schedule, name=args.name, replace=not args.create_only, who="cli")
     except CronScheduleError as exc:
         raise _Failure(_with_actors(app, str(exc))) from None
     except CronConfigurationError as exc:
         raise _Failure(redact(str(exc))) from None
-    _emit(args, _runtime_record(stored), _added_text(stored))
+    _emit(args, runtime_record(stored), _added_text(stored))
     return EXIT_OK
 
 
@@ -938,7 +942,7 @@ def _with_actors(app: _App, message: str) -> str:
     return f"{message} ({app.known_actors()})" if "is not declared on the broker" in message else message
 
 
-def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
+def runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
     s = stored.schedule
     return {
         "schedule": s.id,
@@ -1002,7 +1006,7 @@ def _remove(app: _App, args: argparse.Namespace) -> int:
 # -- entry point ----------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dramatiq-cron",
         description="See and steer the cron schedules of a dramatiq app.",
@@ -1154,7 +1158,7 @@ _COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dramatiq-cron``; returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     limit = "-n/--limit" if args.command == "history" else "--limit"
     for flag, value in (("--next", getattr(args, "next", None)), (limit, getattr(args, "limit", None))):
         if value is not None and value < 1:

@@ -36,7 +36,7 @@ import inspect
 import json
 import operator
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,6 +83,7 @@ __all__ = [
     "RuntimeSchedules",
     "already_exists",
     "as_schedule",
+    "changed_schedule",
     "describe_changes",
     "split_id",
 ]
@@ -348,8 +349,7 @@ class RuntimeSchedules:
             before = self.get(actor, name)
             if before is None:
                 raise CronScheduleError(f"there is no runtime schedule {schedule_id!r}")
-            with of_actor(actor):
-                item = dataclasses.replace(as_schedule(before.schedule), **_switched(changes))
+            item = changed_schedule(before.schedule, changes)
             prepared = self._prepare(actor, item, name)
             try:
                 (after,) = self._write_prepared([prepared], str(before.schedule.revision))
@@ -854,14 +854,32 @@ def as_schedule(bound: BoundSchedule) -> Schedule:
     return Schedule(**values)
 
 
-def _switched(changes: dict[str, Any]) -> dict[str, Any]:
-    """``changes``, where an expression clears the interval and the reverse."""
+def changed_schedule(bound: BoundSchedule, changes: Mapping[str, Any]) -> Schedule:
+    """The :class:`Schedule` of ``bound`` with ``changes`` (option ->
+    value) applied and every other option as stored: what
+    :meth:`RuntimeSchedules.update` writes, and what the dashboard's Edit
+    form stores under a new name.  One kind of timing replaces another:
+    an ``expression`` clears ``every`` and ``at``, ``every`` clears the
+    expression and ``at``, and ``at`` (a one-shot takes nothing else)
+    clears the expression, the interval and ``start``/``end``, unless the
+    same changes set them too.
+
+    Raises:
+      CronScheduleError: a bad value, naming the actor.
+    """
     out = dict(changes)
-    if out.get("expression") is not None and "every" not in out:
-        out.update(every=None, offset=0)
-    if out.get("every") is not None and "expression" not in out:
-        out["expression"] = None
-    return out
+    if out.get("expression") is not None:
+        out.setdefault("every", None)
+        out.setdefault("offset", 0)
+    if out.get("every") is not None:
+        out.setdefault("expression", None)
+    if out.get("expression") is not None or out.get("every") is not None:
+        out.setdefault("at", None)
+    if out.get("at") is not None:
+        for field, cleared in (("expression", None), ("every", None), ("offset", 0), ("start", None), ("end", None)):
+            out.setdefault(field, cleared)
+    with of_actor(bound.actor_name):
+        return dataclasses.replace(as_schedule(bound), **out)
 
 
 def describe_changes(before: RuntimeSchedule, after: RuntimeSchedule) -> str:
