@@ -40,6 +40,7 @@ from .monitoring.recorder import RunRecorder, RunSink
 from .monitoring.records import Alert
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
 from .overlap import RunningMarks
+from .schedules.ids import parse_id
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
     BoundSchedule,
@@ -312,7 +313,7 @@ class CronMiddleware(Middleware):
         runs are still reported) gets this middleware's defaults."""
         if schedule is not None:
             return schedule.actor_name, schedule.name, self.health_policy(schedule)
-        return schedule_id.split("/", 1)[0].split(":", 1)[0], schedule_id, self.monitor_config.default_policy()
+        return parse_id(schedule_id).actor, schedule_id, self.monitor_config.default_policy()
 
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.ops import cli
+from dramatiq_cron_middleware.schedules.ids import ScheduleId, format_id, parse_id
 from dramatiq_cron_middleware.schedules.schedule import MAX_DESCRIPTION, NEVER, BoundSchedule
 from dramatiq_cron_middleware.testing import CronSimulator
 from dramatiq_cron_middleware.web import forms
@@ -163,3 +164,42 @@ def _flags(record: dict[str, Any]) -> list[str]:
     for key in ("args", "kwargs", "options"):
         out.append(f"--{key}={json.dumps(record[key])}")
     return out
+
+
+@_SETTINGS
+@given(schedule=schedules(), name=_NAMES, new_name=_NAMES)
+def test_a_rename_in_the_edit_form_keeps_every_other_option(
+    cron: CronMiddleware, schedule: Schedule, name: str, new_name: str
+) -> None:
+    """A rename is a new schedule: stored under the new name with every
+    option of the old one, the old one removed."""
+    if new_name == name:
+        return
+    cron.remove(ACTOR, new_name)
+    before = cron.add(ACTOR, schedule, name=name)
+    form = forms.RuntimeForm.of(before.schedule)
+    posted = {f.name: str(getattr(form, f.name)) for f in dataclasses.fields(form) if f.name != "errors"}
+    saved = forms.save(
+        cron.runtime, forms.RuntimeForm.parse({**posted, "name": new_name}), original=before.schedule.id, actors=[ACTOR]
+    )
+    assert isinstance(saved, forms.Saved), saved
+    after = cron.runtime.get(ACTOR, new_name)
+    assert cron.runtime.get(ACTOR, name) is None and after is not None
+    assert _definition(after.schedule) == dataclasses.replace(_definition(before.schedule), name=new_name)
+
+
+_ACTORS = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(actor=_ACTORS, name=st.none() | _NAMES, runtime=st.booleans())
+def test_a_schedule_id_parses_back_to_its_parts(actor: str, name: str | None, runtime: bool) -> None:
+    """``parse_id(format_id(...))`` gives back the parts, for every actor a
+    runtime schedule may have (no ``/`` or ``:``), and for a declared
+    schedule's name whatever its actor is called."""
+    if runtime and (name is None or "/" in actor or ":" in actor):
+        return
+    if not runtime and name is None and parse_id(actor) != ScheduleId(actor):
+        return  # an unnamed schedule of an actor named like an id: see ids.py
+    parsed = parse_id(format_id(actor, name, runtime=runtime))
+    assert parsed == ScheduleId(actor, name, runtime=runtime)

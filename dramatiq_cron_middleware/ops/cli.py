@@ -40,6 +40,7 @@ from ..errors import CronConfigurationError, CronError, CronScheduleError
 from ..middleware import CronMiddleware, find_middleware
 from ..monitoring.read import check_report, read_health, read_runs
 from ..monitoring.records import PROBLEMS
+from ..schedules.ids import parse_id
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
@@ -53,6 +54,7 @@ from .control import (
     Target,
     TriggerRefused,
     UnknownTarget,
+    find_runtime,
     pause_expiry,
     paused_by,
     resolve_target,
@@ -149,12 +151,8 @@ class _App:
         return actor_name in self.broker.actors
 
     def _runtime_by_id(self, schedule_id: str) -> list[BoundSchedule]:
-        actor, _, name = schedule_id.partition(":")
-        try:
-            record = self.runtime.get(actor, name)
-        except CronScheduleError:
-            return []
-        return [] if record is None else [record.schedule]
+        found = find_runtime(self.runtime, schedule_id)
+        return [] if found is None else [found]
 
 
 # -- loading --------------------------------------------------------------
@@ -618,7 +616,7 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
         "outcome": e.outcome,
         "source": _source_of(e.schedule_id),
         "schedule": e.schedule_id,
-        "actor": e.schedule_id.split(":", 1)[0] if _source_of(e.schedule_id) == "runtime" else e.actor_name,
+        "actor": parse_id(e.schedule_id).actor if _source_of(e.schedule_id) == "runtime" else e.actor_name,
         "tick": iso(e.tick_ms, app.zone_of(e.schedule_id)),
         "tick_ms": e.tick_ms,
         "delay_ms": delay_ms,
@@ -871,7 +869,7 @@ def _source_of(schedule_id: str) -> str:
     for an action on a whole actor (``actor:*``)."""
     if schedule_id.endswith(":*"):
         return "actor"
-    return "runtime" if ":" in schedule_id.split("/", 1)[0] else "code"
+    return "runtime" if parse_id(schedule_id).runtime else "code"
 
 
 def _json_option(flag: str, text: str | None, kind: type) -> Any:

@@ -99,7 +99,7 @@ def instant_ms(value: object) -> int:
             ) from None
     if isinstance(value, dt.datetime):
         if value.utcoffset() is None:
-            raise ValueError(f"{value.isoformat()!r} needs a time zone offset")
+            raise ValueError(f"{value.isoformat()!r} needs a time zone offset (an instant is timezone-aware)")
         try:
             # Whole milliseconds: a float timestamp would lose one now and then.
             ms = (value - _EPOCH) // _MS

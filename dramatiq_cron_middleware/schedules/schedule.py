@@ -319,12 +319,10 @@ class BoundSchedule:
         ``:`` or ``/``, so the three can never collide)."""
         cached = self._id
         if cached is None:
-            if self.source == "runtime":
-                cached = f"{self.actor_name}:{self.name}"
-            elif not self.named:
-                cached = self.actor_name
-            else:
-                cached = f"{self.actor_name}/{self.name}"
+            from .ids import format_id  # the id grammar's one home (it imports NAME_PATTERN from here)
+
+            runtime = self.source == "runtime"
+            cached = format_id(self.actor_name, self.name if self.named or runtime else None, runtime=runtime)
             object.__setattr__(self, "_id", cached)
         return cached
 

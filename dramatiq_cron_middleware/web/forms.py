@@ -182,7 +182,8 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
             # A rename is a new schedule (an update keeps the id): the new
             # one stored, with every option of the old one the form did not
             # change, then the old one removed.
-            stored = store.add(form.actor, changed_schedule(previous.schedule, changes), name=form.name)
+            renamed = changed_schedule(previous.schedule, {**changes, "name": form.name})
+            stored = store.add(form.actor, renamed, name=form.name)
             store.remove(previous.actor_name, previous.name)
             return Saved(stored=stored, previous=previous)
         if not changes:
