@@ -158,8 +158,7 @@ def resolve_target(
         listed, total = _runtime_of(runtime, name, _CHOICES)
         total += len(own)
         if total == 1:
-            found = own or listed
-            return Target.of(found[0])
+            return Target.of((own or listed)[0])
         if total > 1:
             raise AmbiguousTarget(name, total, [s.id for s in [*own, *listed][:_CHOICES]])
     if text in paused:
