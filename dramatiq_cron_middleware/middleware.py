@@ -25,7 +25,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
-from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
+from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError, shown
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import (
@@ -517,7 +517,7 @@ class CronMiddleware(Middleware):
             if not self.config.eligible:
                 self._start_watch(broker)
                 return None
-            schedules = self.all_schedules()
+            schedules = self._declared_on(broker)
             client, blocking = self._clients(broker)
             timing = self.timing
             where = describe(client)
@@ -593,6 +593,24 @@ class CronMiddleware(Middleware):
             monitoring.start()
             self._monitoring = monitoring
             return self.leader
+
+    def _declared_on(self, broker: Broker) -> list[BoundSchedule]:
+        """The declared schedules whose actor the broker still has, as the
+        runtime ones are checked: an actor removed from ``broker.actors``
+        after it was declared (a test fixture that clears them, as
+        django_dramatiq's does) would only send messages the worker moves to
+        the dead-letter queue, one ERROR each.  One WARNING names those
+        skipped."""
+        schedules = self.all_schedules()
+        missing = sorted({s.actor_name for s in schedules if s.actor_name not in broker.actors})
+        if missing:
+            self.logger.warning(
+                "Declared cron schedules of %d actor(s) not on the broker any more are skipped: %s "
+                "(removed from broker.actors after they were declared); they fire again once declared again",
+                len(missing),
+                ", ".join(shown(name) for name in missing[:10]) + (", ..." if len(missing) > 10 else ""),
+            )
+        return [s for s in schedules if s.actor_name in broker.actors]
 
     def _start_watch(self, broker: Broker) -> None:
         """In a process that may not lead: start the thread that says it is

@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from ..errors import shown
 from ..schedules.schedule import NEVER
 
-__all__ = ["duration_ms", "instant_ms", "iso", "short_when", "shorten", "span", "when"]
+__all__ = ["duration_ms", "instant_ms", "iso", "short_when", "span", "when"]
 
 _DURATION = re.compile(r"(\d+)(ms|d|h|m|s)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -94,7 +95,7 @@ def instant_ms(value: object) -> int:
                 value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(
-                f"cannot read {shorten(text)!r} as an instant: write ISO 8601 with its offset "
+                f"cannot read {shown(text)} as an instant: write ISO 8601 with its offset "
                 "(2026-12-24T09:00+01:00) or epoch ms"
             ) from None
     if isinstance(value, dt.datetime):
@@ -109,13 +110,5 @@ def instant_ms(value: object) -> int:
             raise ValueError(f"an instant must be between 1970 and 9999, got {value.isoformat()!r}")
         return ms
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"an instant must be an aware datetime, epoch ms or ISO 8601 text, got {shorten(value)!r}")
-    return value
-
-
-def shorten(value: object, limit: int = 80) -> object:
-    """A value as an error message may echo it: a long string cut to
-    ``limit`` characters (with how long it was), anything else as it is."""
-    if isinstance(value, str) and len(value) > limit:
-        return f"{value[:limit]}... ({len(value)} characters)"
+        raise ValueError(f"an instant must be an aware datetime, epoch ms or ISO 8601 text, got {shown(value)}")
     return value
