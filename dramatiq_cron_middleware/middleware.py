@@ -926,7 +926,7 @@ class CronMiddleware(Middleware):
             max_ticks=max_ticks,
         )
         if dry_run:
-            return plan
+            return backfill.listed(plan)
         broker = self._broker
         assert broker is not None  # self.runtime needed it
         return backfill.run(broker, plan)

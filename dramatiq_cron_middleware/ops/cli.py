@@ -724,39 +724,24 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
     except CronScheduleError as exc:
         raise _Failure(str(exc)) from None
     zone = schedule.zone
-    data: dict[str, Any] = {
-        "schedule": schedule.id,
-        "from": iso(plan.start_ms, zone),
-        "to": iso(plan.end_ms, zone),
-        "dry_run": args.dry_run,
-        "ticks": [iso(t, zone) for t in plan.ticks],
-        "left_out": {
-            "fired": [iso(t, zone) for t in plan.fired],
-            "unconfirmed": [iso(t, zone) for t in plan.unconfirmed],
-            "unknown": [iso(t, zone) for t in plan.unknown],
-            "leader": [iso(t, zone) for t in plan.leaders],
-        },
-    }
-    left = (
-        f"left out: {len(plan.fired)} already fired, triggered or backfilled"
-        + (
-            f", {len(plan.unconfirmed)} claimed by a backfill that has not settled them "
-            "(still running, or killed: then they may be lost)"
-            if plan.unconfirmed
-            else ""
-        )
-        + (f", {len(plan.unknown)} older than the history reaches (--include-fired takes them)" if plan.unknown else "")
-        + (f", {len(plan.leaders)} after the last decided tick (the leader's)" if plan.leaders else "")
-    )
     if args.dry_run:
+        plan = backfill.listed(plan)
+        data = _backfill_data(schedule, plan, args, plan)
         text = "\n".join(
             [
-                f"Would backfill {len(plan.ticks)} tick(s) of {schedule.id} ({left}):",
+                f"Would backfill {len(plan.ticks)} tick(s) of {schedule.id} ({_left_out(plan, plan)}):",
                 *(when(t, zone) for t in plan.ticks),
             ]
         )
         _emit(args, data, text)
         return EXIT_OK
+    if plan.streamed and plan.total:
+        print(
+            f"Backfilling {plan.total:,} tick(s) of {schedule.id} in [{when(plan.start_ms, zone)}, "
+            f"{when(plan.end_ms, zone)}), a thousand at a time (Ctrl+C stops; running it again continues).",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         report = backfill.run(app.broker, plan, progress=_progress_bar(f"Backfilling {schedule.id}"))
     except KeyboardInterrupt:
@@ -772,14 +757,68 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
         raise _Failure(
             f"backfill of {schedule.id} stopped: enqueueing failed ({detail}); run it again to continue"
         ) from None
+    left_out = report.left_out if plan.streamed else plan
+    data = _backfill_data(schedule, plan, args, left_out)
     data["enqueued"] = [iso(t, zone) for t in report.enqueued]
     data["claimed_before"] = [iso(t, zone) for t in report.claimed_before]
     data["left_out"]["leader"] += [iso(t, zone) for t in report.leaders]
-    text = f"Backfilled {len(report.enqueued)} tick(s) of {schedule.id} on queue {schedule.queue_name!r} ({left})."
+    data["counts"] = {
+        "ticks": plan.total,
+        **{k: report.counts.get(k, 0) for k in ("enqueued", "claimed_before", "leaders")},
+        **({k: report.counts.get(k, 0) for k in ("fired", "unconfirmed", "unknown")} if plan.streamed else {}),
+    }
+    enqueued = report.counts.get("enqueued", 0)
+    text = (
+        f"Backfilled {enqueued} tick(s) of {schedule.id} on queue {schedule.queue_name!r} "
+        f"({_left_out(left_out, plan, report)})."
+    )
     if report.claimed_before:
-        text += f" {len(report.claimed_before)} were claimed by another backfill running at the same time."
+        text += f" {report.counts['claimed_before']} were claimed by another backfill running at the same time."
     _emit(args, data, text)
     return EXIT_OK
+
+
+def _backfill_data(schedule: BoundSchedule, plan: Any, args: argparse.Namespace, left: Any) -> dict[str, Any]:
+    """``backfill --json``: the range, and the ticks listed (each list holds
+    at most its first 10,000 in a run over a longer range; ``counts`` has
+    how many)."""
+    zone = schedule.zone
+    return {
+        "schedule": schedule.id,
+        "from": iso(plan.start_ms, zone),
+        "to": iso(plan.end_ms, zone),
+        "dry_run": args.dry_run,
+        "ticks": [iso(t, zone) for t in plan.ticks],
+        "left_out": {
+            "fired": [iso(t, zone) for t in left.fired],
+            "unconfirmed": [iso(t, zone) for t in left.unconfirmed],
+            "unknown": [iso(t, zone) for t in left.unknown],
+            "leader": [iso(t, zone) for t in plan.leaders],
+        },
+    }
+
+
+def _left_out(left: Any, plan: Any, report: Any = None) -> str:
+    """What a backfill leaves out, in words."""
+
+    def count(field: str) -> int:
+        if report is not None and plan.streamed:
+            return int(report.counts.get(field, 0))
+        return len(getattr(left, field))
+
+    leaders = len(plan.leaders) if not plan.streamed else count("leaders")
+    fired, unconfirmed, unknown = count("fired"), count("unconfirmed"), count("unknown")
+    return (
+        f"left out: {fired} already fired, triggered or backfilled"
+        + (
+            f", {unconfirmed} claimed by a backfill that has not settled them "
+            "(still running, or killed: then they may be lost)"
+            if unconfirmed
+            else ""
+        )
+        + (f", {unknown} older than the history reaches (--include-fired takes them)" if unknown else "")
+        + (f", {leaders} after the last decided tick (the leader's)" if leaders else "")
+    )
 
 
 def _progress_bar(label: str) -> Any:
