@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
-from .errors import CronScheduleError
+from .errors import CronScheduleError, shown
 from .schedules.ids import parse_id
 from .schedules.schedule import BoundSchedule
 from .store.codes import whole_actor
@@ -102,8 +102,8 @@ class AmbiguousTarget(CronScheduleError):
         self.actor = actor
         self.total = total
         self.choices = choices
-        shown = ", ".join(choices) + (", ..." if total > len(choices) else "")
-        super().__init__(f"actor {actor!r} has {total} schedules ({shown})")
+        listed = ", ".join(choices) + (", ..." if total > len(choices) else "")
+        super().__init__(f"actor {shown(actor)} has {total} schedules ({listed})")
 
 
 #: How many schedule ids an :class:`AmbiguousTarget` lists.
@@ -145,7 +145,7 @@ def resolve_target(
             return Target(actor, None)
         if whole_actor(actor) in paused:
             return Target(actor, None)
-        raise UnknownTarget(f"unknown cron actor {actor!r}")
+        raise UnknownTarget(f"unknown cron actor {shown(actor)}")
     text = name if name is not None else schedule_id
     assert text is not None
     found = _schedule(declared, runtime, text)
@@ -163,7 +163,7 @@ def resolve_target(
             raise AmbiguousTarget(name, total, [s.id for s in [*own, *listed][:_CHOICES]])
     if text in paused:
         return Target(actor_of(text), text)
-    raise UnknownTarget(f"unknown cron {'actor or schedule' if name is not None else 'schedule'} {text!r}")
+    raise UnknownTarget(f"unknown cron {'actor or schedule' if name is not None else 'schedule'} {shown(text)}")
 
 
 def _schedule(declared: Sequence[BoundSchedule], runtime: RuntimeCatalogue | None, text: str) -> BoundSchedule | None:

@@ -117,3 +117,24 @@ def test_a_declared_schedule_whose_actor_left_the_broker_is_skipped_with_one_war
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "'gone'" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_10_kb_runtime_name_or_target_is_not_echoed_in_full() -> None:
+    from dramatiq.brokers.stub import StubBroker
+
+    from dramatiq_cron_middleware.testing import CronSimulator
+
+    broker = StubBroker()
+    cron = CronMiddleware()
+    broker.add_middleware(cron)
+    dramatiq.actor(lambda: None, actor_name="report", broker=broker)
+    simulator = CronSimulator(broker, now=1_893_456_000_000)
+    big = "z" * 10_000
+    try:
+        for call in (lambda: cron.add("report", "0 9 * * *", name=big), lambda: cron.trigger(big)):
+            with pytest.raises(CronScheduleError) as caught:
+                call()
+            assert len(str(caught.value)) < 400 and "10002 characters" in str(caught.value), str(caught.value)
+    finally:
+        simulator.close()
+        broker.close()

@@ -43,7 +43,7 @@ from typing import Any
 import redis
 from dramatiq.logging import get_logger
 
-from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError
+from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError, shown
 from ..schedules.schedule import _UTC as UTC_ZONE
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
@@ -344,11 +344,11 @@ class RuntimeSchedules:
                 if unknown
                 else "name cannot be changed (add the new name, then remove this one)"
             )
-            raise CronScheduleError(f"runtime schedule {schedule_id!r}: {what}")
+            raise CronScheduleError(f"runtime schedule {shown(schedule_id)}: {what}")
         for _ in range(3):
             before = self.get(actor, name)
             if before is None:
-                raise CronScheduleError(f"there is no runtime schedule {schedule_id!r}")
+                raise CronScheduleError(f"there is no runtime schedule {shown(schedule_id)}")
             item = changed_schedule(before.schedule, changes)
             prepared = self._prepare(actor, item, name)
             try:
@@ -356,7 +356,7 @@ class RuntimeSchedules:
             except _Changed:
                 continue
             return before, after
-        raise CronScheduleError(f"runtime schedule {schedule_id!r} kept changing while being updated; try again")
+        raise CronScheduleError(f"runtime schedule {shown(schedule_id)} kept changing while being updated; try again")
 
     def _write_prepared(
         self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
@@ -701,7 +701,7 @@ class RuntimeSchedules:
         """Validate one item; return it bound, and its definition without the
         closing brace (the write script appends revision and times)."""
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {name!r}")
+            raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {shown(name)}")
         info = self.resolve_actor(actor)
         _check_actor_name(info.actor_name)
         if isinstance(schedule, str):
@@ -710,13 +710,13 @@ class RuntimeSchedules:
         elif isinstance(schedule, Schedule):
             if schedule.name is not None and schedule.name != name:
                 raise CronScheduleError(
-                    f"actor {info.actor_name!r}, runtime schedule {name!r}: Schedule(name={schedule.name!r}) "
+                    f"actor {info.actor_name!r}, runtime schedule {shown(name)}: Schedule(name={shown(schedule.name)}) "
                     "differs from name=; give the name once, with name="
                 )
             item = schedule  # its name is given to bind_schedule: no copy checked again
         else:
             raise CronScheduleError(
-                f"actor {info.actor_name!r}, runtime schedule {name!r}: schedule must be a cron expression or a "
+                f"actor {info.actor_name!r}, runtime schedule {shown(name)}: schedule must be a cron expression or a "
                 f"Schedule, got {schedule!r} ({type(schedule).__name__})"
             )
         bound = bind_schedule(
@@ -736,7 +736,7 @@ class RuntimeSchedules:
         size = len(body.encode())
         if size > MAX_DEFINITION_BYTES:
             raise CronScheduleError(
-                f"actor {info.actor_name!r}, runtime schedule {name!r}: the definition is {size} bytes of JSON, "
+                f"actor {info.actor_name!r}, runtime schedule {shown(name)}: the definition is {size} bytes of JSON, "
                 f"over the limit of {MAX_DEFINITION_BYTES}; keep args and kwargs small (pass ids, not objects)"
             )
         # The caller gets exactly what the leader will read back: where the
@@ -834,7 +834,7 @@ def _refused_condition(exc: redis.ResponseError) -> None:
 def already_exists(schedule_id: str) -> CronScheduleError:
     """The error of a create-only add of a stored name."""
     return CronScheduleError(
-        f"runtime schedule {schedule_id!r} already exists (an add that may replace it, or an update, changes it)"
+        f"runtime schedule {shown(schedule_id)} already exists (an add that may replace it, or an update, changes it)"
     )
 
 
@@ -915,7 +915,7 @@ def split_id(schedule_id: object) -> tuple[str, str]:
     actor, sep, name = schedule_id.partition(":") if isinstance(schedule_id, str) else ("", "", "")
     if not sep or not actor or not name:
         raise CronScheduleError(
-            f"a runtime schedule's id is 'actor:name' (see list), got {schedule_id!r}"
+            f"a runtime schedule's id is 'actor:name' (see list), got {shown(schedule_id)}"
             + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
         )
     _schedule_id(actor, name)
@@ -959,7 +959,7 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     """A definition (format 1) bound by the same rules as ``cron=``."""
     name, args, kwargs, options = data["name"], data["args"], data["kwargs"], data["options"]
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(f"actor {data['actor']!r}: bad runtime schedule name {name!r}")
+        raise CronScheduleError(f"actor {data['actor']!r}: bad runtime schedule name {shown(name)}")
     if not isinstance(args, list):
         raise CronScheduleError(f"args must be a list, got {args!r}")
     revision = int(data.get("rev", 0))
@@ -1002,10 +1002,10 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     values[_AT_OPTIONS] = dict(template.options)  # a private copy
     values[_AT_REVISION] = revision
     if description is not None:
-        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         values[_AT_DESCRIPTION] = check_description(where, description)
     if offset or start is not None or end is not None:
-        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         if offset:
             values[_AT_EXPRESSION] = interval_label(where, template.every, offset)
             values[_AT_OFFSET] = offset
@@ -1023,7 +1023,7 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
             data[key] = sys.intern(value)
     actor_name = data["actor"]
     if not isinstance(actor_name, str):
-        raise CronScheduleError(f"actor must be a string, got {actor_name!r}")
+        raise CronScheduleError(f"actor must be a string, got {shown(actor_name)}")
     _check_actor_name(actor_name)
     if data.get("at") is not None:  # a one-shot: its interval fields follow from at
         data = {**data, "every": None, "offset": 0, "start": None, "end": None}
@@ -1153,7 +1153,7 @@ _SHARED_STRINGS = ("actor", "queue", "timezone", "catch_up", "overlap")
 def _actor_name(actor: object) -> str:
     name = getattr(actor, "actor_name", actor)
     if not isinstance(name, str):
-        raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
+        raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {shown(actor)}")
     _check_actor_name(name)
     return name
 
@@ -1163,7 +1163,7 @@ def _check_actor_name(name: str) -> None:
     # and declared ids ``actor/...``, so these two characters would make an
     # id ambiguous.
     if not name or ":" in name or "/" in name:
-        raise CronScheduleError(f"runtime schedule: actor name {name!r} must be non-empty, without ':' or '/'")
+        raise CronScheduleError(f"runtime schedule: actor name {shown(name)} must be non-empty, without ':' or '/'")
 
 
 def _describe_actor(actor: object) -> str:
@@ -1173,5 +1173,5 @@ def _describe_actor(actor: object) -> str:
 def _schedule_id(actor: object, name: object) -> str:
     actor_name = _actor_name(actor)
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(f"runtime schedule of {actor_name!r}: {NAME_RULE}, got {name!r}")
+        raise CronScheduleError(f"runtime schedule of {shown(actor_name)}: {NAME_RULE}, got {shown(name)}")
     return f"{actor_name}:{name}"
