@@ -203,3 +203,17 @@ def test_a_schedule_id_parses_back_to_its_parts(actor: str, name: str | None, ru
         return  # an unnamed schedule of an actor named like an id: see ids.py
     parsed = parse_id(format_id(actor, name, runtime=runtime))
     assert parsed == ScheduleId(actor, name, runtime=runtime)
+
+
+def test_an_update_may_turn_a_one_shot_into_a_recurring_schedule_and_back(cron: CronMiddleware) -> None:
+    """One kind of timing replaces another in an update (the Edit form's
+    switch of kind): an expression clears ``at``; ``at`` clears the
+    expression, the interval and ``start``/``end``; the rest is kept."""
+    at = NOW_MS + 86_400_000
+    cron.add(ACTOR, at=at, name="switch", description="kept")
+    recurring = cron.update(f"{ACTOR}:switch", expression="0 9 * * *")
+    assert (recurring.schedule.at, recurring.schedule.expression) == (None, "0 9 * * *")
+    bounded = cron.update(f"{ACTOR}:switch", start=NOW_MS, end=NOW_MS + 10 * 86_400_000)
+    assert bounded.schedule.start == NOW_MS
+    once = cron.update(f"{ACTOR}:switch", at=at)
+    assert (once.schedule.at, once.schedule.start, once.schedule.description) == (at, at, "kept")
