@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 from dramatiq.middleware import MiddlewareError
 
-__all__ = ["CronBootError", "CronConfigurationError", "CronError", "CronScheduleError", "CronUnavailableError"]
+__all__ = ["CronBootError", "CronConfigurationError", "CronError", "CronScheduleError", "CronUnavailableError", "shown"]
 
 
 class CronError(MiddlewareError):
@@ -50,3 +50,16 @@ class CronBootError(CronConfigurationError, SystemExit):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.code = 2
+
+
+#: How many characters of a value an error message echoes.
+SHOWN_LIMIT = 100
+
+
+def shown(value: object, limit: int = SHOWN_LIMIT) -> str:
+    """``repr(value)`` as an error message echoes it: cut to ``limit``
+    characters, saying how long it was (a 10 kB name is not echoed whole)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"

@@ -24,7 +24,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
-from .errors import CronBootError, CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
+from .errors import CronBootError, CronConfigurationError, CronError, CronScheduleError, CronUnavailableError, shown
 from .leader.candidates import fingerprint
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
@@ -41,6 +41,7 @@ from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, RunSink
 from .monitoring.records import Alert
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
 from .overlap import RunningMarks
+from .schedules.ids import parse_id
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
     BoundSchedule,
@@ -328,8 +329,8 @@ class CronMiddleware(Middleware):
         runs are still reported) gets this middleware's defaults."""
         if schedule is not None:
             return schedule.actor_name, schedule.name if schedule.named else None, self.health_policy(schedule)
-        actor, _, name = schedule_id.partition(":") if ":" in schedule_id else schedule_id.partition("/")
-        return actor, name or None, self.monitor_config.default_policy()
+        parsed = parse_id(schedule_id)
+        return parsed.actor, parsed.name, self.monitor_config.default_policy()
 
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
@@ -565,7 +566,7 @@ class CronMiddleware(Middleware):
             if not self.config.eligible:
                 self._start_watch(broker)
                 return None
-            schedules = self.all_schedules()
+            schedules = self._declared_on(broker)
             client, blocking = self._clients(broker)
             timing = self.timing
             where = describe(client)
@@ -650,6 +651,24 @@ class CronMiddleware(Middleware):
             monitoring.start()
             self._monitoring = monitoring
             return self.leader
+
+    def _declared_on(self, broker: Broker) -> list[BoundSchedule]:
+        """The declared schedules whose actor the broker still has, as the
+        runtime ones are checked: an actor removed from ``broker.actors``
+        after it was declared (a test fixture that clears them, as
+        django_dramatiq's does) would only send messages the worker moves to
+        the dead-letter queue, one ERROR each.  One WARNING names those
+        skipped."""
+        schedules = self.all_schedules()
+        missing = sorted({s.actor_name for s in schedules if s.actor_name not in broker.actors})
+        if missing:
+            self.logger.warning(
+                "Declared cron schedules of %d actor(s) not on the broker any more are skipped: %s "
+                "(removed from broker.actors after they were declared); they fire again once declared again",
+                len(missing),
+                ", ".join(shown(name) for name in missing[:10]) + (", ..." if len(missing) > 10 else ""),
+            )
+        return [s for s in schedules if s.actor_name in broker.actors]
 
     def _start_watch(self, broker: Broker) -> None:
         """In a process that may not lead: start the thread that says it is
@@ -996,7 +1015,7 @@ class CronMiddleware(Middleware):
             max_ticks=max_ticks,
         )
         if dry_run:
-            return plan
+            return backfill.listed(plan)
         broker = self._broker
         assert broker is not None  # self.runtime needed it
         return backfill.run(broker, plan)

@@ -8,7 +8,8 @@ import dataclasses
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
-from .errors import CronScheduleError
+from .errors import CronScheduleError, shown
+from .schedules.ids import parse_id
 from .schedules.schedule import BoundSchedule
 from .store.codes import whole_actor
 
@@ -26,8 +27,11 @@ __all__ = [
 
 def actor_of(schedule_id: str) -> str:
     """The actor part of a schedule id (``actor``, ``actor/name`` or a
-    runtime schedule's ``actor:name``)."""
-    return schedule_id.split("/", 1)[0].split(":", 1)[0]
+    runtime schedule's ``actor:name``), or of a whole actor's member of the
+    paused set (``actor:*``)."""
+    if schedule_id.endswith(":*"):
+        return schedule_id[:-2]
+    return parse_id(schedule_id).actor
 
 
 class RuntimeCatalogue(Protocol):
@@ -45,8 +49,9 @@ class RuntimeCatalogue(Protocol):
 
 def find_runtime(runtime: RuntimeCatalogue, schedule_id: str) -> BoundSchedule | None:
     """The runtime schedule with this id (``actor:name``), if any."""
-    actor, sep, name = schedule_id.partition(":")
-    if not sep or not actor or not name or "/" in actor:
+    parsed = parse_id(schedule_id)
+    actor, name = parsed.actor, parsed.name
+    if not parsed.runtime or name is None:
         return None
     try:
         record = runtime.get(actor, name)
@@ -97,8 +102,8 @@ class AmbiguousTarget(CronScheduleError):
         self.actor = actor
         self.total = total
         self.choices = choices
-        shown = ", ".join(choices) + (", ..." if total > len(choices) else "")
-        super().__init__(f"actor {actor!r} has {total} schedules ({shown})")
+        listed = ", ".join(choices) + (", ..." if total > len(choices) else "")
+        super().__init__(f"actor {shown(actor)} has {total} schedules ({listed})")
 
 
 #: How many schedule ids an :class:`AmbiguousTarget` lists.
@@ -119,10 +124,11 @@ def resolve_target(
 
     - ``schedule_id``: exactly that schedule (``actor``, ``actor/name`` or a
       runtime ``actor:name``);
-    - ``name``: an actor with a single schedule, or a schedule id (an actor
-      name that has several schedules, declared or runtime, is refused: the
-      actor's unnamed schedule shares its name, and acting on the wrong one,
-      or on all, is worse than asking);
+    - ``name``: a schedule id (every id ``list`` prints: an actor's unnamed
+      schedule is known by its actor's name, and that name is then its id),
+      else an actor with a single schedule (an actor name that is no id
+      and has several schedules, declared or runtime, is refused: acting
+      on the wrong one, or on all, is worse than asking);
     - ``actor``: every schedule of that actor, said explicitly.
 
     A target that is in ``paused`` is found even when the app no longer
@@ -139,26 +145,33 @@ def resolve_target(
             return Target(actor, None)
         if whole_actor(actor) in paused:
             return Target(actor, None)
-        raise UnknownTarget(f"unknown cron actor {actor!r}")
+        raise UnknownTarget(f"unknown cron actor {shown(actor)}")
     text = name if name is not None else schedule_id
     assert text is not None
+    found = _schedule(declared, runtime, text)
+    if found is not None:
+        # An id is exactly that schedule, also where it is its actor's name
+        # too (an actor's unnamed schedule): the ids ``list`` prints work.
+        return Target.of(found)
     if name is not None:
         own = [s for s in declared if s.actor_name == name]
         listed, total = _runtime_of(runtime, name, _CHOICES)
         total += len(own)
         if total == 1:
-            found = own or listed
-            return Target.of(found[0])
+            return Target.of((own or listed)[0])
         if total > 1:
             raise AmbiguousTarget(name, total, [s.id for s in [*own, *listed][:_CHOICES]])
+    if text in paused:
+        return Target(actor_of(text), text)
+    raise UnknownTarget(f"unknown cron {'actor or schedule' if name is not None else 'schedule'} {shown(text)}")
+
+
+def _schedule(declared: Sequence[BoundSchedule], runtime: RuntimeCatalogue | None, text: str) -> BoundSchedule | None:
+    """The schedule whose id is ``text``: declared, else runtime."""
     schedule = next((s for s in declared if s.id == text), None)
     if schedule is None and runtime is not None:
         schedule = find_runtime(runtime, text)
-    if schedule is not None:
-        return Target.of(schedule)
-    if text in paused:
-        return Target(actor_of(text), text)
-    raise UnknownTarget(f"unknown cron {'actor or schedule' if name is not None else 'schedule'} {text!r}")
+    return schedule
 
 
 def _runtime_of(runtime: RuntimeCatalogue | None, actor: str, limit: int) -> tuple[list[BoundSchedule], int]:

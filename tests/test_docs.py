@@ -210,11 +210,11 @@ def test_the_docs_show_the_commands_examples() -> None:
 
 @pytest.mark.parametrize("command", _DOCUMENTED, ids=lambda c: f"{_rel(c.path)}:{c.line}")
 def test_every_documented_command_line_is_one_the_command_accepts(command: Command) -> None:
-    from dramatiq_cron_middleware.ops.cli import _parser
+    from dramatiq_cron_middleware.ops.cli import parser
 
     _, words = _words(command)
     try:
-        _parser().parse_args(words)
+        parser().parse_args(words)
     except SystemExit as exc:
         raise AssertionError(f"{_rel(command.path)}:{command.line}: not accepted: {command.text}") from exc
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from tests.support.command import dramatiq_cron
-from tests.support.instances import wait_for
+from tests.support.instances import ROOT, wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.wsgi import Browser
 
@@ -80,15 +82,92 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
 # -- the command ---------------------------------------------------------------
 
 
-def test_trigger_of_an_actor_with_a_named_and_an_unnamed_schedule_is_refused_with_the_choices(
+def test_trigger_of_an_actor_name_that_is_also_its_unnamed_schedules_id_triggers_that_schedule(
     redis_server: RedisServer,
 ) -> None:
     """Given ``report`` with ``report/nightly`` (kwargs full) and an unnamed
-    schedule, When the operator triggers ``report``, Then nothing is
-    enqueued and the one-line error lists both schedules to choose from."""
-    error = one_line_error(cli(redis_server, "trigger", APP, "report"))
-    assert "'report'" in error and "report/nightly" in error and "--schedule" in error
-    assert queued(redis_server) == [] and triggered(redis_server) == []
+    schedule, whose id ``list`` prints as ``report``, When the operator
+    triggers ``report``, Then that schedule alone is enqueued (issue 28
+    item 7: the id ``list`` prints is a target, not an ambiguity)."""
+    done = cli(redis_server, "trigger", APP, "report", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["schedule"] == "report"
+    [message] = queued(redis_server)
+    assert message["kwargs"] == {} and triggered(redis_server) == ["report"]
+
+
+def test_every_id_that_list_prints_is_a_target_of_every_command(redis_server: RedisServer) -> None:
+    """Given declared schedules (an unnamed one whose id is its actor's
+    name, a named one, an actor's only one) and a runtime one, When every
+    id ``list --json`` prints is given to every command that takes a
+    schedule, as its target and as ``--schedule``, Then each command acts
+    on exactly that schedule: trigger, pause, resume, runs, history,
+    backfill, and remove for the runtime one."""
+    add_tenants(redis_server, 1)
+    listed = json.loads(cli(redis_server, "list", APP, "--json").stdout)["schedules"]
+    ids = [s["id"] for s in listed]
+    assert set(ids) == {"report", "report/nightly", "cleanup", "send_report:tenant-0000"}
+    now_ms = int(redis_server.client().time()[0]) * 1000
+    span = ["--from", str(now_ms - 86_400_000), "--to", str(now_ms), "--dry-run"]
+    calls: list[list[str]] = []
+    for schedule_id in ids:
+        for how in ([schedule_id], ["--schedule", schedule_id]):
+            calls += [
+                ["trigger", APP, *how, "--json"],
+                ["pause", APP, *how, "--json"],
+                ["resume", APP, *how, "--json"],
+                ["runs", APP, *how, "--json"],
+                ["backfill", APP, *how, *span, "--json"],
+            ]
+        calls.append(["history", APP, schedule_id, "--json"])
+    calls.append(["remove", APP, "send_report:tenant-0000", "--json"])
+    results = run_commands(redis_server, calls)
+    for argv, (status, out, err) in zip(calls, results, strict=True):
+        assert status == 0, (argv, err)
+        data = json.loads(out)
+        schedule_id = argv[argv.index("--schedule") + 1] if "--schedule" in argv else argv[2]
+        if argv[0] in ("trigger", "pause", "resume", "backfill", "remove"):
+            assert data["schedule"] == schedule_id, (argv, data)
+        if argv[0] == "pause":
+            assert data["paused"] == [schedule_id], (argv, data)
+        if argv[0] == "history":
+            assert schedule_id in {e["schedule"] for e in data["entries"]}, (argv, data)
+    assert sorted(triggered(redis_server)) == sorted(ids * 2)
+
+
+def test_an_actor_name_that_is_no_id_stays_refused_when_it_has_several_schedules(redis_server: RedisServer) -> None:
+    add_tenants(redis_server, 2)
+    error = one_line_error(cli(redis_server, "trigger", APP, "send_report"))
+    assert "send_report:tenant-0000" in error and "send_report:tenant-0001" in error and "--schedule" in error
+    assert queued(redis_server) == []
+
+
+def run_commands(server: RedisServer, calls: list[list[str]]) -> list[tuple[int, str, str]]:
+    """Run ``dramatiq-cron`` once per argument list, all in one process
+    (the app loaded once per call, as the command does): each call's exit
+    status, stdout and stderr."""
+    script = (
+        "import contextlib, io, json, sys\n"
+        "from dramatiq_cron_middleware.ops.cli import main\n"
+        "out = []\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    o, e = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):\n"
+        "        status = main(argv)\n"
+        "    out.append([status, o.getvalue(), e.getvalue()])\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {"DRAMATIQ_CRON_REDIS_URL": server.url, "REPORT_APP_BROKER": f"redis://127.0.0.1:{server.port}/1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(calls)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return [tuple(r) for r in json.loads(done.stdout)]
 
 
 def test_trigger_of_the_unnamed_schedule_by_its_id_enqueues_that_schedule(redis_server: RedisServer) -> None:
@@ -113,10 +192,12 @@ def test_an_actor_with_one_schedule_is_still_named_by_the_actor(redis_server: Re
 
 
 def test_pause_of_the_unnamed_schedule_leaves_the_named_one_running(redis_server: RedisServer) -> None:
-    """Pausing ``report`` by name is refused; ``--schedule report`` pauses
-    that schedule alone; ``--actor report`` pauses every schedule of it."""
-    error = one_line_error(cli(redis_server, "pause", APP, "report"))
-    assert "report/nightly" in error and "--actor report" in error
+    """Pausing ``report`` (the unnamed schedule's id) pauses that schedule
+    alone, as ``--schedule report`` does; ``--actor report`` pauses every
+    schedule of it."""
+    assert cli(redis_server, "pause", APP, "report").returncode == 0
+    assert redis_server.client().smembers(PAUSED) == {"report"}
+    assert cli(redis_server, "resume", APP, "report").returncode == 0
     assert redis_server.client().smembers(PAUSED) == set()
 
     assert cli(redis_server, "pause", APP, "--schedule", "report").returncode == 0
@@ -265,11 +346,14 @@ def test_a_whole_actor_pause_shows_on_every_row_and_resumes_as_a_whole(dashboard
 
 
 def test_a_bare_actor_name_posted_to_trigger_is_refused_with_the_choices(dashboard: Dashboard) -> None:
+    """An actor name with several schedules is refused; one that is also
+    an id (``report``, its unnamed schedule's) triggers that schedule."""
     add_tenants(dashboard.server, 30)
     page = dashboard.browser.get("/cron/schedules")
     csrf = dashboard.browser.cookies["cron_csrf"]
     assert page.status == 200
-    for actor in ("report", "send_report"):
-        refused = dashboard.browser.post("/cron/trigger", {"csrf": csrf, "actor": actor})
-        assert refused.status == 400 and "choose" in refused.text
+    refused = dashboard.browser.post("/cron/trigger", {"csrf": csrf, "actor": "send_report"})
+    assert refused.status == 400 and "choose" in refused.text
     assert manual(dashboard.server) == []
+    assert dashboard.browser.post("/cron/trigger", {"csrf": csrf, "actor": "report"}).status == 303
+    assert [m["options"]["cron_schedule"] for m in manual(dashboard.server)] == ["report"]

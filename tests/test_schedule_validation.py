@@ -124,10 +124,18 @@ def test_an_expression_that_never_fires_says_so() -> None:
         declare("0 0 30 2 *")
 
 
+@pytest.mark.parametrize(
+    ("name", "value"), [("  ", "name must be 1 to 64"), ("eu/daily", "'eu/daily'"), ("eu:daily", "'eu:daily'")]
+)
+def test_a_bad_name_fails_when_the_schedule_is_built_naming_the_value(name: str, value: str) -> None:
+    """A Schedule checks its name when built (issue 28 item 9), as a string
+    in ``cron=`` is checked when declared, naming the actor."""
+    with pytest.raises(CronScheduleError) as info:
+        Schedule("0 * * * *", name=name)
+    assert str(info.value).startswith("Schedule, cron '0 * * * *': ") and value in str(info.value), str(info.value)
+
+
 BAD_SETS = [
-    ("blank name", Schedule("0 * * * *", name="  "), "name must be 1 to 64"),
-    ("a slash in the name", Schedule("0 * * * *", name="eu/daily"), "'eu/daily'"),
-    ("a colon in the name", Schedule("0 * * * *", name="eu:daily"), "'eu:daily'"),
     (
         "two unnamed schedules",
         [Schedule("0 * * * *", args=(1,)), Schedule("30 * * * *", args=(2,))],

@@ -4,6 +4,7 @@ read-only mode, authentication, pagination, actions."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import os
 import re
@@ -24,7 +25,7 @@ from dramatiq_cron_middleware.web import CronDashboard
 from dramatiq_cron_middleware.web.server import Unsafe, start
 from tests.support.instances import ROOT, wait_for
 from tests.support.redis_server import RedisServer
-from tests.support.wsgi import Browser, basic
+from tests.support.wsgi import Browser, basic, form_fields
 
 pytest.importorskip("jinja2")
 
@@ -361,6 +362,44 @@ def test_editing_a_runtime_schedule_keeps_the_options_the_form_does_not_show(app
     assert browser.post("/cron/runtime/edit", {**edited, "original": "every_second:kept"}).status == 303
     stored = app.middleware.runtime.get("every_second", "kept").schedule
     assert (stored.expression, stored.jitter, stored.overlap, stored.max_age) == ("0 6 * * *", 500, "skip", 60_000)
+
+
+def test_the_edit_form_saved_unchanged_keeps_descriptions_and_one_shots(app: App) -> None:
+    """Issue 28 item 6: Given a one-shot two days out and a schedule with a
+    description, When each one's Edit page is saved exactly as the page
+    shows it (every field as a browser posts it), Then both are stored as
+    they were: the description kept, the one-shot still a one-shot."""
+    now = int(app.server.client().time()[0]) * 1000
+    app.middleware.add("every_second", at=now + 2 * 86_400_000, name="once", description="Send the\nreminder ")
+    app.middleware.add(
+        "every_second",
+        Schedule("0 5 * * *", description="  nightly <b>export</b>", timezone="Europe/Berlin", options={"priority": 3}),
+        name="described",
+    )
+    browser = app.dashboard()
+    for schedule_id in ("every_second:once", "every_second:described"):
+        before = app.middleware.get(schedule_id)
+        page = browser.get("/cron/runtime/edit?id=" + quote(schedule_id))
+        assert page.status == 200
+        posted = form_fields(page.text, "runtime-form")
+        assert posted["original"] == schedule_id and posted["description"] == before.schedule.description
+        assert browser.post("/cron/runtime/edit", posted).status == 303
+        after = app.middleware.get(schedule_id)
+        assert dataclasses.replace(after.schedule, revision=0) == dataclasses.replace(before.schedule, revision=0)
+    assert app.middleware.get("every_second:once").schedule.at == now + 2 * 86_400_000
+
+
+def test_the_add_form_takes_a_one_shot_and_a_description(app: App) -> None:
+    browser = app.dashboard()
+    token = csrf_of(browser.get("/cron/runtime/new").text)
+    now = int(app.server.client().time()[0]) * 1000
+    at = now + 3_600_000
+    posted = {"csrf": token, "actor": "every_second", "name": "later", "at": str(at), "description": "Once, later"}
+    assert browser.post("/cron/runtime/new", posted).status == 303
+    stored = app.middleware.get("every_second:later").schedule
+    assert (stored.at, stored.description) == (at, "Once, later")
+    refused = browser.post("/cron/runtime/new", {**posted, "name": "bad", "at": "١٢٣"})
+    assert refused.status == 400 and "cannot read" in html.unescape(refused.text)
 
 
 # -- presentation ---------------------------------------------------------------

@@ -41,6 +41,7 @@ from ..errors import CronConfigurationError, CronError, CronScheduleError
 from ..middleware import CronMiddleware, find_middleware
 from ..monitoring.read import check_report, read_health, read_runs
 from ..monitoring.records import PROBLEMS
+from ..schedules.ids import parse_id
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
@@ -54,11 +55,13 @@ from .control import (
     Target,
     TriggerRefused,
     UnknownTarget,
+    find_runtime,
     pause_expiry,
     paused_by,
     resolve_target,
 )
 from .django_project import setup_from_environment
+from .format import instant_ms as parse_instant
 from .format import iso, span, when
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
@@ -150,12 +153,8 @@ class _App:
         return actor_name in self.broker.actors
 
     def _runtime_by_id(self, schedule_id: str) -> list[BoundSchedule]:
-        actor, _, name = schedule_id.partition(":")
-        try:
-            record = self.runtime.get(actor, name)
-        except CronScheduleError:
-            return []
-        return [] if record is None else [record.schedule]
+        found = find_runtime(self.runtime, schedule_id)
+        return [] if found is None else [found]
 
 
 # -- loading --------------------------------------------------------------
@@ -679,7 +678,7 @@ def _history_record(app: _App, e: HistoryEntry) -> dict[str, Any]:
         "outcome": e.outcome,
         "source": _source_of(e.schedule_id),
         "schedule": e.schedule_id,
-        "actor": e.schedule_id.split(":", 1)[0] if _source_of(e.schedule_id) == "runtime" else e.actor_name,
+        "actor": parse_id(e.schedule_id).actor if _source_of(e.schedule_id) == "runtime" else e.actor_name,
         "tick": iso(e.tick_ms, app.zone_of(e.schedule_id)),
         "tick_ms": e.tick_ms,
         "delay_ms": delay_ms,
@@ -787,39 +786,24 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
     except CronScheduleError as exc:
         raise _Failure(str(exc)) from None
     zone = schedule.zone
-    data: dict[str, Any] = {
-        "schedule": schedule.id,
-        "from": iso(plan.start_ms, zone),
-        "to": iso(plan.end_ms, zone),
-        "dry_run": args.dry_run,
-        "ticks": [iso(t, zone) for t in plan.ticks],
-        "left_out": {
-            "fired": [iso(t, zone) for t in plan.fired],
-            "unconfirmed": [iso(t, zone) for t in plan.unconfirmed],
-            "unknown": [iso(t, zone) for t in plan.unknown],
-            "leader": [iso(t, zone) for t in plan.leaders],
-        },
-    }
-    left = (
-        f"left out: {len(plan.fired)} already fired, triggered or backfilled"
-        + (
-            f", {len(plan.unconfirmed)} claimed by a backfill that has not settled them "
-            "(still running, or killed: then they may be lost)"
-            if plan.unconfirmed
-            else ""
-        )
-        + (f", {len(plan.unknown)} older than the history reaches (--include-fired takes them)" if plan.unknown else "")
-        + (f", {len(plan.leaders)} after the last decided tick (the leader's)" if plan.leaders else "")
-    )
     if args.dry_run:
+        plan = backfill.listed(plan)
+        data = _backfill_data(schedule, plan, args, plan)
         text = "\n".join(
             [
-                f"Would backfill {len(plan.ticks)} tick(s) of {schedule.id} ({left}):",
+                f"Would backfill {len(plan.ticks)} tick(s) of {schedule.id} ({_left_out(plan, plan)}):",
                 *(when(t, zone) for t in plan.ticks),
             ]
         )
         _emit(args, data, text)
         return EXIT_OK
+    if plan.streamed and plan.total:
+        print(
+            f"Backfilling {plan.total:,} tick(s) of {schedule.id} in [{when(plan.start_ms, zone)}, "
+            f"{when(plan.end_ms, zone)}), a thousand at a time (Ctrl+C stops; running it again continues).",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         report = backfill.run(app.broker, plan, progress=_progress_bar(f"Backfilling {schedule.id}"))
     except KeyboardInterrupt:
@@ -835,14 +819,68 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
         raise _Failure(
             f"backfill of {schedule.id} stopped: enqueueing failed ({detail}); run it again to continue"
         ) from None
+    left_out = report.left_out if plan.streamed else plan
+    data = _backfill_data(schedule, plan, args, left_out)
     data["enqueued"] = [iso(t, zone) for t in report.enqueued]
     data["claimed_before"] = [iso(t, zone) for t in report.claimed_before]
     data["left_out"]["leader"] += [iso(t, zone) for t in report.leaders]
-    text = f"Backfilled {len(report.enqueued)} tick(s) of {schedule.id} on queue {schedule.queue_name!r} ({left})."
+    data["counts"] = {
+        "ticks": plan.total,
+        **{k: report.counts.get(k, 0) for k in ("enqueued", "claimed_before", "leaders")},
+        **({k: report.counts.get(k, 0) for k in ("fired", "unconfirmed", "unknown")} if plan.streamed else {}),
+    }
+    enqueued = report.counts.get("enqueued", 0)
+    text = (
+        f"Backfilled {enqueued} tick(s) of {schedule.id} on queue {schedule.queue_name!r} "
+        f"({_left_out(left_out, plan, report)})."
+    )
     if report.claimed_before:
-        text += f" {len(report.claimed_before)} were claimed by another backfill running at the same time."
+        text += f" {report.counts['claimed_before']} were claimed by another backfill running at the same time."
     _emit(args, data, text)
     return EXIT_OK
+
+
+def _backfill_data(schedule: BoundSchedule, plan: Any, args: argparse.Namespace, left: Any) -> dict[str, Any]:
+    """``backfill --json``: the range, and the ticks listed (each list holds
+    at most its first 10,000 in a run over a longer range; ``counts`` has
+    how many)."""
+    zone = schedule.zone
+    return {
+        "schedule": schedule.id,
+        "from": iso(plan.start_ms, zone),
+        "to": iso(plan.end_ms, zone),
+        "dry_run": args.dry_run,
+        "ticks": [iso(t, zone) for t in plan.ticks],
+        "left_out": {
+            "fired": [iso(t, zone) for t in left.fired],
+            "unconfirmed": [iso(t, zone) for t in left.unconfirmed],
+            "unknown": [iso(t, zone) for t in left.unknown],
+            "leader": [iso(t, zone) for t in plan.leaders],
+        },
+    }
+
+
+def _left_out(left: Any, plan: Any, report: Any = None) -> str:
+    """What a backfill leaves out, in words."""
+
+    def count(field: str) -> int:
+        if report is not None and plan.streamed:
+            return int(report.counts.get(field, 0))
+        return len(getattr(left, field))
+
+    leaders = len(plan.leaders) if not plan.streamed else count("leaders")
+    fired, unconfirmed, unknown = count("fired"), count("unconfirmed"), count("unknown")
+    return (
+        f"left out: {fired} already fired, triggered or backfilled"
+        + (
+            f", {unconfirmed} claimed by a backfill that has not settled them "
+            "(still running, or killed: then they may be lost)"
+            if unconfirmed
+            else ""
+        )
+        + (f", {unknown} older than the history reaches (--include-fired takes them)" if unknown else "")
+        + (f", {leaders} after the last decided tick (the leader's)" if leaders else "")
+    )
 
 
 def _progress_bar(label: str) -> Any:
@@ -932,7 +970,7 @@ def _source_of(schedule_id: str) -> str:
     for an action on a whole actor (``actor:*``)."""
     if schedule_id.endswith(":*"):
         return "actor"
-    return "runtime" if ":" in schedule_id.split("/", 1)[0] else "code"
+    return "runtime" if parse_id(schedule_id).runtime else "code"
 
 
 def _json_option(flag: str, text: str | None, kind: type) -> Any:
@@ -947,23 +985,22 @@ def _json_option(flag: str, text: str | None, kind: type) -> Any:
     return value
 
 
-def _instant_option(flag: str, text: str | None) -> int | dt.datetime | None:
-    """Epoch milliseconds, or an ISO 8601 time with its offset."""
+def _instant_option(flag: str, text: str | None) -> int | None:
+    """Epoch milliseconds (ASCII digits), or an ISO 8601 time with its offset."""
     if text is None:
         return None
-    if text.isdigit():
-        return int(text)
     try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise _Failure(f"{flag} must be epoch milliseconds or an ISO 8601 time with offset, got {text!r}") from None
+        return parse_instant(text)
+    except ValueError as exc:
+        raise _Failure(f"{flag}: {exc}") from None
 
 
-def _add(app: _App, args: argparse.Namespace) -> int:
+def schedule_of(args: argparse.Namespace) -> Schedule:
+    """The :class:`Schedule` that ``add``'s arguments describe."""
     if [args.expression, args.every, args.at].count(None) != 2:
         raise _Failure("give one of a cron EXPRESSION, --every MS or --at WHEN (not both, not none)")
     with of_actor(args.actor):
-        schedule = Schedule(
+        return Schedule(
             args.expression,
             timezone=args.timezone,
             args=tuple(_json_option("--args", args.args, list)),
@@ -985,13 +1022,17 @@ def _add(app: _App, args: argparse.Namespace) -> int:
             max_runtime=args.max_runtime,
             failure_threshold=args.failure_threshold,
         )
+
+
+def _add(app: _App, args: argparse.Namespace) -> int:
+    schedule = schedule_of(args)
     try:
         stored = app.middleware.add(args.actor, schedule, name=args.name, replace=not args.create_only, who="cli")
     except CronScheduleError as exc:
         raise _Failure(_with_actors(app, str(exc))) from None
     except CronConfigurationError as exc:
         raise _Failure(redact(str(exc))) from None
-    _emit(args, _runtime_record(stored), _added_text(stored))
+    _emit(args, runtime_record(stored), _added_text(stored))
     return EXIT_OK
 
 
@@ -1000,7 +1041,7 @@ def _with_actors(app: _App, message: str) -> str:
     return f"{message} ({app.known_actors()})" if "is not declared on the broker" in message else message
 
 
-def _runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
+def runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
     s = stored.schedule
     return {
         "schedule": s.id,
@@ -1064,7 +1105,7 @@ def _remove(app: _App, args: argparse.Namespace) -> int:
 # -- entry point ----------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dramatiq-cron",
         description="See and steer the cron schedules of a dramatiq app.",
@@ -1220,7 +1261,7 @@ _COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dramatiq-cron``; returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     limit = "-n/--limit" if args.command == "history" else "--limit"
     for flag, value in (("--next", getattr(args, "next", None)), (limit, getattr(args, "limit", None))):
         if value is not None and value < 1:

@@ -7,29 +7,40 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from ..errors import shown
+from ..schedules.schedule import NEVER
+
 __all__ = ["duration_ms", "instant_ms", "iso", "short_when", "span", "when"]
 
 _DURATION = re.compile(r"(\d+)(ms|d|h|m|s)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 _UTC = dt.timezone.utc
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
+_MS = dt.timedelta(milliseconds=1)
 
 
 def when(ms: int, zone: dt.tzinfo = _UTC) -> str:
     """An instant in a zone, to the second; UTC is written with ``Z``."""
-    text = dt.datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(sep=" ", timespec="seconds")
+    text = _datetime(ms, zone).isoformat(sep=" ", timespec="seconds")
     return text.replace("+00:00", "Z")
 
 
 def short_when(ms: int, zone: dt.tzinfo = _UTC) -> str:
     """:func:`when` for a narrow screen: ``12-01 17:41:05``, the zone left
     to the page (a schedule's zone is shown beside its times)."""
-    return dt.datetime.fromtimestamp(ms / 1000, tz=zone).strftime("%m-%d %H:%M:%S")
+    return _datetime(ms, zone).strftime("%m-%d %H:%M:%S")
 
 
 def iso(ms: int, zone: dt.tzinfo = _UTC) -> str:
     """An instant as ISO 8601 with milliseconds (for ``<time datetime>``)."""
-    return dt.datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(timespec="milliseconds")
+    return _datetime(ms, zone).isoformat(timespec="milliseconds")
+
+
+def _datetime(ms: int, zone: dt.tzinfo) -> dt.datetime:
+    # Exact: ``fromtimestamp(ms / 1000)`` rounds through a float and now and
+    # then shows a millisecond less than the instant.
+    return (_EPOCH + int(ms) * _MS).astimezone(zone)
 
 
 def span(ms: float) -> str:
@@ -68,24 +79,36 @@ def duration_ms(text: str) -> int:
 
 def instant_ms(value: object) -> int:
     """An instant written by people or code (an aware ``datetime``, epoch
-    milliseconds, or ISO 8601 text with its offset) in epoch ms.
+    milliseconds, or ISO 8601 text with its offset) in epoch ms, from 1970
+    to 9999.  Epoch ms are ASCII digits only: ``"١٢٣"`` is not a number
+    here, though Python's ``int`` reads it.
 
     Raises:
-      ValueError: naming the value, when it is none of those.
+      ValueError: naming the value (shortened), when it is none of those.
     """
     if isinstance(value, str):
         text = value.strip()
         try:
-            value = int(text) if text.isdigit() else dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            if text.isascii() and text.isdigit():
+                value = int(text)
+            else:
+                value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(
-                f"cannot read {text!r} as an instant: write ISO 8601 with its offset (2026-12-24T09:00+01:00) "
-                "or epoch ms"
+                f"cannot read {shown(text)} as an instant: write ISO 8601 with its offset "
+                "(2026-12-24T09:00+01:00) or epoch ms"
             ) from None
     if isinstance(value, dt.datetime):
         if value.utcoffset() is None:
-            raise ValueError(f"{value.isoformat()!r} needs a time zone offset")
-        return int(value.timestamp() * 1000)
+            raise ValueError(f"{value.isoformat()!r} needs a time zone offset (an instant is timezone-aware)")
+        try:
+            # Whole milliseconds: a float timestamp would lose one now and then.
+            ms = (value - _EPOCH) // _MS
+        except OverflowError:  # 0001-01-01T00:00+14:00 is in year 0 in UTC
+            ms = -1
+        if not 0 <= ms < NEVER:
+            raise ValueError(f"an instant must be between 1970 and 9999, got {value.isoformat()!r}")
+        return ms
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"an instant must be an aware datetime, epoch ms or ISO 8601 text, got {value!r}")
+        raise ValueError(f"an instant must be an aware datetime, epoch ms or ISO 8601 text, got {shown(value)}")
     return value

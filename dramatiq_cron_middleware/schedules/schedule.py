@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
-from ..errors import CronScheduleError
+from ..errors import CronScheduleError, shown
 from .expression import canonical_fields, check_ascii
 
 __all__ = [
@@ -322,12 +322,10 @@ class BoundSchedule:
         ``:`` or ``/``, so the three can never collide)."""
         cached = self._id
         if cached is None:
-            if self.source == "runtime":
-                cached = f"{self.actor_name}:{self.name}"
-            elif not self.named:
-                cached = self.actor_name
-            else:
-                cached = f"{self.actor_name}/{self.name}"
+            from .ids import format_id  # the id grammar's one home (it imports NAME_PATTERN from here)
+
+            runtime = self.source == "runtime"
+            cached = format_id(self.actor_name, self.name if self.named or runtime else None, runtime=runtime)
             object.__setattr__(self, "_id", cached)
         return cached
 
@@ -340,7 +338,7 @@ class BoundSchedule:
           ValueError: when the definition describes another schedule.
         """
         if self.id != schedule_id:
-            raise ValueError(f"it describes {self.id!r}")
+            raise ValueError(f"it describes {shown(self.id)}")
         object.__setattr__(self, "_id", schedule_id)
 
     @property
@@ -477,7 +475,9 @@ class BoundSchedule:
             instant_ms = min(instant_ms, self.end)
         tick = self._interval_before(instant_ms) if self.every is not None else self._cron_before(instant_ms)
         if self.start is not None and tick < self.start:
-            raise CronScheduleError(f"schedule {self.id!r} has no tick before {instant_ms}: it starts at {self.start}")
+            raise CronScheduleError(
+                f"schedule {shown(self.id)} has no tick before {instant_ms}: it starts at {self.start}"
+            )
         return tick
 
     def _cron_before(self, instant_ms: int) -> int:
@@ -503,6 +503,62 @@ class BoundSchedule:
         while tick <= until_ms:
             yield tick
             tick = self.next_after(tick)
+
+    def count_between(self, start_ms: int, end_ms: int) -> int:
+        """How many ticks ``t`` with ``start_ms <= t < end_ms`` there are,
+        without listing them: arithmetic for an interval; for a cron
+        expression, a local day, hour or minute that fires and lies far
+        from any change of the zone's offset counts as the product of its
+        finer time fields, so ten years of a per-second schedule take a few
+        thousand walks, not 315 million."""
+        low = max(start_ms, self.start if self.start is not None else start_ms, 0)
+        high = min(end_ms, self.end if self.end is not None else end_ms, NEVER)
+        if high <= low:
+            return 0
+        if self.every is not None:
+            first = self._interval_after(low - 1)
+            return 0 if first >= high else (high - 1 - first) // self.every + 1
+        blocks = self._blocks()
+        count, tick = 0, self.next_after(low - 1)
+        while tick < high:
+            for block, per in blocks:
+                start, end = block(self, tick)
+                if low <= start and end <= high and self._steady(start, end):
+                    count += per  # every tick of a block that fires
+                    tick = self.next_after(end - 1)
+                    break
+            else:  # near an offset change, or at the range's ends: tick by tick, to the minute's end
+                start, end = _minute(self, tick)
+                while tick < min(end, high):
+                    count += 1
+                    tick = self.next_after(tick)
+        return count
+
+    def _blocks(self) -> list[tuple[Callable[[BoundSchedule, int], tuple[int, int]], int]]:
+        """The local day, hour and (with seconds) minute, each with how
+        many ticks it holds when it fires and the offset stays."""
+        fields = self._cron(dt.datetime(2000, 1, 1)).expanded
+
+        def size(index: int, full: int) -> int:
+            return full if fields[index] == ["*"] else len(set(fields[index]))
+
+        seconds = size(5, 60) if self.has_seconds else 1
+        minutes, hours = size(0, 60) * seconds, size(1, 24) * size(0, 60) * seconds
+        out: list[tuple[Callable[[BoundSchedule, int], tuple[int, int]], int]] = [(_day, hours), (_hour, minutes)]
+        if self.has_seconds:
+            out.append((_minute, seconds))
+        return out
+
+    def _steady(self, start_ms: int, end_ms: int) -> bool:
+        """Whether the zone's offset is the same from a while before
+        ``start_ms`` (a tick that a gap moves, or a repeated hour, lands up
+        to the change's length after it) to ``end_ms``."""
+        offset = _offset(self.zone, end_ms)
+        if _offset(self.zone, start_ms) != offset:
+            return False
+        before = _offset(self.zone, start_ms - _STEADY_MS)
+        # A change within that while: steady once its length has passed.
+        return before == offset or _offset(self.zone, start_ms - abs(_ms(offset - before))) == offset
 
     @property
     def _hash_id(self) -> str:
@@ -530,7 +586,7 @@ class BoundSchedule:
             # croniter may hand back fold=1; a wall time here is a plain label.
             wall = (it.get_next(dt.datetime) if forward else it.get_prev(dt.datetime)).replace(tzinfo=None, fold=0)
             if not forward and wall < _MIN_WALL:
-                raise CronScheduleError(f"schedule {self.id!r} has no tick before {start.isoformat()}")
+                raise CronScheduleError(f"schedule {shown(self.id)} has no tick before {start.isoformat()}")
             gap = self._gap(wall)
             if gap is None:
                 instant = _to_ms(wall.replace(tzinfo=self.zone, fold=fold))
@@ -611,6 +667,35 @@ def _parsed(expression: str, has_seconds: bool, hash_id: str, day_or: bool) -> c
     return croniter(expression, 0, second_at_beginning=has_seconds, hash_id=hash_id, day_or=day_or)
 
 
+# Longer than any change of a zone's offset (two hours at most).
+_STEADY_MS = 3 * 3_600_000
+
+
+def _day(schedule: BoundSchedule, tick_ms: int) -> tuple[int, int]:
+    """The local day of ``tick_ms``, as ``[start, end)`` in epoch ms."""
+    local = dt.datetime.fromtimestamp(tick_ms // 1000, tz=schedule.zone)
+    midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    start = tick_ms - (tick_ms % 1000) - (local - midnight) // dt.timedelta(milliseconds=1)
+    return start, start + 86_400_000
+
+
+def _hour(schedule: BoundSchedule, tick_ms: int) -> tuple[int, int]:
+    """The local hour of ``tick_ms`` (when the offset stays)."""
+    local = dt.datetime.fromtimestamp(tick_ms // 1000, tz=schedule.zone)
+    start = tick_ms - (tick_ms % 1000) - (local.minute * 60 + local.second) * 1000
+    return start, start + 3_600_000
+
+
+def _ms(delta: dt.timedelta) -> int:
+    return delta // dt.timedelta(milliseconds=1)
+
+
+def _minute(schedule: BoundSchedule, tick_ms: int) -> tuple[int, int]:
+    """The minute of ``tick_ms`` (every offset is whole minutes)."""
+    start = tick_ms - tick_ms % 60_000
+    return start, start + 60_000
+
+
 def _offset(zone: dt.tzinfo, instant_ms: int) -> dt.timedelta:
     offset = dt.datetime.fromtimestamp(instant_ms / 1000, tz=zone).utcoffset()
     assert offset is not None
@@ -620,13 +705,13 @@ def _offset(zone: dt.tzinfo, instant_ms: int) -> dt.timedelta:
 def parse_timezone(value: object, *, what: str) -> dt.tzinfo:
     """Resolve an IANA zone name, or raise naming ``what`` and the value."""
     if not isinstance(value, str) or not value:
-        raise CronScheduleError(f"{what}: time zone must be an IANA name such as 'Europe/Berlin', got {value!r}")
+        raise CronScheduleError(f"{what}: time zone must be an IANA name such as 'Europe/Berlin', got {shown(value)}")
     if value.upper() == "UTC":
         return _UTC
     try:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-        raise CronScheduleError(f"{what}: unknown time zone {value!r}") from exc
+        raise CronScheduleError(f"{what}: unknown time zone {shown(value)}") from exc
 
 
 def schedules_for_actor(
@@ -652,7 +737,8 @@ def schedules_for_actor(
     """
     if ":" in actor_name:
         raise CronScheduleError(
-            f"actor {actor_name!r}: a cron actor's name cannot contain ':' (it marks runtime schedules in the ledger)"
+            f"actor {shown(actor_name)}: a cron actor's name cannot contain ':' "
+            "(it marks runtime schedules in the ledger)"
         )
     items: list[object]
     if isinstance(spec, (str, Schedule)):
@@ -660,11 +746,13 @@ def schedules_for_actor(
     elif isinstance(spec, (list, tuple)):
         items = list(spec)
         if not items:
-            raise CronScheduleError(f"actor {actor_name!r}: cron= needs at least one expression, got {spec!r}")
+            raise CronScheduleError(
+                f"actor {shown(actor_name)}: cron= needs at least one expression, got {shown(spec)}"
+            )
     else:
         raise CronScheduleError(
-            f"actor {actor_name!r}: cron= must be a cron expression string, a Schedule or a list of them, "
-            f"got {spec!r} ({type(spec).__name__})"
+            f"actor {shown(actor_name)}: cron= must be a cron expression string, a Schedule or a list of them, "
+            f"got {shown(spec)} ({type(spec).__name__})"
         )
     bound = [
         bind_schedule(
@@ -686,7 +774,7 @@ def schedules_for_actor(
         given = ", ".join(repr(_as_given(item, schedule)) for item, schedule in unnamed)
         fixed = ", ".join(_named_hint(schedule) for _, schedule in unnamed)
         raise CronScheduleError(
-            f"actor {actor_name!r}: {len(unnamed)} schedules without name= ({given}); an actor's schedules are "
+            f"actor {shown(actor_name)}: {len(unnamed)} schedules without name= ({given}); an actor's schedules are "
             f"identified by their names, not their expressions, so all but one need name=, for example "
             f"cron=[{fixed}]"
         )
@@ -694,7 +782,8 @@ def schedules_for_actor(
     for schedule in bound:
         if schedule.id in seen:
             raise CronScheduleError(
-                f"actor {actor_name!r}: two schedules share the identity {schedule.id!r}; give them distinct name="
+                f"actor {shown(actor_name)}: two schedules share the identity {shown(schedule.id)}; "
+                "give them distinct name="
             )
         seen[schedule.id] = schedule
     return bound
@@ -748,8 +837,8 @@ def _check_arguments(schedule: BoundSchedule, signature: inspect.Signature) -> N
             return_annotation=signature.empty,
         )
         raise CronScheduleError(
-            f"actor {schedule.actor_name!r}, schedule {schedule.id!r}: args={list(schedule.args)!r}, "
-            f"kwargs={schedule.kwargs!r} do not fit {schedule.actor_name}{plain}: {exc}"
+            f"actor {shown(schedule.actor_name)}, schedule {shown(schedule.id)}: args={shown(list(schedule.args))}, "
+            f"kwargs={shown(schedule.kwargs)} do not fit {schedule.actor_name}{plain}: {exc}"
         ) from None
 
 
@@ -803,8 +892,8 @@ def bind_schedule(
         item = Schedule(item)
     if not isinstance(item, Schedule):
         raise CronScheduleError(
-            f"actor {actor_name!r}: cron= entries must be expression strings or Schedule objects, "
-            f"got {item!r} ({type(item).__name__})"
+            f"actor {shown(actor_name)}: cron= entries must be expression strings or Schedule objects, "
+            f"got {shown(item)} ({type(item).__name__})"
         )
     one_shot = None
     if item.at is not None:
@@ -817,59 +906,63 @@ def bind_schedule(
         where, expression = _interval(actor_name, item)
         has_seconds = True
     else:
-        where = f"{_subject(actor_name)}cron {item.expression!r}"
+        where = f"{_subject(actor_name)}cron {shown(item.expression)}"
         expression, has_seconds = _normalise(actor_name, item.expression)
         if item.offset != 0:
-            raise CronScheduleError(f"{where}: offset= applies to every= schedules only, got {item.offset!r}")
+            raise CronScheduleError(f"{where}: offset= applies to every= schedules only, got {shown(item.offset)}")
     start, end = check_bounds(where, item.start, item.end)
     zone_name = item.timezone if item.timezone is not None else timezone
     zone = parse_timezone(zone_name, what=where)
     # The name is checked where it becomes part of an id (bound to an
     # actor), so that the error names both.
     given = item.name if name is None else name
-    if actor_name and given is not None and (not isinstance(given, str) or not NAME_PATTERN.match(given)):
-        raise CronScheduleError(f"{where}: {NAME_RULE}, got {given!r}")
+    if given is not None and (not isinstance(given, str) or not NAME_PATTERN.match(given)):
+        raise CronScheduleError(f"{where}: {NAME_RULE}, got {shown(given)}")
     name = given if isinstance(given, str) else expression
     if _CONTROL.search(name) or _CONTROL.search(actor_name):
         # Identities travel to the scripts one per line.
-        raise CronScheduleError(f"{where}: control characters cannot appear in a schedule's identity, got {name!r}")
+        raise CronScheduleError(
+            f"{where}: control characters cannot appear in a schedule's identity, got {shown(name)}"
+        )
     policy = item.catch_up if item.catch_up is not None else catch_up
     if policy not in _CATCH_UP_POLICIES:
-        raise CronScheduleError(f"{where}: catch_up must be one of {_CATCH_UP_POLICIES}, got {policy!r}")
+        raise CronScheduleError(f"{where}: catch_up must be one of {_CATCH_UP_POLICIES}, got {shown(policy)}")
     window = item.catch_up_window if item.catch_up_window is not None else catch_up_window
     if not fields_checked:
         _check_ms(where, "catch_up_window", window, allow_none=False)
         _check_ms(where, "jitter", item.jitter, allow_none=False)
         _check_ms(where, "max_age", item.max_age, allow_none=True, positive=True)
         if item.overlap not in _OVERLAP_POLICIES:
-            raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {item.overlap!r}")
+            raise CronScheduleError(f"{where}: overlap must be one of {_OVERLAP_POLICIES}, got {shown(item.overlap)}")
         _check_ms(where, "overlap_ttl", item.overlap_ttl, allow_none=True, positive=True)
         _check_ms(where, "grace", item.grace, allow_none=True)
         _check_ms(where, "max_runtime", item.max_runtime, allow_none=True, positive=True)
         threshold = item.failure_threshold
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
-            raise CronScheduleError(f"{where}: failure_threshold must be a positive int of runs, got {threshold!r}")
+            raise CronScheduleError(
+                f"{where}: failure_threshold must be a positive int of runs, got {shown(threshold)}"
+            )
         if not isinstance(item.args, (tuple, list)):
-            raise CronScheduleError(f"{where}: args must be a tuple or list, got {item.args!r}")
+            raise CronScheduleError(f"{where}: args must be a tuple or list, got {shown(item.args)}")
         if not isinstance(item.kwargs, Mapping):
-            raise CronScheduleError(f"{where}: kwargs must be a dict, got {item.kwargs!r}")
+            raise CronScheduleError(f"{where}: kwargs must be a dict, got {shown(item.kwargs)}")
         if not all(isinstance(key, str) for key in item.kwargs):
-            raise CronScheduleError(f"{where}: kwargs keys must be strings, got {list(item.kwargs)!r}")
+            raise CronScheduleError(f"{where}: kwargs keys must be strings, got {shown(list(item.kwargs))}")
         if not isinstance(item.options, Mapping):
-            raise CronScheduleError(f"{where}: options must be a dict, got {item.options!r}")
+            raise CronScheduleError(f"{where}: options must be a dict, got {shown(item.options)}")
         for key in item.options:
             if not isinstance(key, str) or key.startswith("cron_") or key in _RESERVED_OPTIONS:
                 hint = (
                     _RESERVED_OPTIONS.get(key, "it is set by the scheduler") if isinstance(key, str) else "not a string"
                 )
-                raise CronScheduleError(f"{where}: message option {key!r} cannot be set in options= ({hint})")
+                raise CronScheduleError(f"{where}: message option {shown(key)} cannot be set in options= ({hint})")
         for label, value in (("args", item.args), ("kwargs", item.kwargs), ("options", item.options)):
             if not value:  # () and {}: the usual case, and JSON already
                 continue
             try:
                 json.dumps(value, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {value!r}") from None
+                raise CronScheduleError(f"{where}: {label} must be JSON-serialisable ({exc}): {shown(value)}") from None
     description = check_description(where, item.description)
     overlap_ttl = item.overlap_ttl
     if overlap_ttl is None:
@@ -933,25 +1026,27 @@ def _interval(actor_name: str, item: Schedule) -> tuple[str, str]:
     if item.expression is not None:
         raise CronScheduleError(
             f"{_subject(actor_name, end=': ')}give either a cron expression or every=, not both "
-            f"(got {item.expression!r} and every={item.every!r})"
+            f"(got {shown(item.expression)} and every={shown(item.every)})"
         )
     if item.every is None:
         raise CronScheduleError(f"{_subject(actor_name, end=': ')}a Schedule needs a cron expression or every=<ms>")
-    where = f"{_subject(actor_name)}every {item.every!r}"
+    where = f"{_subject(actor_name)}every {shown(item.every)}"
     return where, interval_label(where, item.every, item.offset)
 
 
 def _one_shot(actor_name: str, item: Schedule) -> tuple[str, int]:
     """Validate a one-shot's ``at``; return the error context and the
     instant in epoch ms."""
-    where = f"{_subject(actor_name)}at {item.at!r}"
+    where = f"{_subject(actor_name)}at {shown(item.at)}"
     others = {"expression": item.expression, "every": item.every, "start": item.start, "end": item.end}
-    given = [f"{k}={v!r}" for k, v in others.items() if v is not None]
+    given = [f"{k}={shown(v)}" for k, v in others.items() if v is not None]
     if given or item.offset:
-        given += [f"offset={item.offset!r}"] if item.offset else []
+        given += [f"offset={shown(item.offset)}"] if item.offset else []
         raise CronScheduleError(f"{where}: at= is a one-shot and takes no {', '.join(given)}")
     at_ms = _instant(where, "at", item.at)
     assert at_ms is not None
+    if at_ms + 1 >= NEVER:  # its one tick is [at, at + 1)
+        raise CronScheduleError(f"{where}: at must be between 1970 and 9999, got {shown(item.at)}")
     return where, at_ms
 
 
@@ -966,9 +1061,9 @@ def check_description(where: str, description: object) -> str:
     if description is None:
         return ""
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
-        shown = description if not isinstance(description, str) else f"{len(description)} characters"
+        given = description if not isinstance(description, str) else f"{len(description)} characters"
         raise CronScheduleError(
-            f"{where}: description must be a string of at most {MAX_DESCRIPTION} characters, got {shown!r}"
+            f"{where}: description must be a string of at most {MAX_DESCRIPTION} characters, got {shown(given)}"
         )
     return description
 
@@ -977,9 +1072,9 @@ def interval_label(where: str, every: object, offset: object) -> str:
     """Validate ``every``/``offset``; return the schedule's label (its
     ``expression`` and default name)."""
     if isinstance(every, bool) or not isinstance(every, int) or every < MIN_EVERY:
-        raise CronScheduleError(f"{where}: every must be an int of at least {MIN_EVERY} ms, got {every!r}")
+        raise CronScheduleError(f"{where}: every must be an int of at least {MIN_EVERY} ms, got {shown(every)}")
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < every:
-        raise CronScheduleError(f"{where}: offset must be an int of ms with 0 <= offset < every, got {offset!r}")
+        raise CronScheduleError(f"{where}: offset must be an int of ms with 0 <= offset < every, got {shown(offset)}")
     return _interval_text(every, offset)
 
 
@@ -995,7 +1090,7 @@ def check_bounds(where: str, start: object, end: object) -> tuple[int | None, in
     start_ms = _instant(where, "start", start)
     end_ms = _instant(where, "end", end)
     if start_ms is not None and end_ms is not None and start_ms >= end_ms:
-        raise CronScheduleError(f"{where}: start must be before end, got start={start!r}, end={end!r}")
+        raise CronScheduleError(f"{where}: start must be before end, got start={shown(start)}, end={shown(end)}")
     return start_ms, end_ms
 
 
@@ -1005,14 +1100,14 @@ def _instant(where: str, label: str, value: object) -> int | None:
         return None
     if isinstance(value, dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
-            raise CronScheduleError(f"{where}: {label} must be a timezone-aware datetime, got {value!r}")
+            raise CronScheduleError(f"{where}: {label} must be a timezone-aware datetime, got {shown(value)}")
         ms = _to_ms(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         ms = value
     else:
-        raise CronScheduleError(f"{where}: {label} must be epoch milliseconds (int) or a datetime, got {value!r}")
+        raise CronScheduleError(f"{where}: {label} must be epoch milliseconds (int) or a datetime, got {shown(value)}")
     if not 0 <= ms < NEVER:
-        raise CronScheduleError(f"{where}: {label} must be between 1970 and 9999, got {value!r}")
+        raise CronScheduleError(f"{where}: {label} must be between 1970 and 9999, got {shown(value)}")
     return ms
 
 
@@ -1029,13 +1124,13 @@ def _check_ms(where: str, label: str, value: object, *, allow_none: bool, positi
     low = 1 if positive else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         kind = "positive" if positive else "non-negative"
-        raise CronScheduleError(f"{where}: {label} must be a {kind} int of milliseconds, got {value!r}")
+        raise CronScheduleError(f"{where}: {label} must be a {kind} int of milliseconds, got {shown(value)}")
 
 
 def _subject(actor_name: str, *, end: str = ", ") -> str:
     """How an error names what it is about: the actor, or (a Schedule
     checked on its own, before any actor) the Schedule."""
-    return f"actor {actor_name!r}{end}" if actor_name else ("Schedule: " if end == ": " else "Schedule, ")
+    return f"actor {shown(actor_name)}{end}" if actor_name else ("Schedule: " if end == ": " else "Schedule, ")
 
 
 @contextlib.contextmanager
@@ -1070,7 +1165,7 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
     """Return the expression with single spaces, and whether it has seconds."""
     if not isinstance(expression, str):
         raise CronScheduleError(
-            f"{_subject(actor_name, end=': ')}cron expression must be a string, got {expression!r} "
+            f"{_subject(actor_name, end=': ')}cron expression must be a string, got {shown(expression)} "
             f"({type(expression).__name__})"
         )
     return _normalise_text(actor_name, expression)
@@ -1081,7 +1176,7 @@ def _normalise(actor_name: str, expression: object) -> tuple[str, bool]:
 # is not cached: a bad expression is checked again each time.)
 @functools.lru_cache(maxsize=4096)
 def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
-    where = f"{_subject(actor_name)}cron {expression!r}"
+    where = f"{_subject(actor_name)}cron {shown(expression)}"
     check_ascii(where, expression)
     # ASCII whitespace only: str.split() would also split on the file and
     # record separators (``\x1c``-``\x1f``), which cron does not.
@@ -1099,9 +1194,9 @@ def _normalise_text(actor_name: str, expression: str) -> tuple[str, bool]:
         )
     for field in fields:
         if not _FIELD_CHARS.match(field):
-            raise CronScheduleError(f"{where}: field {field!r} is not valid cron syntax")
+            raise CronScheduleError(f"{where}: field {shown(field)} is not valid cron syntax")
         if _RANDOM.search(field):
-            raise CronScheduleError(f"{where}: field {field!r}: random 'R' values differ per process; use 'H'")
+            raise CronScheduleError(f"{where}: field {shown(field)}: random 'R' values differ per process; use 'H'")
     fields = canonical_fields(where, [_collapse_single_ranges(f) for f in fields])
     fields = _every_day_when_either_covers_all(fields)
     text = " ".join(fields)

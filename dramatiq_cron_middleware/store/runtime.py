@@ -36,14 +36,14 @@ import inspect
 import json
 import operator
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import redis
 from dramatiq.logging import get_logger
 
-from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError
+from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError, shown
 from ..schedules.expression import SEMANTICS
 from ..schedules.schedule import _UTC as UTC_ZONE
 from ..schedules.schedule import (
@@ -86,6 +86,7 @@ __all__ = [
     "StoredProblem",
     "already_exists",
     "as_schedule",
+    "changed_schedule",
     "describe_changes",
     "describe_problems",
     "split_id",
@@ -347,20 +348,19 @@ class RuntimeSchedules:
                 if unknown
                 else "name cannot be changed (add the new name, then remove this one)"
             )
-            raise CronScheduleError(f"runtime schedule {schedule_id!r}: {what}")
+            raise CronScheduleError(f"runtime schedule {shown(schedule_id)}: {what}")
         for _ in range(3):
             before = self.get(actor, name)
             if before is None:
-                raise CronScheduleError(f"there is no runtime schedule {schedule_id!r}")
-            with of_actor(actor):
-                item = dataclasses.replace(as_schedule(before.schedule), **_switched(changes))
+                raise CronScheduleError(f"there is no runtime schedule {shown(schedule_id)}")
+            item = changed_schedule(before.schedule, changes)
             prepared = self._prepare(actor, item, name)
             try:
                 (after,) = self._write_prepared([prepared], str(before.schedule.revision))
             except _Changed:
                 continue
             return before, after
-        raise CronScheduleError(f"runtime schedule {schedule_id!r} kept changing while being updated; try again")
+        raise CronScheduleError(f"runtime schedule {shown(schedule_id)} kept changing while being updated; try again")
 
     def _write_prepared(
         self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
@@ -743,7 +743,7 @@ class RuntimeSchedules:
         """Validate one item; return it bound, and its definition without the
         closing brace (the write script appends revision and times)."""
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {name!r}")
+            raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {shown(name)}")
         info = self.resolve_actor(actor)
         _check_actor_name(info.actor_name)
         if isinstance(schedule, str):
@@ -752,13 +752,13 @@ class RuntimeSchedules:
         elif isinstance(schedule, Schedule):
             if schedule.name is not None and schedule.name != name:
                 raise CronScheduleError(
-                    f"actor {info.actor_name!r}, runtime schedule {name!r}: Schedule(name={schedule.name!r}) "
+                    f"actor {info.actor_name!r}, runtime schedule {shown(name)}: Schedule(name={shown(schedule.name)}) "
                     "differs from name=; give the name once, with name="
                 )
             item = schedule  # its name is given to bind_schedule: no copy checked again
         else:
             raise CronScheduleError(
-                f"actor {info.actor_name!r}, runtime schedule {name!r}: schedule must be a cron expression or a "
+                f"actor {info.actor_name!r}, runtime schedule {shown(name)}: schedule must be a cron expression or a "
                 f"Schedule, got {schedule!r} ({type(schedule).__name__})"
             )
         bound = bind_schedule(
@@ -778,7 +778,7 @@ class RuntimeSchedules:
         size = len(body.encode())
         if size > MAX_DEFINITION_BYTES:
             raise CronScheduleError(
-                f"actor {info.actor_name!r}, runtime schedule {name!r}: the definition is {size} bytes of JSON, "
+                f"actor {info.actor_name!r}, runtime schedule {shown(name)}: the definition is {size} bytes of JSON, "
                 f"over the limit of {MAX_DEFINITION_BYTES}; keep args and kwargs small (pass ids, not objects)"
             )
         # The caller gets exactly what the leader will read back: where the
@@ -922,7 +922,7 @@ def _refused_condition(exc: redis.ResponseError) -> None:
 def already_exists(schedule_id: str) -> CronScheduleError:
     """The error of a create-only add of a stored name."""
     return CronScheduleError(
-        f"runtime schedule {schedule_id!r} already exists (an add that may replace it, or an update, changes it)"
+        f"runtime schedule {shown(schedule_id)} already exists (an add that may replace it, or an update, changes it)"
     )
 
 
@@ -942,14 +942,32 @@ def as_schedule(bound: BoundSchedule) -> Schedule:
     return Schedule(**values)
 
 
-def _switched(changes: dict[str, Any]) -> dict[str, Any]:
-    """``changes``, where an expression clears the interval and the reverse."""
+def changed_schedule(bound: BoundSchedule, changes: Mapping[str, Any]) -> Schedule:
+    """The :class:`Schedule` of ``bound`` with ``changes`` (option ->
+    value) applied and every other option as stored: what
+    :meth:`RuntimeSchedules.update` writes, and what the dashboard's Edit
+    form stores under a new name.  One kind of timing replaces another:
+    an ``expression`` clears ``every`` and ``at``, ``every`` clears the
+    expression and ``at``, and ``at`` (a one-shot takes nothing else)
+    clears the expression, the interval and ``start``/``end``, unless the
+    same changes set them too.
+
+    Raises:
+      CronScheduleError: a bad value, naming the actor.
+    """
     out = dict(changes)
-    if out.get("expression") is not None and "every" not in out:
-        out.update(every=None, offset=0)
-    if out.get("every") is not None and "expression" not in out:
-        out["expression"] = None
-    return out
+    if out.get("expression") is not None:
+        out.setdefault("every", None)
+        out.setdefault("offset", 0)
+    if out.get("every") is not None:
+        out.setdefault("expression", None)
+    if out.get("expression") is not None or out.get("every") is not None:
+        out.setdefault("at", None)
+    if out.get("at") is not None:
+        for field, cleared in (("expression", None), ("every", None), ("offset", 0), ("start", None), ("end", None)):
+            out.setdefault(field, cleared)
+    with of_actor(bound.actor_name):
+        return dataclasses.replace(as_schedule(bound), **out)
 
 
 def describe_changes(before: RuntimeSchedule, after: RuntimeSchedule) -> str:
@@ -985,7 +1003,7 @@ def split_id(schedule_id: object) -> tuple[str, str]:
     actor, sep, name = schedule_id.partition(":") if isinstance(schedule_id, str) else ("", "", "")
     if not sep or not actor or not name:
         raise CronScheduleError(
-            f"a runtime schedule's id is 'actor:name' (see list), got {schedule_id!r}"
+            f"a runtime schedule's id is 'actor:name' (see list), got {shown(schedule_id)}"
             + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
         )
     _schedule_id(actor, name)
@@ -1029,7 +1047,7 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     """A definition (format 1) bound by the same rules as ``cron=``."""
     name, args, kwargs, options = data["name"], data["args"], data["kwargs"], data["options"]
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(f"actor {data['actor']!r}: bad runtime schedule name {name!r}")
+        raise CronScheduleError(f"actor {data['actor']!r}: bad runtime schedule name {shown(name)}")
     if not isinstance(args, list):
         raise CronScheduleError(f"args must be a list, got {args!r}")
     revision = int(data.get("rev", 0))
@@ -1079,10 +1097,10 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     values[_AT_OPTIONS] = dict(template.options)  # a private copy
     values[_AT_REVISION] = revision
     if description is not None:
-        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         values[_AT_DESCRIPTION] = check_description(where, description)
     if offset or start is not None or end is not None:
-        where = f"actor {template.actor_name!r}, runtime schedule {name!r}"
+        where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         if offset:
             values[_AT_EXPRESSION] = interval_label(where, template.every, offset)
             values[_AT_OFFSET] = offset
@@ -1100,7 +1118,7 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
             data[key] = sys.intern(value)
     actor_name = data["actor"]
     if not isinstance(actor_name, str):
-        raise CronScheduleError(f"actor must be a string, got {actor_name!r}")
+        raise CronScheduleError(f"actor must be a string, got {shown(actor_name)}")
     _check_actor_name(actor_name)
     if data.get("at") is not None:  # a one-shot: its interval fields follow from at
         data = {**data, "every": None, "offset": 0, "start": None, "end": None}
@@ -1230,7 +1248,7 @@ _SHARED_STRINGS = ("actor", "queue", "timezone", "catch_up", "overlap")
 def _actor_name(actor: object) -> str:
     name = getattr(actor, "actor_name", actor)
     if not isinstance(name, str):
-        raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
+        raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {shown(actor)}")
     _check_actor_name(name)
     return name
 
@@ -1240,7 +1258,7 @@ def _check_actor_name(name: str) -> None:
     # and declared ids ``actor/...``, so these two characters would make an
     # id ambiguous.
     if not name or ":" in name or "/" in name:
-        raise CronScheduleError(f"runtime schedule: actor name {name!r} must be non-empty, without ':' or '/'")
+        raise CronScheduleError(f"runtime schedule: actor name {shown(name)} must be non-empty, without ':' or '/'")
 
 
 def _describe_actor(actor: object) -> str:
@@ -1250,5 +1268,5 @@ def _describe_actor(actor: object) -> str:
 def _schedule_id(actor: object, name: object) -> str:
     actor_name = _actor_name(actor)
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(f"runtime schedule of {actor_name!r}: {NAME_RULE}, got {name!r}")
+        raise CronScheduleError(f"runtime schedule of {shown(actor_name)}: {NAME_RULE}, got {shown(name)}")
     return f"{actor_name}:{name}"

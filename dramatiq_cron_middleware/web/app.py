@@ -513,6 +513,10 @@ class CronDashboard:
                 status="400 Bad Request",
             )
         previous = saved.previous
+        if not saved.changed:
+            return self._back(
+                request, f"Nothing changed in runtime schedule {saved.schedule_id}.", default="/schedules"
+            )
         if previous is not None and previous.id != saved.schedule_id:  # a rename: one added, one removed
             self._audit(request, Action.ADD, saved.schedule_id, f"renamed from {previous.id}; {saved.change}")
             self._audit(request, Action.REMOVE, previous.id, f"renamed to {saved.schedule_id}")

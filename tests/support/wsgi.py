@@ -84,3 +84,53 @@ class Browser:
 def basic(user: str, password: str) -> dict[str, str]:
     """The Authorization header of HTTP basic auth."""
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def form_fields(page: str, form_id: str) -> dict[str, str]:
+    """What a browser would post for the form ``form_id`` of ``page`` left
+    as it is: each input's value, each select's selected option, each
+    textarea's text (less the one line break that follows its tag, which
+    HTML drops)."""
+    from html.parser import HTMLParser
+
+    class _Form(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.inside = False
+            self.fields: dict[str, str] = {}
+            self.select: str | None = None
+            self.textarea: str | None = None
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = {k: v or "" for k, v in attrs}
+            if tag == "form":
+                self.inside = a.get("id") == form_id
+            elif not self.inside or "name" not in a:
+                if tag == "option" and self.inside and self.select is not None and "selected" in a:
+                    self.fields[self.select] = a.get("value", "")
+            elif tag == "input":
+                self.fields[a["name"]] = a.get("value", "")
+            elif tag == "select":
+                self.select = a["name"]
+                self.fields.setdefault(a["name"], "")
+            elif tag == "textarea":
+                self.textarea = a["name"]
+                self.fields[a["name"]] = ""
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "form":
+                self.inside = False
+            elif tag == "select":
+                self.select = None
+            elif tag == "textarea" and self.textarea is not None:
+                text = self.fields[self.textarea]
+                self.fields[self.textarea] = text[1:] if text.startswith("\n") else text
+                self.textarea = None
+
+        def handle_data(self, data: str) -> None:
+            if self.textarea is not None:
+                self.fields[self.textarea] += data
+
+    parser = _Form()
+    parser.feed(page)
+    return parser.fields

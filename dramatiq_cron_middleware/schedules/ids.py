@@ -1,0 +1,56 @@
+"""Schedule ids: the one grammar of the ids that ``list`` prints and every
+command, the dashboard and the Python API take.
+
+- ``actor``: an actor's one unnamed declared schedule;
+- ``actor/name``: a declared schedule given ``name=``;
+- ``actor:name``: a runtime schedule.
+
+A name matches :data:`~.schedule.NAME_PATTERN` (no ``/``, no ``:``) and a
+runtime schedule's actor holds neither character, so :func:`parse_id` of
+:func:`format_id` gives back what was formatted.  A declared actor may be
+named anything dramatiq accepts; an id is cut at its *last* ``/`` or
+``:``, and only where a valid name follows, so ``<b>x</b>/nightly`` is
+the schedule ``nightly`` of the actor ``<b>x</b>``.  (An unnamed schedule
+of an actor whose own name ends like ``/name`` reads as a named one: the
+resolver compares ids with the schedules it knows before it parses.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .schedule import NAME_PATTERN
+
+__all__ = ["ScheduleId", "format_id", "parse_id"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleId:
+    """An id's parts: the actor, the name (None for an unnamed declared
+    schedule), and whether it is a runtime schedule's."""
+
+    actor: str
+    name: str | None = None
+    runtime: bool = False
+
+    def __str__(self) -> str:
+        return format_id(self.actor, self.name, runtime=self.runtime)
+
+
+def format_id(actor: str, name: str | None, *, runtime: bool = False) -> str:
+    """The id of the schedule ``name`` of ``actor`` (None: its unnamed one);
+    ``runtime`` for a runtime schedule (which always has a name)."""
+    if runtime:
+        return f"{actor}:{name}"
+    return actor if name is None else f"{actor}/{name}"
+
+
+def parse_id(text: str) -> ScheduleId:
+    """The parts of a schedule id (see the module docstring)."""
+    actor, sep, name = text.rpartition(":")
+    if sep and actor and "/" not in actor and ":" not in actor and NAME_PATTERN.match(name):
+        return ScheduleId(actor, name, runtime=True)
+    actor, sep, name = text.rpartition("/")
+    if sep and actor and NAME_PATTERN.match(name):
+        return ScheduleId(actor, name)
+    return ScheduleId(text)
