@@ -159,6 +159,12 @@ class RedisServer(Lifecycle):
         """A plain client for test assertions and fault injection."""
         return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=5, **kwargs)  # type: ignore[arg-type]
 
+    def time_ms(self) -> int:
+        """Redis's clock now (``TIME``), in epoch ms: the clock the scheduler
+        judges instants by, whatever this host's clock says."""
+        seconds, micros = self.client().time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the server and wait until it answers PING."""
         args = [
