@@ -40,7 +40,7 @@ def owner(pid: int, instances: list[Instance]) -> Instance:
     raise AssertionError(f"pid {pid} belongs to none of the instances")
 
 
-def wait_for_ticks(history: History, count: int, *, after_ms: int, timeout: float = 20) -> None:
+def wait_for_ticks(history: History, count: int, *, after_ms: int, timeout: float = 60) -> None:
     wait_for(
         lambda: len([t for t in history.ticks(SCHEDULE) if t > after_ms]) >= count,
         timeout=timeout,
@@ -71,16 +71,19 @@ def test_each_tick_is_enqueued_once_across_processes_and_instances(
 ) -> None:
     """Given two dramatiq instances with two processes and two threads each,
     all competing, when they run for several ticks, then every tick in the
-    window was enqueued exactly once."""
+    window was enqueued exactly once, each by a process that had won the
+    lease.  (Which one, and how often it changed hands, is up to the
+    machine: a renewal starved past the lease hands it over, legitimately.)"""
     group = [instances(app_env, processes=2, threads=2) for _ in range(2)]
-    wait_for(lambda: leader_pid(redis_server), timeout=10, what="a leader")
+    wait_for(lambda: leader_pid(redis_server), timeout=30, what="a leader")
     start = now_ms()
     wait_for_ticks(history, 6, after_ms=start)
     end = now_ms() - 1500
     verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=end)
     assert verdict.expected >= 4
     assert not verdict.duplicates and not verdict.losses, verdict.summary()
-    assert len({e.pid for e in history.enqueues()}) == 1, "a single leader fired everything"
+    leaders = {pid for instance in group for pid, _ in instance.leader_pids()}
+    assert {e.pid for e in history.enqueues()} <= leaders, "a process that never led enqueued"
     for instance in group:
         assert_quiet(instance)
 
