@@ -24,41 +24,18 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-import redis
-
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Acquired, Lease
 from tests.support.instances import Instance, alive, wait_for
+from tests.support.lease_events import lease_events, lease_gone
 from tests.support.redis_server import RedisServer
 
 LEASE = "{dramatiq-cron}:lease"
 #: The list tests/apps/thread_signal.py's thread waits on.
 DELIVER = "{signal-test}:deliver"
 ROUNDS = 4
-
-
-def _lease_events(client: redis.Redis) -> Any:
-    """A subscription to the lease key's ``del`` and ``expired`` events
-    (and renewals' ``expire``), confirmed before it returns."""
-    client.config_set("notify-keyspace-events", "Kgx")
-    listener = client.pubsub()  # type: ignore[no-untyped-call]
-    listener.subscribe(f"__keyspace@0__:{LEASE}")
-    confirmed = listener.get_message(timeout=5)
-    assert confirmed is not None and confirmed["type"] == "subscribe", confirmed
-    return listener
-
-
-def _lease_gone(listener: Any, *, timeout: float) -> str:
-    """Block until Redis reports the lease deleted or expired; return which
-    ("" after ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        message = listener.get_message(timeout=left)
-        if message is not None and message["type"] == "message" and message["data"] in ("del", "expired"):
-            return str(message["data"])
-    return ""
 
 
 def _hand_over_rounds(
@@ -75,7 +52,7 @@ def _hand_over_rounds(
     deleted (a release, not its expiry) and that the worker process exits."""
     ttl_s = int(env["CRON_APP_TTL"]) / 1000
     client = redis_server.client()
-    listener = _lease_events(client)
+    listener = lease_events(client)
     for round_ in range(rounds):
         instance = instances(env, app=app)
         worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the worker to lead"))
@@ -84,7 +61,7 @@ def _hand_over_rounds(
             pass
         first = time.monotonic()
         signal_worker(instance, worker)
-        how = _lease_gone(listener, timeout=ttl_s + 30) or "still held"
+        how = lease_gone(listener, timeout=ttl_s + 30) or "still held"
         print(f"round {round_}: lease {how} {(time.monotonic() - first) * 1000:.1f} ms after the first signal")
         assert how == "del", f"round {round_}: the lease was not released ({how})"
         proc = instance.proc
@@ -160,13 +137,13 @@ def test_a_stop_after_the_lease_lapsed_is_reported_once(
     the lease, and the worker says so: one WARNING naming the epoch (it
     used to say nothing, as if it had handed over)."""
     client = redis_server.client()
-    listener = _lease_events(client)
+    listener = lease_events(client)
     instance = instances(app_env)
     worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=15, what="the worker to lead"))
     epoch = client.hget(LEASE, "epoch")
     os.kill(worker, signal.SIGSTOP)
     try:
-        assert _lease_gone(listener, timeout=10) == "expired"
+        assert lease_gone(listener, timeout=30) == "expired"
         os.kill(worker, signal.SIGTERM)  # pending until it runs again
     finally:
         os.kill(worker, signal.SIGCONT)
