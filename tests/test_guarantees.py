@@ -92,8 +92,8 @@ def test_each_tick_is_enqueued_once_across_processes_and_instances(
 def test_deleting_the_lease_key_repeatedly_never_duplicates(
     app_env: dict[str, str], instances: Start, history: History, redis_server: RedisServer
 ) -> None:
-    """Given a leader and a follower, when the lease key is deleted about
-    every second for eight seconds, then no tick is enqueued twice, the
+    """Given a leader and a follower, when the lease key is deleted six
+    times, about a second apart, then no tick is enqueued twice, the
     deposed leader logs one WARNING per loss without a traceback, and the
     processes keep competing (new epochs are acquired)."""
     group = [instances(app_env) for _ in range(2)]
@@ -101,15 +101,14 @@ def test_deleting_the_lease_key_repeatedly_never_duplicates(
     client = redis_server.client()
     start = now_ms()
     deletions = 0
-    deadline = time.monotonic() + 8
-    while time.monotonic() < deadline:
+    while deletions < 6:  # counted as they happen: a loaded machine re-acquires later, not less
+        wait_for(lambda: client.exists(LEASE), timeout=30, what="a lease to delete")
         deletions += client.delete(LEASE)
         time.sleep(0.9)
     wait_for(lambda: leader_pid(redis_server), timeout=30, what="a leader after the deletions")
     wait_for_ticks(history, 3, after_ms=now_ms())
     verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
     assert not verdict.duplicates, verdict.summary()
-    assert deletions >= 5
     logs = "".join(i.log() for i in group)
     losses = logs.count("Lost cron leadership")
     assert 1 <= losses <= deletions, logs[-3000:]
