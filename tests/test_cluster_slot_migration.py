@@ -50,7 +50,7 @@ def test_a_migrating_prefix_slot_is_one_warning_and_firing_resumes(cluster: Clus
         mark = len(app.sent())
         wait_for(lambda: len(app.sent()) > mark + 1, timeout=15, what="ticks fired after the migration")
         again = "accepts the cron scheduler's commands again"
-        wait_for(lambda: app.warnings(again), timeout=5, what="the recovery WARNING")
+        wait_for(lambda: app.warnings(again), timeout=30, what="the recovery WARNING")
         refused = app.warnings("refuses the cron scheduler's commands")
         recovered = app.warnings(again)
         errors = app.errors()

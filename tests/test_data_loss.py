@@ -25,7 +25,7 @@ def test_a_flushed_redis_is_data_loss_not_a_failover(redis_server: RedisServer) 
         for _ in range(4):
             client.flushall()
             mark = len(app.sent())
-            wait_for(lambda mark=mark: len(app.sent()) > mark, timeout=5, what="a fire after the flush")
+            wait_for(lambda mark=mark: len(app.sent()) > mark, timeout=30, what="a fire after the flush")
         assert not app.warnings("failover"), app.warnings()
         assert len(app.warnings("was gone")) <= 2, app.warnings()  # the epoch counter's and the ledger's
         assert len(app.warnings("Lost cron leadership")) <= 1, app.warnings()

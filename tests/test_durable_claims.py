@@ -80,7 +80,7 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
     caught up, each once, and one WARNING says it recovered."""
     master, replica = master_and_replica
     with in_process_app(master.url, ACTORS, lock_ttl=DETACH_TTL_MS) as app:
-        wait_for(lambda: app.logged("wait for 1 Redis replica"), timeout=5, what="durable claims on")
+        wait_for(lambda: app.logged("wait for 1 Redis replica"), timeout=30, what="durable claims on")
         start = now_ms()
         wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=15, what="ticks")
 
@@ -116,8 +116,8 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         # replica's acknowledgement past the wait before it: a state of its own).
         since = [r.getMessage() for r in app.records() if r.created * 1000 >= detached and r.levelno >= 30]
         assert len([m for m in since if "not confirmed durable" in m]) == 1, since
-        wait_for(lambda: app.warnings("writes are confirmed durable again"), timeout=5, what="recovery")
-        wait_for(lambda: control.replicas_lacking() is None, timeout=5, what="the record to go")
+        wait_for(lambda: app.warnings("writes are confirmed durable again"), timeout=30, what="recovery")
+        wait_for(lambda: control.replicas_lacking() is None, timeout=30, what="the record to go")
         assert not app.errors(), app.errors()
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.components import require_module
 from tests.support.instances import History, Instance, now_ms, wait_for
+from tests.support.lease_events import lease_events, lease_gone
 from tests.support.redis_server import RedisServer
 
 SCHEDULE = "tick_0"
@@ -36,24 +36,24 @@ def test_under_gevent_each_tick_fires_once_and_sigterm_hands_over_at_once(
         instances(app_env, command=[DRAMATIQ_GEVENT, "tests.apps.cronapp", "--processes", "1", "--threads", "4"])
         for _ in range(2)
     ]
-    first = wait_for(lambda: _leader_pid(redis_server), timeout=10, what="a leader")
+    first = wait_for(lambda: _leader_pid(redis_server), timeout=30, what="a leader")
     start = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 3, timeout=15, what="three ticks")
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 3, timeout=30, what="three ticks")
 
     victim = next(i for i in group if first in i.worker_pids())
-    stopped = time.monotonic()
+    listener = lease_events(redis_server.client())
     victim.signal(signal.SIGTERM)
+    # Redis reports the key deleted, not expired: the release handed over.
+    assert lease_gone(listener, timeout=30) == "del", "the lease was not released"
+    listener.close()
     wait_for(
-        lambda: (p := _leader_pid(redis_server)) and p != first, timeout=5, interval=0.005, what="the follower to lead"
+        lambda: (p := _leader_pid(redis_server)) and p != first, timeout=30, interval=0.005, what="the follower to lead"
     )
-    takeover = time.monotonic() - stopped
-    assert victim.proc is not None and victim.proc.wait(20) == 0
+    assert victim.proc is not None and victim.proc.wait(30) == 0
     assert "Released cron leadership" in victim.log()
-    # Well under the 2 s lease: the release, not the expiry, handed over.
-    assert takeover < 1.0, f"takeover took {takeover * 1000:.0f} ms"
 
     resumed = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=15, what="two more ticks")
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=30, what="two more ticks")
     verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
     assert verdict.expected >= 4
     assert not verdict.duplicates and not verdict.losses, verdict.summary()

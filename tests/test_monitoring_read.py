@@ -4,7 +4,6 @@ redis-server: what ``dramatiq-cron check`` and ``runs`` report."""
 from __future__ import annotations
 
 import os
-import time
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
@@ -139,15 +138,19 @@ def test_a_worker_records_each_run_with_its_outcome_newest_first(redis_server: R
 
 def test_an_idle_leader_waits_on_redis_for_run_events_and_still_stops_at_once(redis_server: RedisServer) -> None:
     """Given an idle leader whose health thread blocks on Redis for the next
-    run event, When the middleware stops, Then it returns at once (the
-    hand-over does not wait for that read) and the lease is released."""
-    cron, broker = _app(redis_server, lock_ttl=6000)
+    run event, When the middleware stops, Then it returns while that read
+    still blocks (the hand-over does not wait for it) and the lease is
+    released.  (A 60 s lease: the read blocks for a renewal interval, 20 s.)"""
+    cron, broker = _app(redis_server, lock_ttl=60_000)
     cron.start(broker)
     client = redis_server.client()
-    wait_for(lambda: any(c.get("cmd") == "xread" for c in client.client_list()), timeout=10, what="the blocking read")
-    started = time.monotonic()
+
+    def reading() -> bool:
+        return any(c.get("cmd") == "xread" and "b" in c.get("flags", "") for c in client.client_list())
+
+    wait_for(reading, timeout=30, what="the blocking read")
     cron.stop()
-    assert time.monotonic() - started < 0.5
+    assert reading(), "the stop waited for the health thread's read"
     assert not client.exists(cron.keys.lease)
 
 

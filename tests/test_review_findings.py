@@ -215,7 +215,7 @@ def test_a_granted_tick_whose_enqueue_failed_is_still_enqueued_after_losing_the_
         assert other.renew()
         return granted <= broker.enqueued
 
-    wait_for(owed_ticks_paid, timeout=4, interval=0.2, what=f"the {len(granted)} granted ticks to be enqueued")
+    wait_for(owed_ticks_paid, timeout=30, interval=0.2, what=f"the {len(granted)} granted ticks to be enqueued")
     other.release()
     direct.close()
 

@@ -168,22 +168,23 @@ def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(red
 
 def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServer) -> None:
     """BLPOP times out on the server's clock, which may step back or stall:
-    given a Redis that stalls for two seconds, the leader's wait for runtime
-    changes still returns (as a timeout, not an error) at its own bound,
-    well before the stall ends."""
+    given a Redis that stalls for five seconds, the leader's wait for
+    runtime changes still returns (as a timeout, not an error) at its own
+    bound, while the stall still goes on."""
     keys = make_app(redis_server.url).store.keys
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
     lease = Lease(
         client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=ServerClock(), host="h", pid=1
     )
     assert lease.wait_for_push(keys.runtime_notify, 10, bound_ms=1000) is None  # connected, as a leader's is
-    stall = threading.Thread(target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", "2"))
+    stall = threading.Thread(
+        target=lambda: redis_server.client(socket_timeout=None).execute_command("DEBUG", "SLEEP", "5")
+    )
     stall.start()
     try:
         time.sleep(0.1)  # let the stall begin (the assertion is on the bound, not on this)
-        started = time.monotonic()
         assert lease.wait_for_push(keys.runtime_notify, 50, bound_ms=300) is None
-        waited = time.monotonic() - started
-        assert waited < 1.5, f"the wait followed the stalled server: {waited:.2f} s"
+        # An event, not a duration: the server has not answered its stall yet.
+        assert stall.is_alive(), "the wait followed the stalled server"
     finally:
         stall.join()

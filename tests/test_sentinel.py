@@ -56,7 +56,7 @@ def test_leadership_resumes_on_the_new_master_after_a_failover_without_duplicate
     old_port = sentinel_group.master_port()
     replica = sentinel_group.replica.client()
     # The replica has the lease: what a failover would hand the new master.
-    wait_for(lambda: replica.hget(LEASE, "token"), timeout=5, what="the lease to reach the replica")
+    wait_for(lambda: replica.hget(LEASE, "token"), timeout=30, what="the lease to reach the replica")
 
     killed = now_ms()
     sentinel_group.master.stop()

@@ -46,6 +46,27 @@ def test_a_schedule_removed_and_added_back_at_the_same_tick_is_planned_once() ->
     assert [p.claim.tick_ms for p in queue.take(NOW + 1000, 1000)] == [NOW + 1000]
 
 
+def test_a_batch_is_the_same_whatever_the_processs_walks_already_know() -> None:
+    """Given three schedules due at the same tick, loaded in an order other
+    than their ids', when a batch too small for all of them is taken, then
+    it holds the same schedule whether this process had walked their
+    expression before (their next ticks known at once) or not (walked at
+    the end of the load): the leader's batches, and the simulator's, are a
+    function of what the leader was told, not of a process-wide cache.
+    (Ties went by push order, and a known next tick is pushed earlier.)"""
+    expression = "7-59/13 * * * * *"  # used by no other test: unwalked in this process
+    first = [schedule(sid, expression) for sid in ("c", "b", "a")]
+    last = {s.id: NOW - 60_000 for s in first}
+
+    def batch() -> list[str]:
+        queue = TickQueue({s.id: s for s in first}, prefix="p", now_ms=lambda: NOW)
+        load(queue, last)
+        return [p.schedule.id for p in queue.take(NOW, 1)]
+
+    unwalked = batch()
+    assert batch() == unwalked  # now walked: every next tick known during the load
+
+
 # Two definitions per id: an edit that keeps the ticks, and one that moves them.
 IDS = ("a", "b", "c")
 VARIANTS = {

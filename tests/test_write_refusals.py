@@ -57,7 +57,7 @@ def test_a_redis_refusing_writes_is_one_warning_per_episode_and_firing_resumes(
             wait_for(lambda m=mark: len(app.sent()) > m + len(ACTORS), timeout=10, what="ticks fired after the fault")
         # The recovery is reported at the end of the turn that reached Redis.
         again = "accepts the cron scheduler's commands again"
-        wait_for(lambda: len(app.warnings(again)) >= 2, timeout=5, what="the second recovery WARNING")
+        wait_for(lambda: len(app.warnings(again)) >= 2, timeout=30, what="the second recovery WARNING")
         recovered = app.warnings(again)
         refused = app.warnings("refuses the cron scheduler's commands")
         errors = app.errors()

@@ -96,7 +96,9 @@ class TickQueue:
         # Schedules put back since the last build_ahead(): their next
         # messages are built when the leader has nothing due.
         self._to_build: list[str] = []
-        # A load's schedules whose next tick needs a walk (end_load).
+        # A load's schedules in the sync's order, with their next tick (None
+        # until walked), and those whose next tick needs a walk (end_load).
+        self._loading: dict[str, int | None] = {}
         self._unwalked: list[tuple[int, str]] = []
 
     # -- the ledger's view ----------------------------------------------------
@@ -116,24 +118,30 @@ class TickQueue:
         ticks that need a walk of a cron expression wait for
         :meth:`end_load`."""
         schedules = self.schedules
+        loading = self._loading
         for sid, tick in last:
             schedule = schedules.get(sid)
             if schedule is not None:
                 self._last[sid] = tick
-                head = schedule.next_after_if_known(tick)
+                head = loading[sid] = schedule.next_after_if_known(tick)
                 if head is None:
                     self._unwalked.append((tick, sid))
-                else:
-                    self._push(sid, head)
 
     def end_load(self) -> None:
         """Every schedule's tick is in: the queue is in sync."""
         # Oldest entry first: schedules sharing an expression and zone then
         # share one walk to their next tick (see BoundSchedule.next_after).
+        loading, self._loading = self._loading, {}
         unwalked, self._unwalked = self._unwalked, []
         unwalked.sort()
         for tick, sid in unwalked:
-            self._push(sid, self.schedules[sid].next_after(tick))
+            loading[sid] = self.schedules[sid].next_after(tick)
+        # Pushed in the sync's order, whichever next ticks this process had
+        # walked before: ties between equal next ticks go by push order, and
+        # the batches must not depend on a process-wide cache.
+        for sid, head in loading.items():
+            if head is not None:
+                self._push(sid, head)
         self._in_sync = True
 
     def invalidate(self) -> None:
@@ -182,6 +190,7 @@ class TickQueue:
         self._head = {}
         self._heap = []
         self._backlog = []
+        self._loading = {}
         self._unwalked = []
 
     def discard(self, schedule_id: str) -> None:

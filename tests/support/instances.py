@@ -159,6 +159,17 @@ class Instance:
         """Send ``sig`` to the main process."""
         os.kill(self.pid, sig)
 
+    def freeze(self) -> None:
+        """SIGSTOP the main process and every worker: none of them runs a
+        line until :meth:`thaw`."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT what :meth:`freeze` stopped."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill9(self) -> None:
         """SIGKILL the main process and every worker at once."""
         assert self.proc is not None

@@ -196,7 +196,14 @@ class RedisServer(Lifecycle):
 
     def client(self, **kwargs: object) -> redis.Redis:
         """A plain client for test assertions and fault injection."""
-        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=5, **kwargs)  # type: ignore[arg-type]
+        options = {"decode_responses": True, "socket_timeout": 5, **kwargs}
+        return redis.Redis(host="127.0.0.1", port=self.port, **options)  # type: ignore[arg-type]
+
+    def time_ms(self) -> int:
+        """Redis's clock now (``TIME``), in epoch ms: the clock the scheduler
+        judges instants by, whatever this host's clock says."""
+        seconds, micros = self.client().time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     def start(self, timeout: float = 60.0) -> RedisServer:
         """Start the server and wait until it answers PING."""
