@@ -7,23 +7,21 @@ about 0.15 s on an idle one and seconds on a loaded one, longer than a
 short lease.  So every batch is timed (from planning to its last enqueue)
 and the next is sized to last at most :data:`SHARE` of the renewal
 interval at the time per claim seen: a slower batch counts at once, a
-faster one at most halves the figure.  Until batches were timed nothing is
-known, so sizes start at one claim and at most double from the largest
-batch that kept to its budget.  With a renewal sent before any batch that
-could run past the renewal point (see firing.py), a batch must take five
+faster one at most halves the figure (a small batch, mostly its round
+trip, overstates it; the next ones bring it down).  Until batches were
+timed nothing is known, so sizes start at one claim and at most double
+from the largest batch that kept to its budget.  A renewal due during a
+batch follows it, unless the batch could end more than its budget past the
+renewal point (then it goes first, see firing.py): a batch must take four
 times its estimate to reach the firing deadline.
 """
 
 from __future__ import annotations
 
-__all__ = ["MEASURED_FROM", "SHARE", "BatchSize"]
+__all__ = ["SHARE", "BatchSize"]
 
 #: The share of the renewal interval a batch is sized to last.
 SHARE = 0.25
-
-#: Below this many claims a batch's time is mostly its round trip: it
-#: counts only when it shows claims slower than the budget allows.
-MEASURED_FROM = 32
 
 
 class BatchSize:
@@ -58,8 +56,8 @@ class BatchSize:
         """A batch of ``claims`` took ``seconds``."""
         if claims <= 0:
             return
-        per_claim = seconds / claims
-        if claims >= MEASURED_FROM or per_claim * MEASURED_FROM > self.budget:
-            self.pace = max(per_claim, self.pace / 2)
+        # A small batch's time is mostly its round trip: counted per claim,
+        # it overstates the pace, which the next batches bring down.
+        self.pace = max(seconds / claims, self.pace / 2)
         if seconds <= self.budget:
             self.proven = max(self.proven, claims)
