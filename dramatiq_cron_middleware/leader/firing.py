@@ -145,7 +145,6 @@ class Firing:
         self.queue = TickQueue(
             declared,
             prefix=store.keys.prefix,
-            now_ms=store.clock.now_ms,
             encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
         )
         self.feed = (
