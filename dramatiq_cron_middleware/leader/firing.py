@@ -31,7 +31,7 @@ from ..store.codes import ClaimResult, Corrupt, Outcome, SyncCode
 from ..store.collector import collector_paused
 from ..store.ledger import BadRequest, NotLeader, SyncEntry
 from ..store.timing import Timing
-from .batch_size import BatchSize
+from .batch_size import MARGIN, BatchSize
 from .candidates import ScheduleSets
 from .leadership import Leadership
 from .owed import Owed, OwedQueue, names_of
@@ -162,7 +162,7 @@ class Firing:
             if store.runtime is not None
             else None
         )
-        self.sizes = BatchSize(renew_interval=timing.renew_interval, limit=BATCH_LIMIT)
+        self.sizes = BatchSize(fire_deadline=timing.fire_deadline, limit=BATCH_LIMIT)
         self._unsettled: _Unsettled | None = None
         #: Staged messages may wait in the outbox (durable claims): a
         #: claimer died or its publish failed.  Drained while leading.
@@ -206,10 +206,10 @@ class Firing:
             self._sleep(term)
 
     def _renew_if_due(self, term: Leadership, *, ahead: float = 0.0) -> None:
-        """Renew when due, or when work expected to last ``ahead`` seconds
-        would run past the renewal point."""
+        """Renew when due, or when the firing deadline is nearer than
+        ``ahead`` seconds."""
         now = self.monotonic()
-        if now + ahead < term.renew_at:
+        if now < term.renew_at and now + ahead < term.deadline:
             return
         renewed = self.lease.renew()
         if renewed is None:
@@ -272,9 +272,9 @@ class Firing:
             if not batch:
                 return
             # A renewal that falls due during the batch follows it, unless
-            # the batch could end more than its budget past the renewal
-            # point (planning ran late, or the renewal is overdue).
-            self._renew_if_due(term, ahead=self.sizes.expected(len(batch)) - self.sizes.budget)
+            # the firing deadline is nearer than a few such batches
+            # (planning ran late, or the renewal is overdue).
+            self._renew_if_due(term, ahead=MARGIN * self.sizes.expected(len(batch)))
             term.check(self.monotonic(), self.timing)
             self._claim(term, batch)
             self.owed.pay()
