@@ -112,3 +112,31 @@ def test_a_slow_broker_redis_never_gets_a_tick_twice_when_the_lease_lives_elsewh
             mark = len(app.sent())
             wait_for(lambda: len(app.sent()) >= mark + 3 * len(ACTORS), timeout=20, what="ticks after the fault")
             judge(broker_redis, app)
+
+
+def test_pushes_to_a_broker_redis_that_lost_its_scripts_are_sent_again_once(redis_server: RedisServer) -> None:
+    """Given the lease on another Redis (the pushes go by EVALSHA, with no
+    ``SCRIPT EXISTS`` round trip first), when the broker's Redis forgets
+    its scripts (``SCRIPT FLUSH``, as after a restart) between two rounds,
+    then the next pushes load the script and go through: every tick in the
+    queue once, none owed."""
+    from dramatiq import Message
+
+    from dramatiq_cron_middleware.store.boundary import BrokerBoundary
+    from dramatiq_cron_middleware.store.keys import Keys
+
+    broker = RedisBroker(url=redis_server.url)
+    boundary = BrokerBoundary(broker, Boundary.IDEMPOTENT, keys=Keys("boundary"), mark_ms=60_000)
+
+    def messages() -> list[tuple[Message[object], int | None]]:
+        return [
+            (Message(queue_name="default", actor_name="job", args=(), kwargs={}, options={}), None) for _ in range(3)
+        ]
+
+    assert boundary.send(messages(), now_ms=0) == [None] * 3
+    redis_server.client().script_flush()
+    assert boundary.send(messages(), now_ms=0) == [None] * 3
+    client = redis_server.client()
+    assert client.llen("dramatiq:default") == 6
+    assert len(set(client.lrange("dramatiq:default", 0, -1))) == 6
+    broker.close()

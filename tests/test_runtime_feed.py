@@ -51,7 +51,7 @@ def leading_feed(
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
     ledger = Ledger(client=client, keys=keys, clock=clock)
-    queue = TickQueue(declared, prefix=keys.prefix, now_ms=clock.now_ms)
+    queue = TickQueue(declared, prefix=keys.prefix)
     feed = RuntimeFeed(
         app.store,
         keys=app.store.keys,

@@ -43,7 +43,7 @@ def test_a_five_minute_backlog_is_worked_off_in_bounded_batches_that_each_make_p
     forward, and the whole backlog is decided once each, in at most
     ceil(90,000 / 1,000) + 1 batches."""
     schedules = {s.id: s for s in (every_second(f"job{i}") for i in range(300))}
-    queue = TickQueue(schedules, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue(schedules, prefix="p")
     load(queue, {sid: NOW - 300_000 for sid in schedules})
     decided: set[tuple[str, int]] = set()
     batches = 0
@@ -87,7 +87,7 @@ def test_a_backlog_shared_by_many_schedules_walks_each_tick_once(monkeypatch: py
             for i in range(200)
         )
     }
-    queue = TickQueue(schedules, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue(schedules, prefix="p")
     load(queue, {sid: NOW - 60_000 for sid in schedules})
     while grant_all(queue, NOW, 1000):
         pass
@@ -102,7 +102,7 @@ def test_on_time_ticks_go_before_a_backlog() -> None:
     ticks are in it."""
     late = every_second("late")
     punctual = [every_second(f"now{i}") for i in range(50)]
-    queue = TickQueue({s.id: s for s in [late, *punctual]}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s for s in [late, *punctual]}, prefix="p")
     load(queue, {late.id: NOW - 300_000, **{s.id: NOW - 1000 for s in punctual}})
     batch = queue.take(NOW, 60)
     on_time = {p.schedule.id for p in batch if p.claim.tick_ms == NOW}
@@ -112,7 +112,7 @@ def test_on_time_ticks_go_before_a_backlog() -> None:
 
 def test_an_on_time_tick_uses_the_message_built_ahead() -> None:
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: 123_000)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW - 1000})
     grant_all(queue, NOW, 10)  # fires NOW
     queue.build_ahead(NOW)  # what the leader does before it sleeps
@@ -131,7 +131,7 @@ def test_messages_not_built_ahead_are_stamped_by_the_schedulers_clock_not_the_ho
     consumers counts from the stamp."""
     s = every_second("job")
     redis_now = int(time.time() * 1000) + 60_000
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: redis_now)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: redis_now - 5000})
     batch = queue.take(redis_now, 10)
     assert len(batch) == 5
@@ -141,7 +141,7 @@ def test_messages_not_built_ahead_are_stamped_by_the_schedulers_clock_not_the_ho
 @pytest.mark.parametrize("result", [ClaimResult.REFUSED, ClaimResult.LOST], ids=lambda r: r.name.lower())
 def test_an_answer_that_proves_the_picture_stale_takes_the_queue_out_of_sync(result: ClaimResult) -> None:
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [result], NOW)
@@ -154,7 +154,7 @@ def test_a_claim_in_flight_is_out_of_sync_until_its_reply_is_decided() -> None:
     whose fate stayed unknown (invalidated, then settled) leaves it out of
     sync until a sync."""
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.sent(batch)
@@ -177,7 +177,7 @@ def test_answers_for_a_queue_that_forgot_its_ticks_are_taken_without_error() -> 
     on a tick the queue no longer knows, and the queue stays out of sync
     until a sync reads the ledger."""
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.replace_all({s.id: s})  # what a step-down does
@@ -191,7 +191,7 @@ def test_a_tick_of_a_removed_runtime_definition_drops_the_schedule() -> None:
     """GONE: the definition was removed or replaced since the claim was
     planned; this copy is forgotten (the change feed brings a new one)."""
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [ClaimResult.GONE], NOW)
@@ -202,7 +202,7 @@ def test_a_tick_asked_too_early_stays_due() -> None:
     """NOT_YET (the server's clock is behind ours) decides nothing: the tick
     is asked for again, once the server has reached it."""
     s = every_second("job")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW - 1000})
     batch = queue.take(NOW, 10)
     queue.decided(batch, [ClaimResult.NOT_YET], NOW)
@@ -212,7 +212,7 @@ def test_a_tick_asked_too_early_stays_due() -> None:
 
 def test_a_removed_schedule_is_never_planned_again() -> None:
     a, b = every_second("a"), every_second("b")
-    queue = TickQueue({a.id: a, b.id: b}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({a.id: a, b.id: b}, prefix="p")
     load(queue, {a.id: NOW - 1000, b.id: NOW - 1000})
     queue.discard(a.id)
     assert {p.schedule.id for p in queue.take(NOW, 10)} == {b.id}

@@ -29,7 +29,7 @@ def test_a_replacement_with_the_same_next_tick_is_planned_once() -> None:
     that gives the same next tick (a replaced runtime definition with new
     kwargs), then the next batch plans that tick once."""
     s = schedule("job", "* * * * * *")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW})
     queue.put(schedule("job", "* * * * * *", kwargs={"edited": True}), last=NOW + 400)
     batch = queue.take(NOW + 1000, 1000)
@@ -39,7 +39,7 @@ def test_a_replacement_with_the_same_next_tick_is_planned_once() -> None:
 
 def test_a_schedule_removed_and_added_back_at_the_same_tick_is_planned_once() -> None:
     s = schedule("job", "* * * * * *")
-    queue = TickQueue({s.id: s}, prefix="p", now_ms=lambda: NOW)
+    queue = TickQueue({s.id: s}, prefix="p")
     load(queue, {s.id: NOW})
     queue.discard(s.id)
     queue.put(s, last=NOW)
@@ -87,7 +87,7 @@ class TickQueueEntries(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.now = NOW
-        self.queue = TickQueue({}, prefix="p", now_ms=lambda: self.now)
+        self.queue = TickQueue({}, prefix="p")
         self.last: dict[str, int] = {}  # the model: known last ticks
         self.batch: list[Planned] | None = None
 

@@ -1,9 +1,10 @@
 """Firing: one leading turn.
 
 Sync the tick queue with the ledger when it is out of sync, take what is
-due in bounded batches, claim each batch (fenced: Redis refuses a deposed
-leader's token), apply what Redis decided (enqueue what it granted), renew
-between batches, then sleep until the next tick or renewal.  The firing
+due in batches bounded in size and in time (batch_size.py), claim each
+batch (fenced: Redis refuses a deposed leader's token), apply what Redis
+decided (enqueue what it granted), renew between batches, then sleep until
+the next tick or renewal.  The firing
 deadline is checked before every batch; the blocking wait for runtime
 changes never outlasts it.  A claim whose reply was lost is settled before
 anything else, even after a step-down: what Redis granted is this
@@ -30,6 +31,7 @@ from ..store.codes import ClaimResult, Corrupt, Outcome, SyncCode
 from ..store.collector import collector_paused
 from ..store.ledger import BadRequest, NotLeader, SyncEntry
 from ..store.timing import Timing
+from .batch_size import MARGIN, BatchSize
 from .candidates import ScheduleSets
 from .leadership import Leadership
 from .owed import Owed, OwedQueue, names_of
@@ -39,9 +41,9 @@ from .tick_queue import Planned, TickQueue
 
 __all__ = ["BATCH_LIMIT", "BLOCK_MARGIN", "WAKE_EARLY", "Firing", "LeaderObserver"]
 
-#: Claims per batch: a short script, so no script blocks Redis
-#: (and the broker's consumers on it) for long, and renewal and the firing
-#: deadline are honoured between batches.
+#: The most claims a batch holds: a short script, so no script blocks Redis
+#: (and the broker's consumers on it) for long.  Fewer when they would not
+#: fit the batch's share of the renewal interval (see batch_size.py).
 BATCH_LIMIT = 1000
 
 #: How long before a tick the leader wakes, to wait out the rest in short
@@ -143,7 +145,6 @@ class Firing:
         self.queue = TickQueue(
             declared,
             prefix=store.keys.prefix,
-            now_ms=store.clock.now_ms,
             encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
         )
         self.feed = (
@@ -161,6 +162,7 @@ class Firing:
             if store.runtime is not None
             else None
         )
+        self.sizes = BatchSize(fire_deadline=timing.fire_deadline, limit=BATCH_LIMIT)
         self._unsettled: _Unsettled | None = None
         #: Staged messages may wait in the outbox (durable claims): a
         #: claimer died or its publish failed.  Drained while leading.
@@ -203,9 +205,11 @@ class Firing:
         if sleep:
             self._sleep(term)
 
-    def _renew_if_due(self, term: Leadership) -> None:
+    def _renew_if_due(self, term: Leadership, *, ahead: float = 0.0) -> None:
+        """Renew when due, or when the firing deadline is nearer than
+        ``ahead`` seconds."""
         now = self.monotonic()
-        if now < term.renew_at:
+        if now < term.renew_at and now + ahead < term.deadline:
             return
         renewed = self.lease.renew()
         if renewed is None:
@@ -258,15 +262,23 @@ class Firing:
         self.queue.end_load()
 
     def _fire_due(self, term: Leadership) -> None:
-        """Claim and enqueue what is due, batch by batch, renewing and
-        checking the deadline in between."""
+        """Claim and enqueue what is due, batch by batch, each sized to
+        last a share of the renewal interval, renewing and checking the
+        deadline in between: so a backlog of any size, on a machine of any
+        speed, is worked off under one lease."""
         while not self.stopping.is_set() and self.queue.in_sync:
-            batch = self.queue.take(self.clock.now_ms(), BATCH_LIMIT)
+            started = self.monotonic()
+            batch = self.queue.take(self.clock.now_ms(), self.sizes.next())
             if not batch:
                 return
+            # A renewal that falls due during the batch follows it, unless
+            # the firing deadline is nearer than a few such batches
+            # (planning ran late, or the renewal is overdue).
+            self._renew_if_due(term, ahead=MARGIN * self.sizes.expected(len(batch)))
             term.check(self.monotonic(), self.timing)
             self._claim(term, batch)
             self.owed.pay()
+            self.sizes.measured(len(batch), self.monotonic() - started)
             self._renew_if_due(term)
 
     def _claim(self, term: Leadership, batch: list[Planned]) -> None:

@@ -58,10 +58,6 @@ class TickQueue:
     Parameters:
       schedules: The schedules by id.
       prefix: The key prefix (part of every deterministic message id).
-      now_ms: The scheduler's clock (Redis time, :meth:`.ServerClock.now_ms`),
-        which stamps messages not built ahead: dramatiq's ``AgeLimit`` on
-        the consumers counts from the stamp, so it must be the clock they
-        share, never this host's wall clock.
       encode: Encodes a message for the broker ahead of its tick (the
         RedisBroker boundaries), so that the fire path only runs hooks.
         Defaults to None: nothing is encoded ahead.
@@ -72,12 +68,10 @@ class TickQueue:
         schedules: Mapping[str, BoundSchedule],
         *,
         prefix: str,
-        now_ms: Callable[[], int],
         encode: Callable[[BoundSchedule, Message[Any], int], Payload] | None = None,
     ) -> None:
         self.schedules: dict[str, BoundSchedule] = dict(schedules)
         self.prefix = prefix
-        self._now_ms = now_ms
         self._encode = encode
         self._in_sync = False
         # The batch whose claim was sent and whose reply is awaited.
@@ -212,6 +206,11 @@ class TickQueue:
     def take(self, now: int, limit: int) -> list[Planned]:
         """Plan the next batch of at most about ``limit`` claims due at
         ``now``: on-time ticks first, then the backlog, oldest first.
+        ``now`` is the scheduler's clock (Redis time,
+        :meth:`.ServerClock.now_ms`), which also stamps the messages not
+        built ahead: dramatiq's ``AgeLimit`` on the consumers counts from
+        the stamp, so it must be the clock they share, never this host's
+        wall clock.
 
         The planned schedules leave the queue until :meth:`decided` puts
         them back; if the batch's fate stays unknown, :meth:`invalidate`
@@ -244,14 +243,14 @@ class TickQueue:
         del self._head[sid]  # out of the queue until decided() puts it back
         decisions = plan(schedule, self._last[sid], now, head=head, limit=limit)
         for decision in decisions:
-            out.append(self._planned(schedule, decision))
+            out.append(self._planned(schedule, decision, now))
 
-    def _planned(self, schedule: BoundSchedule, decision: Decision) -> Planned:
+    def _planned(self, schedule: BoundSchedule, decision: Decision, now: int) -> Planned:
         message: Message[Any] | None = None
         payload: Payload | None = None
         message_id = ""
         if decision.fire:
-            message, payload = self._message(schedule, decision.tick_ms)
+            message, payload = self._message(schedule, decision.tick_ms, now)
             message_id = message.message_id
         claim = Claim(
             schedule_id=schedule.id,
@@ -266,7 +265,7 @@ class TickQueue:
         )
         return Planned(schedule=schedule, claim=claim, message=message, payload=payload)
 
-    def _message(self, schedule: BoundSchedule, tick: int) -> tuple[Message[Any], Payload | None]:
+    def _message(self, schedule: BoundSchedule, tick: int, now: int) -> tuple[Message[Any], Payload | None]:
         """The message for a tick (and its encoding), from the one built
         ahead of time if any; else built now, stamped now by the scheduler's
         clock (dramatiq's AgeLimit counts from the timestamp: a caught-up
@@ -274,7 +273,7 @@ class TickQueue:
         cached = self._ahead.pop(schedule.id, None)
         if cached is not None and cached[0] == tick:
             return cached[1], cached[2]
-        return message_for(schedule, tick, prefix=self.prefix, timestamp_ms=self._now_ms()), None
+        return message_for(schedule, tick, prefix=self.prefix, timestamp_ms=now), None
 
     # -- results --------------------------------------------------------------
 

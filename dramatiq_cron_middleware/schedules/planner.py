@@ -129,17 +129,16 @@ def message_for(
         message_id = str(uuid.uuid4())
     else:
         message_id = message_id_for(schedule.id, tick_ms, prefix=prefix)
-    message: Message[Any] = Message(
+    stamp = {} if timestamp_ms is None else {"message_timestamp": timestamp_ms}
+    return Message(
         queue_name=schedule.queue_name,
         actor_name=schedule.actor_name,
         args=tuple(schedule.args),
         kwargs=dict(schedule.kwargs),
         options=options,
         message_id=message_id,
+        **stamp,
     )
-    if timestamp_ms is not None:
-        message = message.copy(message_timestamp=timestamp_ms)
-    return message
 
 
 def jitter_ms(schedule: BoundSchedule, message_id: str) -> int:

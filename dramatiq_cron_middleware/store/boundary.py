@@ -134,15 +134,8 @@ class BrokerBoundary:
             payloads.append((index, payload))
         if not payloads:
             return out
-        pipe = self._client.pipeline(transaction=False)
-        for _, p in payloads:
-            self._enqueue_script(
-                keys=[self.keys.enqueued(p.redis_message_id), p.messages_key, p.queue_key],
-                args=[p.redis_message_id, p.body, self.mark_ms],
-                client=pipe,
-            )
         try:
-            replies = pipe.execute(raise_on_error=False)
+            replies = self._push([p for _, p in payloads])
         except Exception as exc:  # the whole round trip failed: retry each later
             for index, _ in payloads:
                 out[index] = exc
@@ -153,6 +146,34 @@ class BrokerBoundary:
             else:
                 self.after(payload)
         return out
+
+    def _push(self, payloads: Sequence[Payload], *, reload: bool = True) -> list[Any]:
+        """The idempotent pushes in one pipelined round trip, by EVALSHA (a
+        pipeline of registered scripts would first ask ``SCRIPT EXISTS``,
+        one more round trip per batch); the pushes of a script Redis lost
+        (a restart, ``SCRIPT FLUSH``: they did not run) are sent again once
+        it is loaded.  Replies in order, an exception in place of a failed
+        one."""
+        assert self._client is not None and self._enqueue_script is not None
+        pipe = self._client.pipeline(transaction=False)
+        for p in payloads:
+            pipe.evalsha(
+                self._enqueue_script.sha,
+                3,
+                self.keys.enqueued(p.redis_message_id),
+                p.messages_key,
+                p.queue_key,
+                p.redis_message_id,
+                p.body,
+                self.mark_ms,
+            )
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if lost and reload:
+            self._client.script_load(self._enqueue_script.script)
+            for i, reply in zip(lost, self._push([payloads[i] for i in lost], reload=False), strict=True):
+                replies[i] = reply
+        return replies
 
 
 def boundary_for(broker: Broker, *, lease_client: redis.Redis | None, same_server: bool) -> Boundary:

@@ -25,6 +25,7 @@ from pathlib import Path
 import redis
 
 from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.store.ledger import BATCH_RECORD_MS
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.instances import Instance, Outage, now_ms, wait_for
 
@@ -640,13 +641,24 @@ def poisoned_batch_record(cluster: Cluster) -> Fault:
         for _ in range(5):  # a renewal may win the race for the first lost reply: try the next tick
             # Start just before a tick, so the claim is the first reply lost.
             pause((0.97 - time.time() % 1) % 1)
+            # Only a claim that runs from now on has its reply lost: the
+            # notifications of earlier ones (the catch-up after the last
+            # try) are stale, and a record whose reply the leader read is
+            # never read again (poisoning one made this wait for a settle
+            # that never comes).
+            while listener.get_message(timeout=0) is not None:
+                pass
             cluster.proxy.set_reply_delay(500)
             fault.start_ms = now_ms()
+            held_from = _server_ms(client)
             deadline = time.monotonic() + 1.0
             while not poisoned and time.monotonic() < deadline:
                 message = listener.get_message(timeout=0.1)
                 if message and message["data"] == "set":
                     key = str(message["channel"]).split(":", 1)[1]
+                    written = _server_ms(client) - (BATCH_RECORD_MS - int(client.pttl(key)))
+                    if written < held_from:
+                        continue  # a claim from before the hold, in flight
                     client.set(key, "garbage")
                     poisoned = key
                     fault.end_ms = now_ms()
@@ -663,7 +675,7 @@ def poisoned_batch_record(cluster: Cluster) -> Fault:
         # the leader settles from a good record (nothing to report then).
         pause(0.3)
         cluster.proxy.heal()
-        wait_for(lambda: client.get(poisoned) != "garbage", timeout=10, what="the leader to settle the poisoned batch")
+        wait_for(lambda: client.get(poisoned) != "garbage", timeout=60, what="the leader to settle the poisoned batch")
         read_garbage = client.get(poisoned) == "void"
     finally:
         cluster.proxy.heal()
@@ -690,6 +702,12 @@ def poisoned_batch_record(cluster: Cluster) -> Fault:
         ),
     )
     return fault
+
+
+def _server_ms(client: redis.Redis) -> int:
+    """Redis's clock, ms."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 class _Churn:

@@ -26,7 +26,7 @@ def test_each_minute_fires_once_across_a_lost_reply_on_a_fake_clock() -> None:
     acquired = store.lease.acquire()
     assert isinstance(acquired, Acquired) and store.lease.token is not None
     token, epoch = store.lease.token, acquired.epoch
-    queue = TickQueue({schedule.id: schedule}, prefix="contract", now_ms=store.clock.now_ms)
+    queue = TickQueue({schedule.id: schedule}, prefix="contract")
     queue.begin_load()
     store.ledger.sync(token, epoch, [SyncEntry.of(schedule)], on_chunk=queue.load_part)
     queue.end_load()
@@ -72,7 +72,7 @@ def test_a_runtime_add_whose_fenced_sync_fails_is_read_again_at_the_next_turn() 
     acquired = store.lease.acquire()
     assert isinstance(acquired, Acquired) and store.lease.token is not None and store.runtime is not None
     token, epoch = store.lease.token, acquired.epoch
-    queue = TickQueue({}, prefix="contract", now_ms=store.clock.now_ms)
+    queue = TickQueue({}, prefix="contract")
     feed = RuntimeFeed(
         store.runtime,
         keys=store.keys,

@@ -1,0 +1,158 @@
+"""A backlog never costs the leader its lease, however slowly each tick
+goes: in-process, on the memory store and a fake clock that every enqueue
+moves on (a loaded machine, where each tick's work takes time).
+
+The leader renews only between batches.  It used to take up to 1,000
+claims a batch whatever they cost, so on a machine where a tick took a few
+milliseconds one batch outlasted the 2 s lease: the renewal after it found
+the lease gone, and the next term did the same (tests/test_catch_up_backlog.py
+lost its lease that way on a loaded machine, epoch 8 where 6 was expected).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+
+from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.leader.firing import BATCH_LIMIT, LeaderObserver
+from dramatiq_cron_middleware.leader.thread import LeaderThread
+from dramatiq_cron_middleware.schedules.schedule import bind_schedule
+from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
+from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.timing import Timing
+from tests.support.stores import FakeTime
+
+LEASE_MS = 2000
+ACTOR = "backlog_job"
+
+
+class _SlowBroker(StubBroker):
+    """Each enqueue takes ``cost_ms`` of the fake clock, and is recorded as
+    (schedule, tick)."""
+
+    def __init__(self, time: FakeTime, cost_ms: int) -> None:
+        super().__init__()
+        self.time = time
+        self.cost_ms = cost_ms
+        self.record: list[tuple[str, int]] = []
+
+    def enqueue(self, message: Any, *, delay: Any = None) -> Any:
+        self.time.ms += self.cost_ms
+        tick = int(datetime.fromisoformat(message.options["cron_tick"]).timestamp() * 1000)
+        self.record.append((message.options["cron_schedule"], tick))
+        return super().enqueue(message, delay=delay)
+
+
+class _Renewals(LeaderObserver):
+    """When (fake ms) the lease was won and each renewal went out."""
+
+    def __init__(self, time: FakeTime) -> None:
+        self.time = time
+        self.at: list[int] = []
+        self.terms: list[int] = []
+
+    def leadership_changed(self, *, epoch: int, leading: bool) -> None:
+        if leading:
+            self.terms.append(epoch)
+            self.at.append(self.time.ms)
+
+    def renewed(self, *, latency_ms: float) -> None:
+        self.at.append(self.time.ms)
+
+
+@pytest.mark.parametrize(
+    ("schedules", "backlog_s", "cost_ms"),
+    [
+        (40, 120, 3),  # 1,000 claims a batch took 3 s
+        (4, 300, 40),  # 128 claims a batch (32 a schedule) took 5 s
+        (1, 600, 700),  # one tick outlasts the renewal interval
+        (40, 120, 0),  # no cost at all: full batches
+    ],
+)
+def test_a_backlog_is_caught_up_under_one_lease_however_long_each_tick_takes(
+    schedules: int, backlog_s: int, cost_ms: int
+) -> None:
+    """Given per-second schedules whose last decided tick is ``backlog_s``
+    old, and a broker on which each enqueue takes ``cost_ms``, when a
+    leader catches up, then it renews well within its firing deadline the
+    whole time (one term, no step-down), no batch holds more than
+    ``BATCH_LIMIT`` claims, and every tick is enqueued exactly once."""
+    time = FakeTime()
+    server = MemoryServer(now_ms=time.now_ms)
+    broker = _SlowBroker(time, cost_ms)
+    dramatiq.actor(lambda: None, actor_name=ACTOR, broker=broker)
+    declared = [
+        bind_schedule(
+            ACTOR,
+            "default",
+            Schedule("* * * * * *", name=f"s{i}"),
+            timezone="UTC",
+            catch_up="each",
+            catch_up_window=3_600_000,
+        )
+        for i in range(schedules)
+    ]
+    start = time.ms // 1000 * 1000
+    server.epoch = 5
+    server.ticks = {s.id: f"{start - backlog_s * 1000}:5:1" for s in declared}
+    timing = Timing.for_lease(LEASE_MS)
+    store = InMemoryStore(
+        server, clock=ServerClock(monotonic=time.monotonic, wall=time.wall), ttl_ms=LEASE_MS, host="a"
+    )
+    renewals = _Renewals(time)
+    logger = logging.Logger("backlog")  # not registered: no handler but ours
+    warnings: list[str] = []
+    logger.addHandler(_Lines(warnings))
+    leader: LeaderThread[Any] = LeaderThread(
+        store=store,
+        boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
+        schedules=declared,
+        timing=timing,
+        logger=logger,
+        observer=renewals,
+        pace=False,
+    )
+    try:
+        # When: the leader turns every 100 ms (each turn works off all it
+        # can) until the backlog is out and one more minute has passed.
+        caught_up_at = None
+        while caught_up_at is None or time.ms < caught_up_at + 60_000:
+            time.ms += 100
+            leader.step()
+            if caught_up_at is None and len(broker.record) >= schedules * backlog_s:
+                caught_up_at = time.ms
+    finally:
+        leader.stopping.close()
+    # Then: one term, renewed in time throughout.
+    assert renewals.terms == [6], f"terms {renewals.terms}: {warnings}"
+    assert not warnings, warnings
+    gaps = [b - a for a, b in zip(renewals.at, renewals.at[1:], strict=False)]
+    assert max(gaps) < timing.fire_deadline * 1000, f"a renewal came {max(gaps)} ms after the one before"
+    # Bounded batches.
+    sizes = [len(record.split(",")) for record, _ in server.batches.values()]
+    assert max(sizes) <= BATCH_LIMIT
+    # Every tick exactly once, up to the last second before the end.
+    counts = Counter(broker.record)
+    assert [key for key, n in counts.items() if n > 1] == []
+    last = (time.ms - 2000) // 1000 * 1000
+    for schedule in declared:
+        ticks = {tick for sid, tick in counts if sid == schedule.id}
+        missing = set(range(start - backlog_s * 1000 + 1000, last, 1000)) - ticks
+        assert not missing, f"{schedule.id}: {len(missing)} ticks never enqueued"
+
+
+class _Lines(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
