@@ -4,6 +4,7 @@ redis-server: what ``dramatiq-cron check`` and ``runs`` report."""
 from __future__ import annotations
 
 import os
+import time
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
