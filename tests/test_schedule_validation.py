@@ -274,3 +274,15 @@ def test_unnamed_schedules_are_refused_with_the_fix_spelled_out() -> None:
 def test_one_unnamed_schedule_beside_named_ones_is_accepted() -> None:
     schedules = declare(["*/15 * * * *", Schedule("0 12 * * 1", name="monday-noon")], name="sync").all_schedules()
     assert [s.id for s in schedules] == ["sync", "sync/monday-noon"]
+
+
+def test_a_schedule_whose_next_tick_lies_past_year_9999_has_none() -> None:
+    """Found by the round-trip property test: Feb 29 after the last leap
+    day before year 10000 has no next tick; croniter raised ValueError."""
+    from dramatiq_cron_middleware.schedules.schedule import NEVER, bind_schedule
+
+    start = int(dt.datetime(9996, 3, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    bound = bind_schedule(
+        "job", "default", Schedule("15 2 29 2 *", start=start), timezone="UTC", catch_up="each", catch_up_window=300_000
+    )
+    assert bound.next_after(start) == NEVER

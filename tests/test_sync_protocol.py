@@ -112,7 +112,7 @@ def test_an_identity_with_a_newline_is_refused_before_anything_is_sent(redis_ser
     """Identities travel one per line: a newline in one would shift every
     schedule after it.  Binding refuses it with the actor and the value;
     the ledger refuses a request that carries one anyway."""
-    with pytest.raises(CronScheduleError, match=r"control characters.*'bad\\nname'"):
+    with pytest.raises(CronScheduleError, match=r"name must be .*'bad\\nname'"):
         bind_schedule(
             "job",
             "default",

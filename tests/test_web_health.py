@@ -99,7 +99,8 @@ def health_answers(monitored: Monitored) -> None:
     assert [(s["id"], s["health"]) for s in document["schedules"]] == [
         (s["id"], s["health"]) for s in expected["schedules"]
     ]
-    assert set(document) == {"schedules"}
+    assert set(document) == {"schedules", "stored"}
+    assert document["stored"] == expected["stored"]
     broken = next(s for s in document["schedules"] if s["id"] == "broken")
     assert set(broken) == {"id", "actor", "name", "health", "since", "last_run"}
     assert broken["last_run"]["outcome"] == "failed"

@@ -38,6 +38,7 @@ import redis
 from dramatiq.brokers.stub import StubBroker
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
+from ..leader.candidates import SEMANTICS_ID
 from ..middleware import CronMiddleware, find_middleware
 from ..monitoring.read import check_report, read_health, read_runs
 from ..monitoring.records import PROBLEMS
@@ -556,7 +557,8 @@ def _schedule_sets(app: _App, now: int, leader: Any) -> tuple[list[dict[str, Any
             "processes": len(group),
             "versions": sorted({c.version for c in group if c.version}),
             "leader": any(c.candidate_id == leading for c in group),
-            "schedules": sorted(published.get(fingerprint) or {}),
+            "schedules": sorted(s for s in (published.get(fingerprint) or {}) if s != SEMANTICS_ID),
+            "semantics": (published.get(fingerprint) or {}).get(SEMANTICS_ID),
         }
         for fingerprint, group in sorted(groups.items())
     ]

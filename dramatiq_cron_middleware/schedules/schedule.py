@@ -584,7 +584,12 @@ class BoundSchedule:
         it = self._cron(start)
         while True:
             # croniter may hand back fold=1; a wall time here is a plain label.
-            wall = (it.get_next(dt.datetime) if forward else it.get_prev(dt.datetime)).replace(tzinfo=None, fold=0)
+            try:
+                wall = (it.get_next(dt.datetime) if forward else it.get_prev(dt.datetime)).replace(tzinfo=None, fold=0)
+            except (ValueError, OverflowError):  # the next match lies past year 9999
+                if forward:
+                    return NEVER
+                raise
             if not forward and wall < _MIN_WALL:
                 raise CronScheduleError(f"schedule {shown(self.id)} has no tick before {start.isoformat()}")
             gap = self._gap(wall)
