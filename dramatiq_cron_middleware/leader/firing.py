@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 
+from ..schedules.outcome import VALUES as OUTCOMES
 from ..schedules.planner import jitter_ms
 from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
@@ -337,7 +338,7 @@ class Firing:
                 claim = item.claim
                 tick_decided(
                     schedule_id=claim.schedule_id,
-                    outcome=overridden.get(result) or getattr(claim.outcome, "value", claim.outcome),
+                    outcome=overridden.get(result) or OUTCOMES.get(claim.outcome, claim.outcome),
                 )
             if result == fire and item.message is not None:
                 owed = Owed(schedule=item.schedule, tick_ms=item.claim.tick_ms, message=item.message)

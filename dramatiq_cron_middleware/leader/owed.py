@@ -112,6 +112,7 @@ class OwedQueue:
         started: dict[str, str] = {}
         recovered: list[str] = []
         now_mono = self._monotonic()
+        now_ms = self._now_ms() if self._enqueued is not None and items else 0
         for item, exc in zip(items, failures, strict=True):
             sid = item.schedule.id
             if exc is None:
@@ -121,7 +122,7 @@ class OwedQueue:
                 if item in self._owed:
                     self._owed.remove(item)
                 if self._enqueued is not None:
-                    self._enqueued(sid, item.tick_ms, self._now_ms() - item.tick_ms)
+                    self._enqueued(sid, item.tick_ms, now_ms - item.tick_ms)
                 continue
             if sid not in self.failing:
                 self.failing.add(sid)

@@ -22,6 +22,7 @@ from typing import Any
 
 from dramatiq import Message
 
+from ..schedules.outcome import Outcome
 from ..schedules.planner import ON_TIME_MS, Decision, message_for, plan
 from ..schedules.schedule import BoundSchedule
 from ..store.boundary import Payload
@@ -36,6 +37,14 @@ BACKLOG_CHUNK = 32
 
 #: Messages are built ahead for ticks due within this long.
 AHEAD_MS = 60_000
+
+#: Building ahead stops this long before the next tick falls due (the
+#: rest is built after that tick's turn, or on the fire path): a large
+#: burst's messages never delay the next tick.
+BUILD_MARGIN_MS = 20
+
+#: Messages built between two looks at the clock.
+_BUILD_STEP = 64
 
 #: A heap entry: ``(next tick, push number, schedule id)``.
 _Entry = tuple[int, int, str]
@@ -233,6 +242,10 @@ class TickQueue:
         head, _, sid = entry
         schedule = self.schedules[sid]
         del self._head[sid]  # out of the queue until decided() puts it back
+        if 0 <= now - head < ON_TIME_MS:
+            # On time, the common case (see plan()): one firing decision.
+            out.append(self._planned(schedule, Decision(head, Outcome.FIRED, True, str(now - head))))
+            return
         decisions = plan(schedule, self._last[sid], now, head=head, limit=limit)
         for decision in decisions:
             out.append(self._planned(schedule, decision))
@@ -316,9 +329,15 @@ class TickQueue:
         for the schedules put back since the last call.  Only what falls due
         within :data:`AHEAD_MS`: with a large runtime set spread over a day,
         messages for all of them would cost far more memory than the
-        schedules themselves."""
+        schedules themselves.  Stops :data:`BUILD_MARGIN_MS` before the
+        next tick falls due; the rest waits for the next call."""
         pending, self._to_build = self._to_build, []
-        for sid in pending:
+        due = self.next_due_ms()
+        stop = None if due is None else due - BUILD_MARGIN_MS
+        for n, sid in enumerate(pending):
+            if stop is not None and n % _BUILD_STEP == 0 and self._now_ms() >= stop:
+                self._to_build = pending[n:]
+                return
             schedule = self.schedules.get(sid)
             entry = self._head.get(sid)
             head = entry[0] if entry is not None else None

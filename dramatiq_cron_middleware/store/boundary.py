@@ -273,7 +273,8 @@ class _Template:
         """The template of ``body`` (``message`` encoded), or None when a
         value to cut out does not occur exactly where expected."""
         values: list[tuple[str, Callable[[Message[Any]], str]]] = [
-            (json.dumps(message.message_id), lambda m: json.dumps(m.message_id)),
+            # A message id is a UUID and a tick an ISO date: nothing to escape.
+            (json.dumps(message.message_id), lambda m: f'"{m.message_id}"'),
             (
                 f'"message_timestamp":{message.message_timestamp}',
                 lambda m: f'"message_timestamp":{m.message_timestamp}',
@@ -282,9 +283,7 @@ class _Template:
         tick = message.options.get("cron_tick")
         if not isinstance(tick, str):
             return None
-        values.append(
-            (f'"cron_tick":{json.dumps(tick)}', lambda m: f'"cron_tick":{json.dumps(m.options["cron_tick"])}')
-        )
+        values.append((f'"cron_tick":{json.dumps(tick)}', lambda m: f'"cron_tick":"{m.options["cron_tick"]}"'))
         if "eta" in message.options:
             values.append((f'"eta":{message.options["eta"]}', lambda m: f'"eta":{m.options["eta"]}'))
         # Each value's place in the body, in order; the message id occurs
