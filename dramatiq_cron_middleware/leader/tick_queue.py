@@ -244,18 +244,18 @@ class TickQueue:
         del self._head[sid]  # out of the queue until decided() puts it back
         if 0 <= now - head < ON_TIME_MS:
             # On time, the common case (see plan()): one firing decision.
-            out.append(self._planned(schedule, Decision(head, Outcome.FIRED, True, str(now - head))))
+            out.append(self._planned(schedule, Decision(head, Outcome.FIRED, True, str(now - head)), now))
             return
         decisions = plan(schedule, self._last[sid], now, head=head, limit=limit)
         for decision in decisions:
-            out.append(self._planned(schedule, decision))
+            out.append(self._planned(schedule, decision, now))
 
-    def _planned(self, schedule: BoundSchedule, decision: Decision) -> Planned:
+    def _planned(self, schedule: BoundSchedule, decision: Decision, now: int) -> Planned:
         message: Message[Any] | None = None
         payload: Payload | None = None
         message_id = ""
         if decision.fire:
-            message, payload = self._message(schedule, decision.tick_ms)
+            message, payload = self._message(schedule, decision.tick_ms, now)
             message_id = message.message_id
         claim = Claim(
             schedule_id=schedule.id,
@@ -270,15 +270,15 @@ class TickQueue:
         )
         return Planned(schedule=schedule, claim=claim, message=message, payload=payload)
 
-    def _message(self, schedule: BoundSchedule, tick: int) -> tuple[Message[Any], Payload | None]:
+    def _message(self, schedule: BoundSchedule, tick: int, now: int) -> tuple[Message[Any], Payload | None]:
         """The message for a tick (and its encoding), from the one built
-        ahead of time if any; else built now, stamped now by the scheduler's
-        clock (dramatiq's AgeLimit counts from the timestamp: a caught-up
-        tick is fresh)."""
+        ahead of time if any; else built now, stamped ``now`` (the batch's
+        instant) by the scheduler's clock (dramatiq's AgeLimit counts from
+        the timestamp: a caught-up tick is fresh)."""
         cached = self._ahead.pop(schedule.id, None)
         if cached is not None and cached[0] == tick:
             return cached[1], cached[2]
-        return message_for(schedule, tick, prefix=self.prefix, timestamp_ms=self._now_ms()), None
+        return message_for(schedule, tick, prefix=self.prefix, timestamp_ms=now), None
 
     # -- results --------------------------------------------------------------
 
