@@ -331,6 +331,7 @@ class Ledger:
         # arguments cost more client time than the script itself.  Built in
         # one pass, without a call per entry.
         rows: list[list[Any]] = []
+        bodies: list[str] = []  # ARGV[9...]: no JSON escaping of a body (nor unescaping in the script)
         for i, c in enumerate(claims):
             payload = payloads[i] if payloads is not None else None
             mark = index(running(c.schedule_id)) if c.fire and c.overlap_ttl_ms > 0 else 0
@@ -347,13 +348,14 @@ class Ledger:
                 c.revision,
             ]
             if payload is None:
-                row += (0, 0, "", "")
+                row += (0, 0, "", 0)
             else:
+                bodies.append(payload.body)
                 row += (
                     index(payload.queue_key),
                     index(payload.messages_key),
                     payload.redis_message_id,
-                    payload.body,
+                    8 + len(bodies),  # Lua indexes from 1
                 )
             rows.append(row)
         entries = json.dumps(rows, separators=(",", ":"))
@@ -366,6 +368,7 @@ class Ledger:
             entries,
             self.clock.trusted_ms(),
             index(self.keys.outbox) if self.stages and payloads is not None and any(payloads) else 0,
+            *bodies,
         ]
         reply = self._run(self._claim, keys, args, confirm=True)
         return ClaimReply(
