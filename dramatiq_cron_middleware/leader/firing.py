@@ -324,6 +324,8 @@ class Firing:
         results: Sequence[ClaimResult],
         server_ms: int,
         payloads: Sequence[Payload | None] | None = None,
+        *,
+        settling: bool = False,
     ) -> None:
         granted: list[Owed] = []
         enqueued: list[Owed] = []
@@ -362,7 +364,8 @@ class Firing:
         self.owed.settled(enqueued, [None] * len(enqueued))
         # All other granted ticks of the batch go to the broker together
         # (one pipelined round trip for a RedisBroker; see boundary.py).
-        self.owed.send(granted)
+        # (Settled late, a reply may come after its definition was removed.)
+        self.owed.send(granted, recheck=settling)
         self.queue.decided(batch, results, server_ms)
 
     def _publish(self, staged: list[Payload]) -> None:
@@ -414,7 +417,7 @@ class Firing:
         self._unsettled = None
         results = settled.results
         if results is not None and len(results) == len(unsettled.batch):
-            self._apply(unsettled.batch, results, self.clock.now_ms(), unsettled.payloads)
+            self._apply(unsettled.batch, results, self.clock.now_ms(), unsettled.payloads, settling=True)
         # Either way the queue syncs from the ledger before firing again.
         self.queue.invalidate()
 
