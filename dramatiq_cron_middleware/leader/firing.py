@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 
+from ..schedules.outcome import VALUES as OUTCOMES
 from ..schedules.planner import jitter_ms
 from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
@@ -145,6 +146,7 @@ class Firing:
         self.queue = TickQueue(
             declared,
             prefix=store.keys.prefix,
+            now_ms=store.clock.now_ms,
             encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
         )
         self.feed = (
@@ -304,21 +306,30 @@ class Firing:
         if self.boundary.mode != Boundary.IN_CLAIM:
             return None
         now = self.clock.now_ms()  # a jittered message's eta: the consumers' shared clock
+        boundary = self.boundary
         out: list[Payload | None] = []
         for item in batch:
-            if item.message is None:
+            message = item.message
+            if message is None:
                 out.append(None)
-                continue
-            payload = item.payload or self.boundary.payload(
-                item.message, jitter_ms(item.schedule, item.message.message_id), now_ms=now
-            )
-            out.append(payload if self.boundary.before(payload) is None else None)
-        return out
+            elif item.payload is not None:
+                out.append(item.payload)
+            else:
+                schedule = item.schedule
+                out.append(
+                    boundary.payload(
+                        message, jitter_ms(schedule, message.message_id), now_ms=now, template=(schedule.id, schedule)
+                    )
+                )
+        # Only the middleware that define ``before_enqueue`` run, per batch.
+        return boundary.before_many(out)
 
     def _encode_ahead(self, schedule: BoundSchedule, message: Any, tick_ms: int) -> Payload:
         """A message built ahead, encoded for the claim script; a jittered
         one is due its jitter after its tick."""
-        return self.boundary.payload(message, jitter_ms(schedule, message.message_id), now_ms=tick_ms)
+        return self.boundary.payload(
+            message, jitter_ms(schedule, message.message_id), now_ms=tick_ms, template=(schedule.id, schedule)
+        )
 
     def _apply(
         self,
@@ -326,30 +337,37 @@ class Firing:
         results: Sequence[ClaimResult],
         server_ms: int,
         payloads: Sequence[Payload | None] | None = None,
+        *,
+        settling: bool = False,
     ) -> None:
         granted: list[Owed] = []
         enqueued: list[Owed] = []
-        staged: list[Payload] = []
+        pushed: list[Payload] = []
+        tick_decided = self.observer.tick_decided
+        # Outcomes by what the script recorded: it overrides the requested
+        # one for paused and overlapping ticks; report what Redis recorded.
+        overridden = {ClaimResult.SKIPPED: Outcome.SKIPPED.value, ClaimResult.PAUSED: Outcome.PAUSED.value}
+        fire = ClaimResult.FIRE
         for index, (item, result) in enumerate(zip(batch, results, strict=True)):
-            claim = item.claim
             if result in _RECORDED:
-                # The script overrides the requested outcome for paused and
-                # overlapping ticks; report what Redis recorded.
-                outcome = {ClaimResult.SKIPPED: Outcome.SKIPPED, ClaimResult.PAUSED: Outcome.PAUSED}.get(
-                    result, Outcome(claim.outcome)
+                claim = item.claim
+                tick_decided(
+                    schedule_id=claim.schedule_id,
+                    outcome=overridden.get(result) or OUTCOMES.get(claim.outcome, claim.outcome),
                 )
-                self.observer.tick_decided(schedule_id=claim.schedule_id, outcome=outcome.value)
-            if result == ClaimResult.FIRE and item.message is not None:
-                owed = Owed(schedule=item.schedule, tick_ms=claim.tick_ms, message=item.message)
+            if result == fire and item.message is not None:
+                owed = Owed(schedule=item.schedule, tick_ms=item.claim.tick_ms, message=item.message)
                 payload = payloads[index] if payloads is not None else None
                 if payload is not None:  # the claim script enqueued (or staged) it
-                    if self.ledger.stages:
-                        staged.append(payload)
-                    else:
-                        self.boundary.after(payload)
+                    pushed.append(payload)
                     enqueued.append(owed)
                 else:
                     granted.append(owed)
+        staged: list[Payload] = []
+        if self.ledger.stages:
+            staged = pushed
+        else:
+            self.boundary.after_many(pushed)
         # Staged messages of a claim replicas hold: into their queues now
         # (whoever publishes one first runs its hooks).
         self._publish(staged)
@@ -359,7 +377,8 @@ class Firing:
         self.owed.settled(enqueued, [None] * len(enqueued))
         # All other granted ticks of the batch go to the broker together
         # (one pipelined round trip for a RedisBroker; see boundary.py).
-        self.owed.send(granted)
+        # (Settled late, a reply may come after its definition was removed.)
+        self.owed.send(granted, recheck=settling)
         self.queue.decided(batch, results, server_ms)
 
     def _publish(self, staged: list[Payload]) -> None:
@@ -411,7 +430,7 @@ class Firing:
         self._unsettled = None
         results = settled.results
         if results is not None and len(results) == len(unsettled.batch):
-            self._apply(unsettled.batch, results, self.clock.now_ms(), unsettled.payloads)
+            self._apply(unsettled.batch, results, self.clock.now_ms(), unsettled.payloads, settling=True)
         # Either way the queue syncs from the ledger before firing again.
         self.queue.invalidate()
 

@@ -30,9 +30,21 @@ from .leadership import Leadership
 from .owed import OwedQueue
 from .reports import Flapping
 
-__all__ = ["Follower"]
+__all__ = ["REDIS_LATE_MS", "Follower", "fast_slice_ms"]
 
 _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+#: How late Redis may end a blocking wait: its blocked clients time out in
+#: the event loop, which at the default ``hz 10`` may sleep 100 ms.
+REDIS_LATE_MS = 100
+
+
+def fast_slice_ms(interval_ms: int) -> int:
+    """The blocking wait between two fast-takeover checks, so that they are
+    at most ``interval_ms`` apart although Redis may end the wait up to
+    :data:`REDIS_LATE_MS` late (at least half the interval: a shorter
+    interval than Redis's lateness costs more checks, not less delay)."""
+    return max(interval_ms - REDIS_LATE_MS, (interval_ms + 1) // 2, 1)
 
 
 class Follower:
@@ -118,10 +130,12 @@ class Follower:
             return
         # Fast takeover: wait in short slices, and between them check whether
         # the leader's process is gone (its presence connection closed).
+        # Redis ends a blocking wait up to a server cron cycle late: a slice
+        # that short of the interval keeps two checks within the interval.
         deadline = self.monotonic() + wait_ms / 1000
         while not self.stopping.is_set() and self.fast_takeover_ms is not None:
             left = int((deadline - self.monotonic()) * 1000)
-            if left <= 0 or self.lease.wait_for_release(min(left, self.fast_takeover_ms)):
+            if left <= 0 or self.lease.wait_for_release(min(left, fast_slice_ms(self.fast_takeover_ms))):
                 return
             if self._depose_if_gone():
                 self.logger.info(

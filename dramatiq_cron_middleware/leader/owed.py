@@ -92,11 +92,21 @@ class OwedQueue:
         """The monotonic instant of the next retry, if any is owed."""
         return min((o.next_try for o in self._owed), default=None)
 
-    def send(self, items: Sequence[Owed]) -> None:
+    def send(self, items: Sequence[Owed], *, recheck: bool = False) -> None:
         """Enqueue granted ticks (all together: one pipelined round trip for
-        a RedisBroker); failures stay owed."""
+        a RedisBroker); failures stay owed.  With ``recheck`` (ticks of a
+        claim whose lost reply was settled later), the ticks of a runtime
+        definition removed or replaced since are dropped first, as before
+        a retry."""
         if not items:
             return
+        if recheck:
+            for item in items:  # owed until sent (or dropped, or retried if the check fails)
+                if item not in self._owed:
+                    self._owed.append(item)
+            items = self._current(list(items))
+            if not items:
+                return
         for item in items:
             item.attempts += 1
         failures = self.boundary.send(
@@ -112,6 +122,7 @@ class OwedQueue:
         started: dict[str, str] = {}
         recovered: list[str] = []
         now_mono = self._monotonic()
+        now_ms = self._now_ms() if self._enqueued is not None and items else 0
         for item, exc in zip(items, failures, strict=True):
             sid = item.schedule.id
             if exc is None:
@@ -121,7 +132,7 @@ class OwedQueue:
                 if item in self._owed:
                     self._owed.remove(item)
                 if self._enqueued is not None:
-                    self._enqueued(sid, item.tick_ms, self._now_ms() - item.tick_ms)
+                    self._enqueued(sid, item.tick_ms, now_ms - item.tick_ms)
                 continue
             if sid not in self.failing:
                 self.failing.add(sid)

@@ -22,6 +22,7 @@ from typing import Any
 
 from dramatiq import Message
 
+from ..schedules.outcome import Outcome
 from ..schedules.planner import ON_TIME_MS, Decision, message_for, plan
 from ..schedules.schedule import BoundSchedule
 from ..store.boundary import Payload
@@ -36,6 +37,14 @@ BACKLOG_CHUNK = 32
 
 #: Messages are built ahead for ticks due within this long.
 AHEAD_MS = 60_000
+
+#: Building ahead stops this long before the next tick falls due (the
+#: rest is built after that tick's turn, or on the fire path): a large
+#: burst's messages never delay the next tick.
+BUILD_MARGIN_MS = 20
+
+#: Messages built between two looks at the clock.
+_BUILD_STEP = 64
 
 #: A heap entry: ``(next tick, push number, schedule id)``.
 _Entry = tuple[int, int, str]
@@ -61,6 +70,9 @@ class TickQueue:
       encode: Encodes a message for the broker ahead of its tick (the
         RedisBroker boundaries), so that the fire path only runs hooks.
         Defaults to None: nothing is encoded ahead.
+      now_ms: The scheduler's clock (Redis time), read while building ahead
+        so that building stops before the next tick falls due.  Defaults
+        to None: building ahead never stops early.
     """
 
     def __init__(
@@ -69,10 +81,12 @@ class TickQueue:
         *,
         prefix: str,
         encode: Callable[[BoundSchedule, Message[Any], int], Payload] | None = None,
+        now_ms: Callable[[], int] | None = None,
     ) -> None:
         self.schedules: dict[str, BoundSchedule] = dict(schedules)
         self.prefix = prefix
         self._encode = encode
+        self._now_ms = now_ms
         self._in_sync = False
         # The batch whose claim was sent and whose reply is awaited.
         self._in_flight: list[Planned] | None = None
@@ -241,6 +255,10 @@ class TickQueue:
         head, _, sid = entry
         schedule = self.schedules[sid]
         del self._head[sid]  # out of the queue until decided() puts it back
+        if 0 <= now - head < ON_TIME_MS:
+            # On time, the common case (see plan()): one firing decision.
+            out.append(self._planned(schedule, Decision(head, Outcome.FIRED, True, str(now - head)), now))
+            return
         decisions = plan(schedule, self._last[sid], now, head=head, limit=limit)
         for decision in decisions:
             out.append(self._planned(schedule, decision, now))
@@ -267,9 +285,9 @@ class TickQueue:
 
     def _message(self, schedule: BoundSchedule, tick: int, now: int) -> tuple[Message[Any], Payload | None]:
         """The message for a tick (and its encoding), from the one built
-        ahead of time if any; else built now, stamped now by the scheduler's
-        clock (dramatiq's AgeLimit counts from the timestamp: a caught-up
-        tick is fresh)."""
+        ahead of time if any; else built now, stamped ``now`` (the batch's
+        instant) by the scheduler's clock (dramatiq's AgeLimit counts from
+        the timestamp: a caught-up tick is fresh)."""
         cached = self._ahead.pop(schedule.id, None)
         if cached is not None and cached[0] == tick:
             return cached[1], cached[2]
@@ -324,9 +342,16 @@ class TickQueue:
         for the schedules put back since the last call.  Only what falls due
         within :data:`AHEAD_MS`: with a large runtime set spread over a day,
         messages for all of them would cost far more memory than the
-        schedules themselves."""
+        schedules themselves.  Stops :data:`BUILD_MARGIN_MS` before the
+        next tick falls due; the rest waits for the next call."""
         pending, self._to_build = self._to_build, []
-        for sid in pending:
+        due = self.next_due_ms()
+        clock = self._now_ms
+        stop = None if due is None or clock is None else due - BUILD_MARGIN_MS
+        for n, sid in enumerate(pending):
+            if stop is not None and clock is not None and n % _BUILD_STEP == 0 and clock() >= stop:
+                self._to_build = pending[n:]
+                return
             schedule = self.schedules.get(sid)
             entry = self._head.get(sid)
             head = entry[0] if entry is not None else None

@@ -33,3 +33,8 @@ class Outcome(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: Each outcome's value, by outcome or value (a dict lookup: ``.value`` of
+#: an enum member is a property, slow on the fire path).
+VALUES: dict[str, str] = {o.value: o.value for o in Outcome}

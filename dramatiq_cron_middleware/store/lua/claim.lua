@@ -31,7 +31,8 @@
 --           without overlap), runtime revision (0 for declared),
 --           and for a message to enqueue when granted (RedisBroker on this
 --           Redis): the index in KEYS of its queue list and of its message
---           hash (0 and 0 without), its redis message id and its body
+--           hash (0 and 0 without), its redis message id and the index in
+--           ARGV of its body ("" and 0 without)
 -- ARGV[7] - the caller's trusted now, ms (see sync.lua): an entry is in the
 --           future only after both it and the server's time
 -- ARGV[8] - 0: push the granted messages into their queues; else the index
@@ -39,6 +40,8 @@
 --           claims: publish.lua pushes them once replicas hold the claim),
 --           each as redis message id -> '<queue key>\n<message hash key>\n<body>'
 --           (optional: 0 when absent)
+-- ARGV[9...] - the bodies of the messages (kept out of the JSON: neither
+--              escaped by the caller nor unescaped here)
 -- Returns {OK, now, flags, result...} (one result per entry, ClaimResult),
 -- {DECLINED, now, flags} when the lease holds another token,
 -- {BAD_REQUEST, now, 0, message} for a malformed request.
@@ -59,7 +62,8 @@ for i, e in ipairs(entries) do
      or (e[9] ~= 0 and (e[9] < 8 or KEYS[e[9]] == nil))
      or type(e[10]) ~= 'number' or type(e[11]) ~= 'number' or type(e[12]) ~= 'number'
      or (e[11] ~= 0 and (e[11] < 8 or KEYS[e[11]] == nil or e[12] < 8 or KEYS[e[12]] == nil
-                         or type(e[13]) ~= 'string' or type(e[14]) ~= 'string')) then
+                         or type(e[13]) ~= 'string' or type(e[14]) ~= 'number' or e[14] < 9
+                         or ARGV[e[14]] == nil)) then
     return {ST_BAD_REQUEST, now, 0, 'entry ' .. i .. ' is malformed'}
   end
 end
@@ -215,9 +219,9 @@ for _, e in ipairs(pushes) do
   local b, i = bodies[q], ids[q]
   b[#b + 1] = e[13]
   if outbox ~= 0 then
-    b[#b + 1] = KEYS[q] .. '\n' .. KEYS[e[12]] .. '\n' .. e[14]
+    b[#b + 1] = KEYS[q] .. '\n' .. KEYS[e[12]] .. '\n' .. ARGV[e[14]]
   else
-    b[#b + 1] = e[14]
+    b[#b + 1] = ARGV[e[14]]
   end
   i[#i + 1] = e[13]
   if #i >= 500 then flush(q) end
