@@ -139,20 +139,25 @@ def test_a_worker_records_each_run_with_its_outcome_newest_first(redis_server: R
 
 def test_an_idle_leader_waits_on_redis_for_run_events_and_still_stops_at_once(redis_server: RedisServer) -> None:
     """Given an idle leader whose health thread blocks on Redis for the next
-    run event, When the middleware stops, Then it returns while that read
-    still blocks (the hand-over does not wait for it) and the lease is
-    released.  (A 60 s lease: the read blocks for a renewal interval, 20 s.)"""
+    run event, When the middleware stops, Then the lease is released and the
+    stop ends that read by closing its connection instead of waiting it out.
+    (A 60 s lease: the read blocks for a renewal interval, 20 s; a stop that
+    waited for it would take that long.)"""
     cron, broker = _app(redis_server, lock_ttl=60_000)
     cron.start(broker)
     client = redis_server.client()
 
-    def reading() -> bool:
-        return any(c.get("cmd") == "xread" and "b" in c.get("flags", "") for c in client.client_list())
+    def readers() -> set[str]:
+        return {str(c["id"]) for c in client.client_list() if c.get("cmd") == "xread" and "b" in c.get("flags", "")}
 
-    wait_for(reading, timeout=30, what="the blocking read")
+    wait_for(readers, timeout=30, what="the blocking read")
+    blocked = readers()
+    started = time.monotonic()
     cron.stop()
-    assert reading(), "the stop waited for the health thread's read"
+    stopped_in = time.monotonic() - started
     assert not client.exists(cron.keys.lease)
+    assert not blocked & {str(c["id"]) for c in client.client_list()}, "the blocking read's connection is still open"
+    assert stopped_in < 15, f"the stop took {stopped_in:.1f} s: it waited for the 20 s read"
 
 
 def test_a_run_that_failed_for_good_clears_its_overlap_mark(redis_server: RedisServer) -> None:
