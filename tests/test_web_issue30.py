@@ -5,11 +5,20 @@ health freshness, and the audit lines of ``dramatiq-cron web``."""
 from __future__ import annotations
 
 import html
+import http.client
+import os
+import re
+import subprocess
+import sys
+from http.cookies import SimpleCookie
+from urllib.parse import urlencode
 
 import pytest
 
 from tests.support.dashboards import EVIL, DashboardApp, csrf_of, dashboard_app
-from tests.support.redis_server import RedisServer
+from tests.support.instances import ROOT, wait_for
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.wsgi import basic
 
 pytest.importorskip("jinja2")
 
@@ -58,3 +67,52 @@ def test_next_to_run_marks_a_paused_schedule_and_until_when(app: DashboardApp) -
     assert "until <time" in paused and "left)" in paused and "this run is skipped" in paused
     running = _row(page.text, "report/weekly")
     assert "badge paused" not in running and "is-paused" not in running
+
+
+# -- the audit lines of dramatiq-cron web -------------------------------------
+
+
+def test_dramatiq_cron_web_logs_every_action_at_info_in_dramatiqs_format(redis_server: RedisServer) -> None:
+    """Given ``dramatiq-cron web`` on an app that configures no logging,
+    When ops pauses a schedule, Then the server's stderr carries the audit
+    line at INFO, in the dramatiq worker's format."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DRAMATIQ_CRON_REDIS_URL": redis_server.url}
+    command = [sys.executable, "-m", "dramatiq_cron_middleware", "web", "tests.apps.cronapp"]
+    process = subprocess.Popen(
+        [*command, "--bind", f"127.0.0.1:{port}", "--auth", "ops:pw"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = wait_for(process.stdout.readline, timeout=30, what="the dashboard to serve")
+        assert "Serving the cron dashboard" in line, line
+        headers = {"Host": f"127.0.0.1:{port}", **basic("ops", "pw")}
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("GET", "/schedules", headers=headers)
+        reply = connection.getresponse()
+        page = reply.read().decode()
+        cookie = SimpleCookie(reply.getheader("Set-Cookie") or "")
+        form = urlencode({"csrf": csrf_of(page), "schedule": "tick_0"})
+        connection.request(
+            "POST",
+            "/pause",
+            body=form,
+            headers={
+                **headers,
+                "Cookie": f"cron_csrf={cookie['cron_csrf'].value}",
+                "Content-Type": "application/x-www-form-urlencoded",
+            },
+        )
+        assert connection.getresponse().status == 303
+        connection.close()
+    finally:
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+    audit = [line for line in errors.splitlines() if "tick_0" in line and "by ops" in line]
+    assert len(audit) == 1, errors
+    assert re.match(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[PID \d+\] \[[^]]+\] \[[\w.]+\] \[INFO\] Cron tick_0", audit[0])
