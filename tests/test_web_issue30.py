@@ -11,10 +11,12 @@ import re
 import subprocess
 import sys
 from http.cookies import SimpleCookie
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
+from dramatiq_cron_middleware.web.health_pages import ReportCache
 from tests.support.dashboards import EVIL, DashboardApp, csrf_of, dashboard_app
 from tests.support.instances import ROOT, wait_for
 from tests.support.redis_server import RedisServer, free_port
@@ -116,3 +118,44 @@ def test_dramatiq_cron_web_logs_every_action_at_info_in_dramatiqs_format(redis_s
     audit = [line for line in errors.splitlines() if "tick_0" in line and "by ops" in line]
     assert len(audit) == 1, errors
     assert re.match(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[PID \d+\] \[[^]]+\] \[[\w.]+\] \[INFO\] Cron tick_0", audit[0])
+
+
+# -- health freshness ---------------------------------------------------------
+
+
+def test_the_kept_health_report_is_never_served_older_than_its_bound() -> None:
+    """Given a report read at 0 s and no page for 61 s, When a page asks,
+    Then the report is read again before it is served (not in the
+    background after); and when that read fails, the stale report is not
+    served either."""
+    clock = [0.0]
+    reads: list[float] = []
+    jobs: list[Any] = []
+
+    def read() -> Any:
+        reads.append(clock[0])
+        if len(reads) == 3:
+            raise ConnectionError("down")
+        return f"report {len(reads)}"
+
+    cache = ReportCache(read, monotonic=lambda: clock[0], background=jobs.append, max_age_ms=60_000)
+    assert cache.get() == "report 1"
+    clock[0] = 59.0
+    assert cache.get() == "report 1" and len(jobs) == 1  # young enough: served, read again behind
+    jobs.clear()
+    clock[0] = 61.0
+    assert cache.get() == "report 2" and reads == [0.0, 61.0]
+    clock[0] = 122.0
+    with pytest.raises(ConnectionError):
+        cache.get()
+
+
+def test_the_overview_shows_when_its_health_was_read_and_how_long_ago(app: DashboardApp) -> None:
+    page = app.dashboard().get("/cron/")
+    assert page.status == 200
+    match = re.search(
+        r'<small id="health-age">as of <time datetime="[^"]+">([^<]+)</time>, ([^<]+) ago</small>', page.text
+    )
+    assert match, page.text
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", match.group(1))
+    assert re.fullmatch(r"\d+(ms|\.\ds)|\d+m\d\ds", match.group(2))

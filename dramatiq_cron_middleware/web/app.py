@@ -356,6 +356,7 @@ class CronDashboard:
     # -- pages ----------------------------------------------------------------
 
     def _overview(self, request: _Request) -> _Response:
+        health = self._health_or_none()  # read before the overview's now: its age is never negative
         view = pages.overview(
             self.control,
             where=self.where,
@@ -363,9 +364,7 @@ class CronDashboard:
             runtime=self.runtime,
             lock_ttl=self.middleware.lock_ttl,
         )
-        return self._page(
-            request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": self._health_or_none()}
-        )
+        return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": health})
 
     def _schedules(self, request: _Request) -> _Response:
         filters = pages.Filters.parse(request.query)
