@@ -159,3 +159,25 @@ def test_the_overview_shows_when_its_health_was_read_and_how_long_ago(app: Dashb
     assert match, page.text
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", match.group(1))
     assert re.fullmatch(r"\d+(ms|\.\ds)|\d+m\d\ds", match.group(2))
+
+
+# -- words ----------------------------------------------------------------------
+
+
+def test_a_registered_schedule_that_never_fired_says_so_in_plain_words(app: DashboardApp) -> None:
+    """Given a leader that registered report/weekly (Mondays at 03:00), Then
+    its row says "not fired yet (registered)", not the ledger's jargon."""
+    app.middleware.start(app.broker)
+    try:
+        browser = app.dashboard()
+        wait_for(
+            lambda: "not fired yet (registered)" in _row(browser.get("/cron/schedules").text, "report/weekly"),
+            timeout=30,
+            what="report/weekly registered",
+        )
+        row = _row(browser.get("/cron/schedules").text, "report/weekly")
+        assert "baseline" not in re.sub(r"<[^>]+>", "", row)  # (only its class name says so)
+        assert '<small class="what">last tick:</small>' in row
+    finally:
+        app.middleware.stop()
+        app.broker.close()

@@ -37,6 +37,7 @@ from ..ops.control import (
     resolve_target,
 )
 from ..ops.format import iso, short_when, span, when
+from ..schedules.outcome import Outcome
 from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
@@ -682,7 +683,10 @@ def _templates() -> Any:
     environment.filters.update(
         when=when, short_when=short_when, iso=iso, span=span, redact=redact, quote=quote, json_text=_json_text
     )
-    environment.globals.update(colours=OUTCOME_COLOURS, run_colours=RUN_COLOURS)
+    # The tick outcomes that enqueued a message: the row says "last
+    # enqueued", apart from the health's "last run".
+    enqueued = {str(o) for o in (Outcome.FIRED, Outcome.CAUGHT_UP, Outcome.TRIGGERED, Outcome.BACKFILLED)}
+    environment.globals.update(colours=OUTCOME_COLOURS, run_colours=RUN_COLOURS, enqueued=enqueued)
     return environment
 
 
