@@ -416,4 +416,5 @@ def test_health_shows_on_the_overview_the_schedules_and_a_schedules_runs(browser
     browser.get(dashboard + "/schedules?health=ok")
     _fits(browser, phone, "the schedules filtered by health")
     health = browser.find_element(By.CSS_SELECTOR, f'tr[data-schedule="{SCHEDULE}"] td[data-label="Health"]')
-    assert health.is_displayed() and health.text == "ok"
+    assert health.is_displayed() and health.text == "ok last run: succeeded"
+
