@@ -181,3 +181,28 @@ def test_a_registered_schedule_that_never_fired_says_so_in_plain_words(app: Dash
     finally:
         app.middleware.stop()
         app.broker.close()
+
+
+def test_the_web_commands_logging_leaves_an_apps_own_configuration_alone() -> None:
+    """Given a root logger with a handler (the app configured logging),
+    configure_logging changes nothing; given none, it adds one stderr
+    handler in dramatiq's format at INFO."""
+    import logging
+
+    from dramatiq_cron_middleware.web.server import LOG_FORMAT, configure_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        root.handlers = [logging.NullHandler()]
+        root.setLevel(logging.WARNING)
+        assert configure_logging() is False
+        assert len(root.handlers) == 1 and root.level == logging.WARNING
+        root.handlers = []
+        assert configure_logging() is True
+        (handler,) = root.handlers
+        assert isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr
+        assert handler.formatter is not None and handler.formatter._fmt == LOG_FORMAT
+        assert root.level == logging.INFO
+    finally:
+        root.handlers, root.level = handlers, level
