@@ -139,6 +139,10 @@ def test_schedules_show_their_health_problems_first_and_filter_by_it(monitored: 
     }
     assert '<span class="health health-failing">failing</span>' in rows["broken"]
     assert '<span class="health health-ok">ok</span>' in rows["healthy"]
+    # The enqueue and the run are told apart in words (issue 30).
+    assert 'last run: <span class="run run-failed">failed</span>' in rows["broken"]
+    assert re.search(r'<small class="what">last (enqueued|tick):</small> <span class="outcome', rows["broken"])
+    assert "Last outcome" not in page
 
     failing = monitored.web.get("/cron/schedules?health=failing").text
     assert 'data-schedule="broken"' in failing and 'data-schedule="healthy"' not in failing

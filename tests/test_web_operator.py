@@ -244,7 +244,7 @@ def test_the_schedules_page_lists_the_declared_schedules_when_redis_is_down(app:
     assert "Not done" not in page.text
 
 
-def test_the_history_of_an_unknown_schedule_is_a_plain_404(app: DashboardApp) -> None:
+def test_the_history_of_an_unknown_schedule_is_a_404(app: DashboardApp) -> None:
     page = app.dashboard().get("/cron/schedule?id=nosuch")
     assert page.status == 404
     assert "No schedule nosuch" in page.text and "entries of the stream" not in page.text

@@ -903,7 +903,7 @@ def _progress_bar(label: str) -> Any:
 def _web(app: _App, args: argparse.Namespace) -> int:
     from ..web import CronDashboard
     from ..web.security import LOOPBACK_HOSTS
-    from ..web.server import Unsafe, is_loopback, parse_bind, start
+    from ..web.server import Unsafe, configure_logging, is_loopback, parse_bind, start
 
     try:
         host, port = parse_bind(args.bind)
@@ -948,6 +948,8 @@ def _web(app: _App, args: argparse.Namespace) -> int:
         raise _Failure(str(exc)) from None
     except OSError as exc:
         raise _Failure(f"cannot listen on {args.bind}: {exc.strerror or exc}") from None
+    # The app is loaded: if it configured logging, its own setup stands.
+    configure_logging()
     shown = f"[{host}]" if ":" in host else host
     mode = " (read-only)" if args.read_only else ""
     print(

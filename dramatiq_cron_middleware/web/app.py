@@ -37,6 +37,7 @@ from ..ops.control import (
     resolve_target,
 )
 from ..ops.format import iso, short_when, span, when
+from ..schedules.outcome import Outcome
 from ..schedules.schedule import BoundSchedule
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
@@ -318,20 +319,25 @@ class CronDashboard:
         if handler is None:
             if any(p == path for _, p in self._routes):
                 return self._plain("405 Method Not Allowed", "Method not allowed.")
-            return self._plain("404 Not Found", "Not found.")
+            context = {"message": "The dashboard has no such page.", "heading": "Not found"}
+            return self._page(request, "error.html", context, status="404 Not Found")
         try:
             if method == "POST":
                 self._check_post(request)
             response = handler(request)
         except _HTTPError as exc:
-            response = self._page(request, "error.html", {"message": exc.message}, status=exc.status)
+            heading = "Not found" if exc.status.startswith("404") else "Not done"
+            context = {"message": exc.message, "heading": heading}
+            response = self._page(request, "error.html", context, status=exc.status)
         except (redis.ConnectionError, redis.TimeoutError, CronUnavailableError) as exc:
             message = f"Redis at {self.where} cannot be reached ({type(exc).__name__})."
-            response = self._page(request, "error.html", {"message": message}, status="503 Service Unavailable")
+            context = {"message": message, "heading": "Not done"}
+            response = self._page(request, "error.html", context, status="503 Service Unavailable")
         except redis.RedisError as exc:  # refused by ACLs, out of memory...: say so, without the details
             self.logger.warning("The cron dashboard got a Redis error: %s", redact(str(exc)))
             message = f"Redis at {self.where} refused the request ({type(exc).__name__}); see the server's log."
-            response = self._page(request, "error.html", {"message": message}, status="502 Bad Gateway")
+            context = {"message": message, "heading": "Not done"}
+            response = self._page(request, "error.html", context, status="502 Bad Gateway")
         if request.new_csrf:
             response.headers.append(("Set-Cookie", _cookie(CSRF_COOKIE, request.csrf, script or "/")))
         return response
@@ -351,6 +357,7 @@ class CronDashboard:
     # -- pages ----------------------------------------------------------------
 
     def _overview(self, request: _Request) -> _Response:
+        health = self._health_or_none()  # read before the overview's now: its age is never negative
         view = pages.overview(
             self.control,
             where=self.where,
@@ -358,9 +365,7 @@ class CronDashboard:
             runtime=self.runtime,
             lock_ttl=self.middleware.lock_ttl,
         )
-        return self._page(
-            request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": self._health_or_none()}
-        )
+        return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": health})
 
     def _schedules(self, request: _Request) -> _Response:
         filters = pages.Filters.parse(request.query)
@@ -405,7 +410,7 @@ class CronDashboard:
         view = pages.history_view(self.control, schedule_id, schedule, source, before=before)
         if schedule is None and not view.rows and before is None:
             # Neither declared nor stored, and nothing recorded: a wrong id.
-            return self._plain("404 Not Found", f"No schedule {schedule_id} is declared, stored or recorded.")
+            raise _HTTPError("404 Not Found", f"No schedule {schedule_id} is declared, stored or recorded.")
         runs = health_pages.schedule_runs(self.control, schedule_id, schedule, policy=self.middleware.health_policy)
         return self._page(
             request, "history.html", {"view": view, "runs": runs, "runs_chart": duration_chart(runs.runs)}
@@ -678,7 +683,10 @@ def _templates() -> Any:
     environment.filters.update(
         when=when, short_when=short_when, iso=iso, span=span, redact=redact, quote=quote, json_text=_json_text
     )
-    environment.globals.update(colours=OUTCOME_COLOURS, run_colours=RUN_COLOURS)
+    # The tick outcomes that enqueued a message: the row says "last
+    # enqueued", apart from the health's "last run".
+    enqueued = {str(o) for o in (Outcome.FIRED, Outcome.CAUGHT_UP, Outcome.TRIGGERED, Outcome.BACKFILLED)}
+    environment.globals.update(colours=OUTCOME_COLOURS, run_colours=RUN_COLOURS, enqueued=enqueued)
     return environment
 
 

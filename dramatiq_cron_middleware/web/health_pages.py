@@ -9,8 +9,8 @@ pipeline per thousand schedules, the runtime ones as the schedules pages
 know them (:class:`~.pages.RuntimeIndex`, listed again only when they
 changed).  That read grows with the number of schedules (seconds for 100,000
 runtime ones), so it is read again in the background once the last read
-is older than ten times its duration, at least two seconds
-(:class:`ReportCache`).  A page of schedules reads only its own rows'
+is older than ten times its duration, at least two seconds, and waited
+for when it is older than a minute (:class:`ReportCache`).  A page of schedules reads only its own rows'
 health, fresh.
 """
 
@@ -98,12 +98,17 @@ class ReportCache:
     least two seconds): pages never wait for it after the first, and the
     dashboard spends at most about a tenth of its time on it, whatever the
     number of schedules.  Only the first call waits for a read (and raises
-    its error); a failed background read keeps the last report.
+    its error), and any call that finds the report older than ``max_age_ms``
+    (no page asked for a while, or background reads failed): a page never
+    shows health older than that.  A failed background read keeps the last
+    report.
 
     Parameters:
       read: Reads the report (:func:`read_all`).
       monotonic: The clock.  Defaults to ``time.monotonic``.
       background: Runs a refresh; defaults to a new daemon thread.
+      max_age_ms(int): The oldest report served, in milliseconds.  Defaults
+        to 60000 (a minute).
     """
 
     def __init__(
@@ -112,8 +117,12 @@ class ReportCache:
         *,
         monotonic: Callable[[], float] = time.monotonic,
         background: Callable[[Callable[[], None]], None] | None = None,
+        max_age_ms: int = 60_000,
     ) -> None:
         self._read = read
+        self._max_age_s = max_age_ms / 1000
+        # When the report served was read (the clock's reading).
+        self._read_at = 0.0
         self._monotonic = monotonic
         self._background = background or _thread
         self._lock = threading.Lock()
@@ -126,10 +135,10 @@ class ReportCache:
 
         Raises:
           redis.ConnectionError, redis.TimeoutError: Redis did not answer
-            the first read.
+            the first read, or the read of a report too old to serve.
         """
         with self._lock:
-            if self._report is None:
+            if self._report is None or self._monotonic() - self._read_at > self._max_age_s:
                 self._refresh()
             assert self._report is not None
             if self._monotonic() >= self._until and not self._refreshing:
@@ -141,7 +150,8 @@ class ReportCache:
         started = self._monotonic()
         report = self._read()
         finished = self._monotonic()
-        self._report, self._until = report, finished + max(_FRESH_S, _FRESH_FACTOR * (finished - started))
+        self._report, self._read_at = report, finished
+        self._until = finished + max(_FRESH_S, _FRESH_FACTOR * (finished - started))
 
     def _refresh_quietly(self) -> None:
         try:
@@ -152,7 +162,7 @@ class ReportCache:
             finished, report = self._monotonic(), None
         with self._lock:
             if report is not None:
-                self._report = report
+                self._report, self._read_at = report, finished
             self._until = finished + max(_FRESH_S, _FRESH_FACTOR * (finished - started))
             self._refreshing = False
 

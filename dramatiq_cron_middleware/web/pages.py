@@ -375,20 +375,31 @@ class NextRun:
     next_ms: int
     schedule: BoundSchedule
     words: str
+    #: What a resume would have to name when the schedule is paused.
+    paused_by: Target | None = None
+    #: When that pause ends by itself (None: until resumed, or not paused).
+    paused_until: int | None = None
 
 
 def next_to_run(
     control: Control, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, limit: int = NEXT_TO_RUN
 ) -> tuple[int, list[NextRun]]:
     """The ``limit`` schedules that fire soonest, declared and runtime
-    together, soonest first (paused ones included: pausing skips ticks, it
-    does not move them); returns the server's now and the list."""
+    together, soonest first (paused ones included and marked: pausing skips
+    ticks, it does not move them); returns the server's now and the list."""
     now = control.server_ms()
+    pauses = control.pauses()
     every = [*code, *(runtime.schedules() if runtime is not None else [])]
     soonest = heapq.nsmallest(
         limit, ((s.next_after(now), natural_key(s.id), s) for s in every), key=lambda t: (t[0], t[1])
     )
-    return now, [NextRun(next_ms=t, schedule=s, words=words(s)) for t, _, s in soonest if t < NEVER]
+    return now, [
+        NextRun(
+            next_ms=t, schedule=s, words=words(s), paused_by=paused_by(s, pauses), paused_until=pause_end(s, pauses)
+        )
+        for t, _, s in soonest
+        if t < NEVER
+    ]
 
 
 @dataclasses.dataclass(frozen=True)

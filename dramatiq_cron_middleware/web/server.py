@@ -12,17 +12,37 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import sys
 import threading
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-__all__ = ["DEFAULT_BIND", "Unsafe", "is_loopback", "parse_bind", "start"]
+__all__ = ["DEFAULT_BIND", "LOG_FORMAT", "Unsafe", "configure_logging", "is_loopback", "parse_bind", "start"]
 
 #: Where ``dramatiq-cron web`` listens unless ``--bind`` says otherwise.
 DEFAULT_BIND = "127.0.0.1:8080"
 
+#: The format of the lines ``dramatiq-cron web`` logs: the dramatiq worker's.
+LOG_FORMAT = "[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] %(message)s"
+
 _logger = logging.getLogger(__name__)
+
+
+def configure_logging() -> bool:
+    """Log at INFO to stderr, in the dramatiq worker's format, unless the
+    app already configured logging (its root logger has a handler): the
+    audit lines of every action then reach the server's log.  Returns
+    whether it configured anything."""
+    root = logging.getLogger()
+    if root.handlers:
+        return False
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+    return True
 
 
 class Unsafe(ValueError):
