@@ -449,8 +449,12 @@ def test_every_action_of_a_schedules_row_is_on_screen_at_1366_1280_and_390_px(
     )
     middleware.pause("tick_0:tenant-0042-nightly-report", duration="1h")  # the widest Paused cell
     broker.close()
-    browser.get(dashboard + "/schedules")
-    _wait(browser, lambda d: "last enqueued" in d.page_source, "tick_0 to fire", timeout=30)
+
+    def fired(driver: Any) -> bool:  # a page shows what was fired when it was built: ask again
+        driver.get(dashboard + "/schedules")
+        return "last enqueued" in driver.page_source
+
+    _wait(browser, fired, "tick_0 to fire", timeout=60)
     for width in (1366, 1280, 390):
         _at_width(browser, width)
         browser.get(dashboard + "/schedules")

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import signal
 from types import FrameType
+from typing import Any
 
 import dramatiq
 
@@ -24,12 +25,22 @@ __all__ = ["broker"]
 
 @dramatiq.actor(cron="* * * * * *", max_retries=0)
 def fork_pool() -> None:
-    with multiprocessing.get_context("fork").Pool(2, initializer=_exit_after_the_inherited_handler) as pool:
-        children = pool.map(_pid, range(4))
+    context = multiprocessing.get_context("fork")
+    # Both children must have run the initializer before the pool is
+    # terminated: a child still starting (a loaded machine) would get the
+    # SIGTERM under dramatiq's inherited handler alone, which only logs, and
+    # the terminate would wait for it forever.
+    started = context.Barrier(2)
+    with context.Pool(2, initializer=_exit_after_the_inherited_handler, initargs=(started,)) as pool:
+        children = pool.map(_pid, range(2), chunksize=1)
     _append("pools", {"pid": os.getpid(), "children": sorted(set(children)), "at": _true_time()})
 
 
-def _exit_after_the_inherited_handler() -> None:
+_STARTED: list[Any] = []
+
+
+def _exit_after_the_inherited_handler(started: Any) -> None:
+    _STARTED.append(started)
     inherited = signal.getsignal(signal.SIGTERM)
     assert callable(inherited)
 
@@ -43,4 +54,5 @@ def _exit_after_the_inherited_handler() -> None:
 
 
 def _pid(_: int) -> int:
+    _STARTED[0].wait(60)  # both children are past their initializer
     return os.getpid()
