@@ -435,11 +435,10 @@ class CronMiddleware(Middleware):
         self._clear_running_mark(broker, message)
 
     def _runs(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> RunSink | None:
-        """Where a cron message's run is recorded: the simulator when one is
-        attached, else Redis through a short-timeout client built on first
-        use; None for other messages, and on a StubBroker without Redis."""
-        if "cron_tick" not in message.options:
-            return None
+        """Where a cron message's run is recorded (the hooks ask only for
+        messages with ``cron_tick``): the simulator when one is attached,
+        else Redis through a short-timeout client built on first use; None
+        on a StubBroker without Redis."""
         if self._simulator is not None:
             return cast(RunSink, self._simulator.run_sink)
         if self._stub_without_redis(broker):
