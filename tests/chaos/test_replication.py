@@ -55,7 +55,7 @@ def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice
     start = now_ms()
     wait_for(lambda: len([t for t in history.ticks() if t > start]) >= 3, timeout=20, what="ticks")
     master = group.master.client()
-    leader_pid = int(wait_for(lambda: master.hget(LEASE, "pid"), timeout=5, what="a leader"))
+    leader_pid = int(wait_for(lambda: master.hget(LEASE, "pid"), timeout=30, what="a leader"))
     old_leader = next(i for i in pair if leader_pid in i.worker_pids())
     old_port = group.master_port()
 
