@@ -72,7 +72,9 @@ def test_the_schedulers_connections_keep_their_timeouts_when_redis_py_would_rela
             assert connection.retry.get_retries() == 1
             assert not client.connection_pool.maint_notifications_enabled()
         if query:
-            assert commands.client_info()["resp"] == query[-1]  # the protocol the URL asked for
+            info = commands.client_info()
+            if "resp" in info:  # Redis 7 and later report a connection's protocol
+                assert info["resp"] == query[-1]  # the protocol the URL asked for
     finally:
         commands.close()
         blocking.close()

@@ -157,7 +157,7 @@ def refusal(exc: BaseException) -> str | None:
 # How a server without Lua scripting answers a script call: EVAL, EVALSHA
 # or SCRIPT renamed away (``rename-command EVAL ""``), or a Valkey built or
 # started without its Lua scripting engine.
-_NO_SCRIPTING = re.compile(r"unknown command '(eval|evalsha|script)'|scripting engine", re.IGNORECASE)
+_NO_SCRIPTING = re.compile(r"unknown command [`'](eval|evalsha|script)[`']|scripting engine", re.IGNORECASE)
 
 
 def scripting_missing(exc: BaseException) -> str | None:
@@ -165,7 +165,7 @@ def scripting_missing(exc: BaseException) -> str | None:
     all (the scheduler's every step is a script), else None."""
     if not isinstance(exc, redis.ResponseError):
         return None
-    text = str(exc)
+    text = str(exc).replace("`", "'")  # Redis 6.2 quotes the command in backticks
     return text.split(",")[0].strip() if _NO_SCRIPTING.search(text) else None
 
 
