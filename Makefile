@@ -1,6 +1,6 @@
 # Shortcuts for the commands the README gives (make is optional: each target
 # is one line you can run by hand).
-.PHONY: demo test chaos soak bench
+.PHONY: demo test chaos soak soak-sentinel bench
 
 demo:
 	bash scripts/demo.sh
@@ -13,6 +13,9 @@ chaos:
 
 soak:
 	.venv/bin/python -m tests.chaos.soak --minutes 30
+
+soak-sentinel:
+	.venv/bin/python -m tests.chaos.soak_sentinel --minutes 15
 
 bench:
 	bash benchmarks/run.sh
