@@ -20,7 +20,7 @@ from dramatiq import Message
 from .outcome import Outcome
 from .schedule import BoundSchedule
 
-__all__ = ["ON_TIME_MS", "Decision", "due_decisions", "jitter_ms", "message_for", "message_id_for", "plan"]
+__all__ = ["ON_TIME_MS", "Decision", "jitter_ms", "message_for", "message_id_for", "plan"]
 
 #: A tick enqueued within this long after it fell due counts as on time;
 #: later ones are catch-up, subject to the schedule's catch-up policy.
@@ -89,11 +89,6 @@ def plan(schedule: BoundSchedule, last: int, now: int, *, head: int | None = Non
         out.append(Decision(skip[-1], Outcome.MISSED, False, detail))
     out.extend(_firing(tick, now) for tick in fire)
     return out
-
-
-def due_decisions(schedule: BoundSchedule, last: int, now: int) -> list[Decision]:
-    """Every decision due at ``now`` (``plan`` without a limit)."""
-    return plan(schedule, last, now)
 
 
 def _firing(tick: int, now: int) -> Decision:
