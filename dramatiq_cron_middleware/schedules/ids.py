@@ -5,7 +5,7 @@ command, the dashboard and the Python API take.
 - ``actor/name``: a declared schedule given ``name=``;
 - ``actor:name``: a runtime schedule.
 
-A name matches :data:`~.schedule.NAME_PATTERN` (no ``/``, no ``:``) and a
+A name matches :data:`NAME_PATTERN` (no ``/``, no ``:``) and a
 runtime schedule's actor holds neither character, so :func:`parse_id` of
 :func:`format_id` gives back what was formatted.  A declared actor may be
 named anything dramatiq accepts; an id is cut at its *last* ``/`` or
@@ -18,10 +18,16 @@ resolver compares ids with the schedules it knows before it parses.)
 from __future__ import annotations
 
 import dataclasses
+import re
 
-from .schedule import NAME_PATTERN
+__all__ = ["NAME_PATTERN", "NAME_RULE", "ScheduleId", "format_id", "parse_id"]
 
-__all__ = ["ScheduleId", "format_id", "parse_id"]
+#: What a schedule's name may be, declared (``name=``) or runtime: a short
+#: identifier, so that ids (``actor/name``, ``actor:name``) are never
+#: ambiguous.  (``\Z``, not ``$``, which would also accept a trailing newline.)
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
+#: The rule, as errors state it.
+NAME_RULE = "name must be 1 to 64 letters, digits, '_', '.' or '-' (it is part of the schedule's id)"
 
 
 @dataclasses.dataclass(frozen=True)

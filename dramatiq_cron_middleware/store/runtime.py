@@ -44,8 +44,9 @@ import redis
 from dramatiq.logging import get_logger
 
 from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError, shown
+from ..schedules.cadence import cadence
 from ..schedules.expression import SEMANTICS
-from ..schedules.schedule import _UTC as UTC_ZONE
+from ..schedules.instants import UTC
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
     DEFAULT_TIME_LIMIT,
@@ -176,12 +177,12 @@ class RuntimeSchedule:
     @property
     def created_at(self) -> dt.datetime:
         """``created_ms`` as an aware UTC datetime."""
-        return _datetime(self.created_ms, UTC_ZONE)
+        return _datetime(self.created_ms, UTC)
 
     @property
     def updated_at(self) -> dt.datetime:
         """``updated_ms`` as an aware UTC datetime."""
-        return _datetime(self.updated_ms, UTC_ZONE)
+        return _datetime(self.updated_ms, UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -888,7 +889,7 @@ def _raise_at_past(exc: redis.ResponseError) -> None:
     parts = str(exc).split()
     parts = parts[parts.index("at_past") :] if "at_past" in parts else []
     if len(parts) >= 4:
-        at, now = (dt.datetime.fromtimestamp(int(v) / 1000, tz=UTC_ZONE).isoformat() for v in parts[2:4])
+        at, now = (dt.datetime.fromtimestamp(int(v) / 1000, tz=UTC).isoformat() for v in parts[2:4])
         raise CronScheduleError(
             f"runtime schedule {parts[1]!r}: at={at} is not after Redis's time ({now}): a one-shot "
             "must lie in the future (to run it now, use trigger)"
@@ -1076,7 +1077,7 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
         # on the schedule's name.
         return _bind_fully(data, revision)
     try:
-        zone_name, zone = _zone(data["timezone"])
+        zone_name = _zone(data["timezone"])[0]
     except CronScheduleError:
         return _bind_fully(data, revision)  # the error, naming the actor
     # Many schedules differ only in their name, arguments, zone, offset and
@@ -1089,8 +1090,6 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     # takeover's load of a large runtime set.
     template, values = _template(shared, json.dumps(options, sort_keys=True) if options else "")
     values = values.copy()
-    values[_AT_TIMEZONE] = zone_name
-    values[_AT_ZONE] = zone
     values[_AT_NAME] = name
     values[_AT_ARGS] = tuple(args)
     values[_AT_KWARGS] = kwargs
@@ -1099,12 +1098,12 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     if description is not None:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         values[_AT_DESCRIPTION] = check_description(where, description)
-    if offset or start is not None or end is not None:
+    when = template.cadence
+    if offset or start is not None or end is not None or zone_name != when.timezone:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
-        if offset:
-            values[_AT_EXPRESSION] = interval_label(where, template.every, offset)
-            values[_AT_OFFSET] = offset
-        values[_AT_START], values[_AT_END] = check_bounds(where, start, end)
+        label = interval_label(where, template.every, offset) if offset else when.expression
+        when = cadence(label, zone_name, when.every, offset, *check_bounds(where, start, end))
+    values[_AT_CADENCE] = when
     return BoundSchedule(*values)
 
 
@@ -1189,12 +1188,7 @@ _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init
     _AT_KWARGS,
     _AT_OPTIONS,
     _AT_REVISION,
-    _AT_TIMEZONE,
-    _AT_ZONE,
-    _AT_EXPRESSION,
-    _AT_OFFSET,
-    _AT_START,
-    _AT_END,
+    _AT_CADENCE,
     _AT_DESCRIPTION,
 ) = map(
     _INIT_FIELDS.index,
@@ -1204,12 +1198,7 @@ _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init
         "kwargs",
         "options",
         "revision",
-        "timezone",
-        "zone",
-        "expression",
-        "offset",
-        "start",
-        "end",
+        "cadence",
         "description",
     ),
 )
@@ -1238,7 +1227,7 @@ def _template(shared: tuple[Any, ...], options: str) -> tuple[BoundSchedule, lis
 def _zone(name: str) -> tuple[str, dt.tzinfo]:
     """A stored zone name, checked as ``cron=`` checks it, and its zone."""
     zone = parse_timezone(name, what="runtime schedule")
-    return (sys.intern(name) if zone is not UTC_ZONE else "UTC"), zone
+    return (sys.intern(name) if zone is not UTC else "UTC"), zone
 
 
 # (The expression needs none: the normalised expression comes from a cache.)
