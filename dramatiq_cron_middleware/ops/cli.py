@@ -43,6 +43,7 @@ from ..middleware import CronMiddleware, find_middleware
 from ..monitoring.read import check_report, read_health, read_runs
 from ..monitoring.records import PROBLEMS
 from ..schedules.ids import parse_id
+from ..schedules.instants import instant_ms as parse_instant
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
@@ -62,7 +63,6 @@ from .control import (
     resolve_target,
 )
 from .django_project import setup_from_environment
-from .format import instant_ms as parse_instant
 from .format import iso, span, when
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
