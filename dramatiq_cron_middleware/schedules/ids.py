@@ -13,6 +13,13 @@ named anything dramatiq accepts; an id is cut at its *last* ``/`` or
 the schedule ``nightly`` of the actor ``<b>x</b>``.  (An unnamed schedule
 of an actor whose own name ends like ``/name`` reads as a named one: the
 resolver compares ids with the schedules it knows before it parses.)
+
+:func:`parse_id` is total: it also reads ids stored in Redis (history
+entries, run events), which are never refused there.  What an operator or
+a caller gives as a runtime schedule's id or parts goes through
+:func:`split_runtime_id` and :func:`runtime_id`, which refuse a bad one
+naming it; :func:`check_declared_actor` keeps ``:`` out of declared actors'
+names.
 """
 
 from __future__ import annotations
@@ -20,7 +27,19 @@ from __future__ import annotations
 import dataclasses
 import re
 
-__all__ = ["NAME_PATTERN", "NAME_RULE", "ScheduleId", "format_id", "parse_id"]
+from ..errors import CronScheduleError, shown
+
+__all__ = [
+    "NAME_PATTERN",
+    "NAME_RULE",
+    "ScheduleId",
+    "check_declared_actor",
+    "check_runtime_actor",
+    "format_id",
+    "parse_id",
+    "runtime_id",
+    "split_runtime_id",
+]
 
 #: What a schedule's name may be, declared (``name=``) or runtime: a short
 #: identifier, so that ids (``actor/name``, ``actor:name``) are never
@@ -60,3 +79,48 @@ def parse_id(text: str) -> ScheduleId:
     if sep and actor and NAME_PATTERN.match(name):
         return ScheduleId(actor, name)
     return ScheduleId(text)
+
+
+def runtime_id(actor: str, name: object) -> str:
+    """:func:`format_id` of a runtime schedule, its parts checked.
+
+    Raises:
+      CronScheduleError: an actor name or a name no runtime schedule can
+        have, naming it.
+    """
+    check_runtime_actor(actor)
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise CronScheduleError(f"runtime schedule of {shown(actor)}: {NAME_RULE}, got {shown(name)}")
+    return f"{actor}:{name}"
+
+
+def split_runtime_id(schedule_id: object) -> tuple[str, str]:
+    """A runtime schedule's id, ``actor:name``, as its two parts.
+
+    Raises:
+      CronScheduleError: not a runtime schedule's id (naming it).
+    """
+    actor, sep, name = schedule_id.partition(":") if isinstance(schedule_id, str) else ("", "", "")
+    if not sep or not actor or not name:
+        raise CronScheduleError(
+            f"a runtime schedule's id is 'actor:name' (see list), got {shown(schedule_id)}"
+            + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
+        )
+    runtime_id(actor, name)
+    return actor, name
+
+
+def check_runtime_actor(name: str) -> None:
+    """Refuse an actor name a runtime schedule cannot have: dramatiq itself
+    accepts any, but runtime ids are ``actor:name`` and declared ids
+    ``actor/...``, so these two characters would make an id ambiguous."""
+    if not name or ":" in name or "/" in name:
+        raise CronScheduleError(f"runtime schedule: actor name {shown(name)} must be non-empty, without ':' or '/'")
+
+
+def check_declared_actor(name: str) -> None:
+    """Refuse a cron actor's name with a ``:``, which marks runtime ids."""
+    if ":" in name:
+        raise CronScheduleError(
+            f"actor {shown(name)}: a cron actor's name cannot contain ':' (it marks runtime schedules in the ledger)"
+        )

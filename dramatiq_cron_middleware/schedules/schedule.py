@@ -27,7 +27,7 @@ from typing import Any, Literal
 from ..errors import CronScheduleError, shown
 from .cadence import MIN_EVERY, Cadence, cadence, parse_timezone
 from .expression import check_fires, normalise, uses_hash
-from .ids import NAME_PATTERN, NAME_RULE, format_id
+from .ids import NAME_PATTERN, NAME_RULE, check_declared_actor, format_id
 from .instants import NEVER, UTC, instant_ms
 
 __all__ = [
@@ -353,11 +353,7 @@ def schedules_for_actor(
     Raises:
       CronScheduleError: naming the actor and the offending value.
     """
-    if ":" in actor_name:
-        raise CronScheduleError(
-            f"actor {shown(actor_name)}: a cron actor's name cannot contain ':' "
-            "(it marks runtime schedules in the ledger)"
-        )
+    check_declared_actor(actor_name)
     items: list[object]
     if isinstance(spec, (str, Schedule)):
         items = [spec]
@@ -585,7 +581,10 @@ def bind_schedule(
         queueing = item.max_age if item.max_age is not None else _QUEUEING_ALLOWANCE
         overlap_ttl = int(time_limit) + queueing + item.jitter
     name = name.strip()
-    hash_id = f"{actor_name}/{name}" if item.every is None and one_shot is None and uses_hash(expression) else ""
+    # ``H`` fields hash the declared form of the id, ``actor/name``, for
+    # runtime schedules too (croniter: CRC32, the same in every process).
+    hashed = item.every is None and one_shot is None and uses_hash(expression)
+    hash_id = format_id(actor_name, name) if hashed else ""
     when = cadence(
         expression,
         zone_name if zone is not UTC else "UTC",

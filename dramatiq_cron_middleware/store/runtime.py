@@ -46,6 +46,8 @@ from dramatiq.logging import get_logger
 from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError, shown
 from ..schedules.cadence import cadence
 from ..schedules.expression import SEMANTICS
+from ..schedules.ids import check_runtime_actor, runtime_id
+from ..schedules.ids import split_runtime_id as split_id
 from ..schedules.instants import UTC
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
@@ -746,7 +748,7 @@ class RuntimeSchedules:
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {shown(name)}")
         info = self.resolve_actor(actor)
-        _check_actor_name(info.actor_name)
+        check_runtime_actor(info.actor_name)
         if isinstance(schedule, str):
             with of_actor(info.actor_name):
                 item = Schedule(schedule, name=name)
@@ -995,22 +997,6 @@ def describe_changes(before: RuntimeSchedule, after: RuntimeSchedule) -> str:
 _GONE = object()
 
 
-def split_id(schedule_id: object) -> tuple[str, str]:
-    """A runtime schedule's id, ``actor:name``, as its two parts.
-
-    Raises:
-      CronScheduleError: not a runtime schedule's id (naming it).
-    """
-    actor, sep, name = schedule_id.partition(":") if isinstance(schedule_id, str) else ("", "", "")
-    if not sep or not actor or not name:
-        raise CronScheduleError(
-            f"a runtime schedule's id is 'actor:name' (see list), got {shown(schedule_id)}"
-            + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
-        )
-    _schedule_id(actor, name)
-    return actor, name
-
-
 def _definition(bound: BoundSchedule) -> dict[str, Any]:
     """The stored form (format 1): every default already resolved, so any
     process reads the same schedule.  ``v`` comes first: the write script
@@ -1118,7 +1104,7 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
     actor_name = data["actor"]
     if not isinstance(actor_name, str):
         raise CronScheduleError(f"actor must be a string, got {shown(actor_name)}")
-    _check_actor_name(actor_name)
+    check_runtime_actor(actor_name)
     if data.get("at") is not None:  # a one-shot: its interval fields follow from at
         data = {**data, "every": None, "offset": 0, "start": None, "end": None}
     item = Schedule(
@@ -1238,16 +1224,8 @@ def _actor_name(actor: object) -> str:
     name = getattr(actor, "actor_name", actor)
     if not isinstance(name, str):
         raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {shown(actor)}")
-    _check_actor_name(name)
+    check_runtime_actor(name)
     return name
-
-
-def _check_actor_name(name: str) -> None:
-    # dramatiq itself accepts any actor name; runtime ids are ``actor:name``
-    # and declared ids ``actor/...``, so these two characters would make an
-    # id ambiguous.
-    if not name or ":" in name or "/" in name:
-        raise CronScheduleError(f"runtime schedule: actor name {shown(name)} must be non-empty, without ':' or '/'")
 
 
 def _describe_actor(actor: object) -> str:
@@ -1255,7 +1233,4 @@ def _describe_actor(actor: object) -> str:
 
 
 def _schedule_id(actor: object, name: object) -> str:
-    actor_name = _actor_name(actor)
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(f"runtime schedule of {shown(actor_name)}: {NAME_RULE}, got {shown(name)}")
-    return f"{actor_name}:{name}"
+    return runtime_id(_actor_name(actor), name)
