@@ -80,7 +80,7 @@ def test_a_runtime_id_no_schedule_can_have_is_refused_naming_it(given_id: object
 
 
 def test_runtime_parts_and_declared_actors_are_refused_naming_them() -> None:
-    with pytest.raises(CronScheduleError, match="runtime schedule of 'job': name must be .* got 'x/y'"):
+    with pytest.raises(CronScheduleError, match=r"runtime schedule of 'job': name must be .* got 'x/y'"):
         runtime_id("job", "x/y")
     with pytest.raises(CronScheduleError, match="actor 'a:b': a cron actor's name cannot contain ':'"):
         check_declared_actor("a:b")
