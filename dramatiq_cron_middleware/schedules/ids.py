@@ -3,7 +3,9 @@ command, the dashboard and the Python API take.
 
 - ``actor``: an actor's one unnamed declared schedule;
 - ``actor/name``: a declared schedule given ``name=``;
-- ``actor:name``: a runtime schedule.
+- ``actor:name``: a runtime schedule;
+- and, not a schedule's, ``actor:*``: every schedule of an actor in the
+  paused set (:func:`whole_actor`).
 
 A name matches :data:`NAME_PATTERN` (no ``/``, no ``:``) and a
 runtime schedule's actor holds neither character, so :func:`parse_id` of
@@ -39,6 +41,7 @@ __all__ = [
     "parse_id",
     "runtime_id",
     "split_runtime_id",
+    "whole_actor",
 ]
 
 #: What a schedule's name may be, declared (``name=``) or runtime: a short
@@ -79,6 +82,16 @@ def parse_id(text: str) -> ScheduleId:
     if sep and actor and NAME_PATTERN.match(name):
         return ScheduleId(actor, name)
     return ScheduleId(text)
+
+
+def whole_actor(actor_name: str) -> str:
+    """The paused set's member that pauses every schedule of an actor,
+    declared and runtime: ``<actor>:*``.  A single schedule is paused by its
+    id, and an actor's unnamed schedule has the actor's name as its id, so
+    the whole actor needs a member no schedule id can be (``*`` is no
+    runtime schedule's name, and declared ids have no ``:`` in their actor
+    part)."""
+    return f"{actor_name}:*"
 
 
 def runtime_id(actor: str, name: object) -> str:
