@@ -38,6 +38,7 @@ from dramatiq.logging import get_logger
 from .errors import CronConfigurationError
 from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
+from .schedules.ids import parse_id, split_runtime_id
 from .schedules.schedule import BoundSchedule
 from .store.connection import redact
 
@@ -233,7 +234,7 @@ class SentryCrons(Middleware):
         cron = self._cron
         if cron is None:
             cron = self._cron = find_middleware(broker, needed_by="SentryCrons")
-        if ":" in schedule_id:
+        if parse_id(schedule_id).runtime:
             return self._runtime_config(cron, schedule_id) if self.runtime else (False, None)
         config = self._declared.get(schedule_id)
         if config is None:  # actors may be declared after the first message
@@ -249,7 +250,7 @@ class SentryCrons(Middleware):
             return cached[1]
         if now < self._read_again_at:  # Redis failed a moment ago: no wait for its timeout at every start
             return cached[1] if cached is not None else (True, None)
-        actor, name = schedule_id.split(":", 1)
+        actor, name = split_runtime_id(schedule_id)
         try:
             found = cron.runtime.get(actor, name)
         except Exception as exc:  # Redis down: the last answer, or none; ask again later

@@ -56,6 +56,7 @@ from .monitoring.read import decide_check
 from .monitoring.recorder import RunRecorder
 from .monitoring.records import Alert, RunRecord, parse_run
 from .monitoring.thread import HealthObserver
+from .schedules.instants import duration_ms, instant_ms
 from .schedules.outcome import Outcome
 from .schedules.planner import message_for
 from .schedules.schedule import BoundSchedule
@@ -247,8 +248,7 @@ class CronSimulator:
         if (to is None) == (by is None):
             raise ValueError("advance() takes exactly one of to= or by=")
         if by is not None:
-            step = int(by.total_seconds() * 1000) if isinstance(by, dt.timedelta) else by
-            target = self._now + step
+            target = self._now + duration_ms(by, positive=False)
         else:
             assert to is not None
             target = _ms(to, "to")
@@ -481,12 +481,4 @@ class SimulatedRuntime(RuntimeSchedules):
 
 
 def _ms(value: Instant, what: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{what} must be an aware datetime or epoch ms, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} must be timezone-aware (got the naive {value.isoformat()})")
-        return int(value.timestamp() * 1000)
-    raise TypeError(f"{what} must be an aware datetime or epoch ms, got {type(value).__name__}")
+    return instant_ms(value, text=False, what=what)

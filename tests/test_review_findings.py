@@ -16,7 +16,7 @@ from dramatiq.errors import ConnectionClosed
 
 from dramatiq_cron_middleware import CronMiddleware
 from dramatiq_cron_middleware.errors import CronConfigurationError
-from dramatiq_cron_middleware.schedules.planner import due_decisions
+from dramatiq_cron_middleware.schedules.planner import plan
 from dramatiq_cron_middleware.schedules.schedule import Schedule, schedules_for_actor
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult
@@ -134,7 +134,7 @@ def test_an_on_time_tick_fires_even_with_a_zero_catch_up_window() -> None:
         catch_up_window=300_000,
     )
     tick = 1_700_000_040_000  # a whole minute
-    decided = [(d.tick_ms, d.fire) for d in due_decisions(schedule, tick - 60_000, tick + 5)]
+    decided = [(d.tick_ms, d.fire) for d in plan(schedule, tick - 60_000, tick + 5)]
     assert decided == [(tick, True)], decided
 
 

@@ -174,4 +174,4 @@ def test_the_shared_next_tick_memo_answers_as_a_fresh_walk_from_any_instant(zone
     instants += [tick + delta for tick in ticks for delta in (-1, 0, 1)]
     rng.shuffle(instants)
     for instant in instants:
-        assert schedule.next_after(instant) == schedule._next_after(instant), instant
+        assert schedule.next_after(instant) == schedule.cadence._next_after(instant), instant

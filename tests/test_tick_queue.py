@@ -12,6 +12,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware.leader.owed import Owed, OwedQueue
 from dramatiq_cron_middleware.leader.tick_queue import TickQueue
+from dramatiq_cron_middleware.schedules.cadence import Cadence
 from dramatiq_cron_middleware.schedules.planner import ON_TIME_MS, message_for, plan
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, Schedule, schedules_for_actor
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
@@ -71,13 +72,13 @@ def test_a_backlog_shared_by_many_schedules_walks_each_tick_once(monkeypatch: py
     backlog tick costs one walk of the expression in all, not one per
     schedule: the schedules ask for the same ticks one after another."""
     walks: list[int] = []
-    walk = BoundSchedule._next_after
+    walk = Cadence._next_after
 
-    def counted(schedule: BoundSchedule, instant_ms: int) -> int:
+    def counted(cadence: Cadence, instant_ms: int) -> int:
         walks.append(instant_ms)
-        return walk(schedule, instant_ms)
+        return walk(cadence, instant_ms)
 
-    monkeypatch.setattr(BoundSchedule, "_next_after", counted)
+    monkeypatch.setattr(Cadence, "_next_after", counted)
     schedules = {
         s.id: s
         for s in (

@@ -131,19 +131,19 @@ class TickQueue:
             schedule = schedules.get(sid)
             if schedule is not None:
                 self._last[sid] = tick
-                head = loading[sid] = schedule.next_after_if_known(tick)
+                head = loading[sid] = schedule.cadence.next_after_if_known(tick)
                 if head is None:
                     self._unwalked.append((tick, sid))
 
     def end_load(self) -> None:
         """Every schedule's tick is in: the queue is in sync."""
         # Oldest entry first: schedules sharing an expression and zone then
-        # share one walk to their next tick (see BoundSchedule.next_after).
+        # share one walk to their next tick (see Cadence.next_after).
         loading, self._loading = self._loading, {}
         unwalked, self._unwalked = self._unwalked, []
         unwalked.sort()
         for tick, sid in unwalked:
-            loading[sid] = self.schedules[sid].next_after(tick)
+            loading[sid] = self.schedules[sid].cadence.next_after(tick)
         # Pushed in the sync's order, whichever next ticks this process had
         # walked before: ties between equal next ticks go by push order, and
         # the batches must not depend on a process-wide cache.
@@ -180,7 +180,7 @@ class TickQueue:
             self.invalidate()
             return
         self._last[schedule.id] = last
-        self._push(schedule.id, schedule.next_after(last))
+        self._push(schedule.id, schedule.cadence.next_after(last))
 
     def replace_all(self, schedules: Mapping[str, BoundSchedule]) -> None:
         """Take a new set of schedules; out of sync until the next sync
@@ -334,7 +334,7 @@ class TickQueue:
         built ahead later (:meth:`build_ahead`), off the fire path, so a burst
         of batches is claimed back to back."""
         sid = schedule.id
-        self._push(sid, schedule.next_after(self._last[sid]))
+        self._push(sid, schedule.cadence.next_after(self._last[sid]))
         self._to_build.append(sid)
 
     def build_ahead(self, now: int) -> None:

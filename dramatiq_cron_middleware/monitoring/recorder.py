@@ -28,7 +28,6 @@ message a second by the timeout, not every one.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 import os
 import socket
@@ -41,6 +40,7 @@ from typing import Protocol
 from dramatiq.broker import MessageProxy
 
 from ..leader.reports import Episode
+from ..schedules.instants import instant_ms
 from ..store.abc import RunStore
 from ..store.connection import redact
 from ..store.runs import ALIVE_MS
@@ -270,7 +270,7 @@ def tick_of(message: MessageProxy) -> int | None:
     if not isinstance(tick, str):
         return None
     try:
-        return round(dt.datetime.fromisoformat(tick).timestamp() * 1000)
+        return instant_ms(tick)
     except ValueError:
         return None
 

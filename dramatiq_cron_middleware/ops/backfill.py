@@ -23,11 +23,11 @@ import redis
 from dramatiq import Broker, Message
 
 from ..errors import CronScheduleError
+from ..schedules.instants import instant_ms as parse_instant
 from ..schedules.planner import message_for, message_id_for
-from ..schedules.schedule import NEVER, BoundSchedule
+from ..schedules.schedule import BoundSchedule
 from ..store.codes import RESULT_OUTCOMES, ClaimResult, Outcome, Status, decode, load_script, parse_ledger_value
 from .control import Control
-from .format import instant_ms as parse_instant
 from .format import iso
 
 __all__ = ["DEFAULT_MAX_TICKS", "LISTED", "Backfill", "BackfillPlan", "BackfillReport", "Ticks", "instant_ms"]
@@ -395,18 +395,15 @@ class Backfill:
 
 
 def instant_ms(value: object, *, what: str) -> int:
-    """An instant (see :func:`.format.instant_ms`) in epoch ms.
+    """An instant (see :func:`..schedules.instants.instant_ms`) in epoch ms.
 
     Raises:
       CronScheduleError: naming ``what`` and the value.
     """
     try:
-        ms = parse_instant(value)
+        return parse_instant(value)
     except ValueError as exc:
         raise CronScheduleError(f"{what}: {exc}") from None
-    if ms >= NEVER:
-        raise CronScheduleError(f"{what} must be before 9999, got {value!r}")
-    return ms
 
 
 def _ticks(schedule: BoundSchedule, start_ms: int, end_ms: int, at_most: int) -> Iterator[int]:

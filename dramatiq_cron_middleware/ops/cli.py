@@ -42,7 +42,8 @@ from ..leader.candidates import SEMANTICS_ID
 from ..middleware import CronMiddleware, find_middleware
 from ..monitoring.read import check_report, read_health, read_runs
 from ..monitoring.records import PROBLEMS
-from ..schedules.ids import parse_id
+from ..schedules.ids import format_id, parse_id
+from ..schedules.instants import instant_ms as parse_instant
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
@@ -62,7 +63,6 @@ from .control import (
     resolve_target,
 )
 from .django_project import setup_from_environment
-from .format import instant_ms as parse_instant
 from .format import iso, span, when
 
 __all__ = ["main", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
@@ -1094,7 +1094,7 @@ def _remove(app: _App, args: argparse.Namespace) -> int:
         raise _Failure(str(exc)) from None
     except CronConfigurationError as exc:
         raise _Failure(redact(str(exc))) from None
-    schedule_id = f"{actor}:{name}"
+    schedule_id = format_id(actor, name, runtime=True)
     if not removed and not app.declares(actor) and actor not in app.runtime.count_by_actor():
         raise _Failure(f"unknown actor {actor!r} ({app.known_actors()})")
     text = (

@@ -424,7 +424,8 @@ def pause_expiry(now_ms: int, *, until: object = None, duration: object = None) 
       now_ms: Redis's time (the scheduler's clock).
       until: An aware ``datetime``, epoch milliseconds, or an ISO 8601
         text with its offset (``2026-12-24T09:00+01:00``, ``...Z``).
-      duration: Milliseconds, or a text such as ``2h``, ``90m``, ``1h30m``.
+      duration: Milliseconds, a ``timedelta``, or a text such as ``2h``,
+        ``90m``, ``1h30m``.
 
     Raises:
       ValueError: naming the value: both given, unreadable, not positive,
@@ -433,11 +434,7 @@ def pause_expiry(now_ms: int, *, until: object = None, duration: object = None) 
     if until is not None and duration is not None:
         raise ValueError(f"give a pause's end or its duration, not both (got until={until!r}, for={duration!r})")
     if duration is not None:
-        if isinstance(duration, str):
-            return now_ms + duration_ms(duration)
-        if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
-            raise ValueError(f"a pause's duration must be a positive int of ms or a text like 2h, got {duration!r}")
-        return now_ms + duration
+        return now_ms + duration_ms(duration)
     if until is None:
         return None
     try:

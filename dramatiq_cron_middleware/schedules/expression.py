@@ -26,12 +26,29 @@ version; it is part of every candidate's schedule-set fingerprint.
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
+import functools
 import re
 from importlib import metadata
 
-from ..errors import CronScheduleError
+from croniter import croniter
+from croniter.croniter import CroniterBadDateError, CroniterError
 
-__all__ = ["RULES", "SEMANTICS", "canonical_fields", "check_ascii"]
+from ..errors import CronScheduleError, shown
+
+__all__ = [
+    "RULES",
+    "SEMANTICS",
+    "canonical_fields",
+    "check_ascii",
+    "check_fires",
+    "cron_shape",
+    "day_or",
+    "normalise",
+    "parsed",
+    "uses_hash",
+]
 
 #: The version of the rules below: bumped whenever they give an expression
 #: another meaning.
@@ -145,3 +162,174 @@ def _canonical_part(where: str, name: str, part: str) -> str:
             # 6 read '59/15' as every 15 minutes).
             return str(value)
     return part
+
+
+_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_FIELD_CHARS = re.compile(r"^[0-9A-Za-z*/,\-#?()]+$")
+# croniter's ``R`` picks a random value per process: every worker would
+# fire at a different time, so it is refused.
+_RANDOM = re.compile(r"(?i)(^|[^a-z])r($|[^a-z])")
+
+
+# Loading a large runtime set binds each schedule; most share a handful of
+# expressions, and normalising one costs a croniter parse.  (An exception
+# is not cached: a bad expression is checked again each time.)
+@functools.lru_cache(maxsize=4096)
+def normalise(where: str, expression: str, hash_seed: str = "") -> tuple[str, bool]:
+    """The expression in canonical form with single spaces, and whether it
+    has seconds; refused (naming ``where``) unless it is valid cron that
+    fires.  ``hash_seed`` stands in for the schedule's identity in ``H``
+    fields until it is bound."""
+    check_ascii(where, expression)
+    # ASCII whitespace only: str.split() would also split on the file and
+    # record separators (``\x1c``-``\x1f``), which cron does not.
+    text = " ".join(_BLANKS.split(expression.strip(" \t\n\r\f\v")))
+    if not text:
+        raise CronScheduleError(f"{where}: the expression is empty")
+    if text.startswith("@"):
+        if text.lower() not in _ALIASES:
+            raise CronScheduleError(f"{where}: unknown alias; use one of {', '.join(sorted(_ALIASES))}")
+        text = _ALIASES[text.lower()]
+    fields = text.split(" ")
+    if len(fields) not in (5, 6):
+        raise CronScheduleError(
+            f"{where}: expected 5 fields (minute hour day month weekday) or 6 with seconds first, got {len(fields)}"
+        )
+    for field in fields:
+        if not _FIELD_CHARS.match(field):
+            raise CronScheduleError(f"{where}: field {shown(field)} is not valid cron syntax")
+        if _RANDOM.search(field):
+            raise CronScheduleError(f"{where}: field {shown(field)}: random 'R' values differ per process; use 'H'")
+    fields = canonical_fields(where, [_collapse_single_ranges(f) for f in fields])
+    fields = _every_day_when_either_covers_all(fields)
+    text = " ".join(fields)
+    has_seconds = len(fields) == 6
+    # (A hashed expression is checked again with the schedule's own hash
+    # id when it is bound: H may pick a day that never comes.)
+    check_fires(where, text, has_seconds, hash_seed if _hashed(text) else "")
+    return text, has_seconds
+
+
+def check_fires(where: str, text: str, has_seconds: bool, hash_id: str) -> None:
+    """Refuse a normalised expression croniter cannot parse, or that never
+    fires (as a whole, or through one of two restricted day fields)."""
+    fields = text.split(" ")
+    either = day_or(fields[-3], fields[-1])
+    if either:
+        _check_each_day_field_fires(where, fields, has_seconds, hash_id)
+    try:
+        # Through the parse cache: declaring 10,000 schedules that share a
+        # few expressions parses each expression once.
+        it = copy.copy(parsed(text, has_seconds, hash_id, either))
+        it.set_current(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), force=True)
+        it.get_next(float)
+    except CroniterBadDateError:
+        hashed = f" (with the value H picks for {hash_id!r})" if hash_id and "/" in hash_id else ""
+        raise CronScheduleError(
+            f"{where}: this expression never fires{hashed} (no date matches all of its fields together)"
+        ) from None
+    except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CronScheduleError(f"{where}: {exc}") from None
+
+
+_RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+_BLANKS = re.compile(r"[ \t\n\r\f\v]+")
+
+
+def _check_each_day_field_fires(where: str, fields: list[str], has_seconds: bool, hash_id: str) -> None:
+    """With both day fields restricted, refuse one that never fires on its
+    own (``0 0 31 2 0``: no February has a 31st): croniter 6 refuses the
+    expression, croniter 7 fires on the other field alone."""
+    dom, month, dow = fields[-3], fields[-2], fields[-1]
+    for side, text, other in (
+        (f"day-of-month {dom!r}", " ".join([*fields[:-1], "*"]), " ".join([*fields[:-3], "*", month, dow])),
+        (f"day-of-week {dow!r}", " ".join([*fields[:-3], "*", month, dow]), " ".join([*fields[:-1], "*"])),
+    ):
+        try:
+            it = copy.copy(parsed(text, has_seconds, hash_id, False))
+            it.set_current(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), force=True)
+            it.get_next(float)
+        except CroniterBadDateError:
+            raise CronScheduleError(
+                f"{where}: {side} never falls in month {month!r}, so only the other day field could fire, and "
+                f"croniter versions disagree on that; write {other!r} if that is what you mean"
+            ) from None
+        except (CroniterError, ValueError, KeyError, TypeError, IndexError):
+            return  # reported with the whole expression by the caller
+
+
+def _every_day_when_either_covers_all(fields: list[str]) -> list[str]:
+    """With both day fields restricted, classic cron fires on a day matching
+    either one; if one of them matches every day (``0,*/1``, ``0-6``), every
+    day fires.  croniter reads a day-of-week that covers the week as ``*``
+    and then applies day-of-month alone, so spell "every day" out for it."""
+    dom, dow = fields[-3], fields[-1]
+    if not day_or(dom, dow):
+        return fields
+    try:
+        expanded = croniter(f"* * {dom} * {dow}", 0).expanded
+    except (CroniterError, ValueError, KeyError, TypeError, IndexError):
+        return fields  # reported with the whole expression by the caller
+    if expanded[2] == ["*"] or expanded[4] == ["*"]:
+        return [*fields[:-3], "*", fields[-2], "*"]
+    return fields
+
+
+def _collapse_single_ranges(field: str) -> str:
+    """Rewrite ``5-5`` (and ``5-5/2``) as ``5``: croniter 7 expands such a
+    one-value range to ``*`` (every minute instead of minute 5) or to the
+    whole field stepped, while classic cron means the single value."""
+    parts = []
+    for part in field.split(","):
+        match = _RANGE.match(part)
+        if match is not None:
+            low, high = match.group(1), match.group(2)
+            same = int(low) == int(high) if low.isdigit() and high.isdigit() else low.lower() == high.lower()
+            if same:
+                part = low
+        parts.append(part)
+    return ",".join(parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def cron_shape(expression: str, has_seconds: bool) -> tuple[bool, bool]:
+    """Whether a normalised expression is fixed-time (see cadence.py), and
+    whether its day fields combine with OR."""
+    fields = expression.split(" ")
+    time_fields = fields[:3] if has_seconds else fields[:2]
+    return not any(f.startswith("*") for f in time_fields), day_or(fields[-3], fields[-1])
+
+
+def day_or(day_of_month: str, day_of_week: str) -> bool:
+    # Classic cron (Vixie, Debian, cronsim): when both day fields restrict,
+    # a day matching either fires; a field starting with ``*`` (``*/2``
+    # too) makes the two fields combine with AND instead.
+    return not any(f.startswith(("*", "?")) for f in (day_of_month, day_of_week))
+
+
+def uses_hash(expression: str) -> bool:
+    """Whether a cron expression has an ``H`` field (its values then depend
+    on the schedule's identity)."""
+    return _hashed(" ".join(expression.split()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _hashed(expression: str) -> bool:
+    """Whether any field uses ``H``: only then does the parse depend on the
+    schedule's identity, so thousands of schedules sharing an expression
+    share one parse."""
+    return any(field[:1] in ("H", "h") for field in expression.split(" "))
+
+
+@functools.lru_cache(maxsize=100_000)
+def parsed(expression: str, has_seconds: bool, hash_id: str, day_or: bool) -> croniter:
+    """A parsed expression, to be copied before walking (see ``Cadence._cron``)."""
+    return croniter(expression, 0, second_at_beginning=has_seconds, hash_id=hash_id, day_or=day_or)

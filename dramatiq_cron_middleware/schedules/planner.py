@@ -20,7 +20,7 @@ from dramatiq import Message
 from .outcome import Outcome
 from .schedule import BoundSchedule
 
-__all__ = ["ON_TIME_MS", "Decision", "due_decisions", "jitter_ms", "message_for", "message_id_for", "plan"]
+__all__ = ["ON_TIME_MS", "Decision", "jitter_ms", "message_for", "message_id_for", "plan"]
 
 #: A tick enqueued within this long after it fell due counts as on time;
 #: later ones are catch-up, subject to the schedule's catch-up policy.
@@ -51,7 +51,8 @@ def plan(schedule: BoundSchedule, last: int, now: int, *, head: int | None = Non
     moved): this bounds the work of one claim batch.  ``head`` is the first
     tick after ``last`` when the caller already knows it.
     """
-    first = schedule.next_after(last) if head is None else head
+    cadence = schedule.cadence
+    first = cadence.next_after(last) if head is None else head
     if first > now:
         return []
     if now - first < ON_TIME_MS:
@@ -65,18 +66,18 @@ def plan(schedule: BoundSchedule, last: int, now: int, *, head: int | None = Non
     window_start = now - max(schedule.catch_up_window, ON_TIME_MS)
     start = last
     if first <= window_start:
-        last_missed = schedule.last_before(window_start + 1)
+        last_missed = schedule.last_before(window_start + 1)  # its error names the schedule
         out.append(Decision(last_missed, Outcome.MISSED, False, f"outside the catch-up window, from {first}"))
         start = last_missed
     if schedule.catch_up == "each":
         count = 0
-        for tick in schedule.ticks_between(start, now):
+        for tick in cadence.ticks_between(start, now):
             out.append(_firing(tick, now))
             count += 1
             if limit and count >= limit:
                 break
         return out
-    due = list(schedule.ticks_between(start, now))
+    due = list(cadence.ticks_between(start, now))
     if not due:
         return out
     if schedule.catch_up == "latest":
@@ -89,11 +90,6 @@ def plan(schedule: BoundSchedule, last: int, now: int, *, head: int | None = Non
         out.append(Decision(skip[-1], Outcome.MISSED, False, detail))
     out.extend(_firing(tick, now) for tick in fire)
     return out
-
-
-def due_decisions(schedule: BoundSchedule, last: int, now: int) -> list[Decision]:
-    """Every decision due at ``now`` (``plan`` without a limit)."""
-    return plan(schedule, last, now)
 
 
 def _firing(tick: int, now: int) -> Decision:

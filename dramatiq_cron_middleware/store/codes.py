@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from ..schedules.ids import whole_actor  # the id grammar's (re-exported: callers import it from here)
 from ..schedules.outcome import Outcome
 
 __all__ = [
@@ -184,16 +185,6 @@ def parse_ledger_value(value: object) -> LedgerValue | None:
         result=int(tail) if tail is not None and tail != "baseline" else None,
         baseline=tail == "baseline",
     )
-
-
-def whole_actor(actor_name: str) -> str:
-    """The paused set's member that pauses every schedule of an actor,
-    declared and runtime: ``<actor>:*``.  A single schedule is paused by its
-    id, and an actor's unnamed schedule has the actor's name as its id, so
-    the whole actor needs a member no schedule id can be (``*`` is no
-    runtime schedule's name, and declared ids have no ``:`` in their actor
-    part)."""
-    return f"{actor_name}:*"
 
 
 def _preamble() -> str:

@@ -44,8 +44,11 @@ import redis
 from dramatiq.logging import get_logger
 
 from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError, shown
+from ..schedules.cadence import cadence
 from ..schedules.expression import SEMANTICS
-from ..schedules.schedule import _UTC as UTC_ZONE
+from ..schedules.ids import check_runtime_actor, runtime_id
+from ..schedules.ids import split_runtime_id as split_id
+from ..schedules.instants import UTC
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
     DEFAULT_TIME_LIMIT,
@@ -176,12 +179,12 @@ class RuntimeSchedule:
     @property
     def created_at(self) -> dt.datetime:
         """``created_ms`` as an aware UTC datetime."""
-        return _datetime(self.created_ms, UTC_ZONE)
+        return _datetime(self.created_ms, UTC)
 
     @property
     def updated_at(self) -> dt.datetime:
         """``updated_ms`` as an aware UTC datetime."""
-        return _datetime(self.updated_ms, UTC_ZONE)
+        return _datetime(self.updated_ms, UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -745,7 +748,7 @@ class RuntimeSchedules:
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise CronScheduleError(f"runtime schedule of {_describe_actor(actor)}: {NAME_RULE}, got {shown(name)}")
         info = self.resolve_actor(actor)
-        _check_actor_name(info.actor_name)
+        check_runtime_actor(info.actor_name)
         if isinstance(schedule, str):
             with of_actor(info.actor_name):
                 item = Schedule(schedule, name=name)
@@ -888,7 +891,7 @@ def _raise_at_past(exc: redis.ResponseError) -> None:
     parts = str(exc).split()
     parts = parts[parts.index("at_past") :] if "at_past" in parts else []
     if len(parts) >= 4:
-        at, now = (dt.datetime.fromtimestamp(int(v) / 1000, tz=UTC_ZONE).isoformat() for v in parts[2:4])
+        at, now = (dt.datetime.fromtimestamp(int(v) / 1000, tz=UTC).isoformat() for v in parts[2:4])
         raise CronScheduleError(
             f"runtime schedule {parts[1]!r}: at={at} is not after Redis's time ({now}): a one-shot "
             "must lie in the future (to run it now, use trigger)"
@@ -994,22 +997,6 @@ def describe_changes(before: RuntimeSchedule, after: RuntimeSchedule) -> str:
 _GONE = object()
 
 
-def split_id(schedule_id: object) -> tuple[str, str]:
-    """A runtime schedule's id, ``actor:name``, as its two parts.
-
-    Raises:
-      CronScheduleError: not a runtime schedule's id (naming it).
-    """
-    actor, sep, name = schedule_id.partition(":") if isinstance(schedule_id, str) else ("", "", "")
-    if not sep or not actor or not name:
-        raise CronScheduleError(
-            f"a runtime schedule's id is 'actor:name' (see list), got {shown(schedule_id)}"
-            + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
-        )
-    _schedule_id(actor, name)
-    return actor, name
-
-
 def _definition(bound: BoundSchedule) -> dict[str, Any]:
     """The stored form (format 1): every default already resolved, so any
     process reads the same schedule.  ``v`` comes first: the write script
@@ -1076,7 +1063,7 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
         # on the schedule's name.
         return _bind_fully(data, revision)
     try:
-        zone_name, zone = _zone(data["timezone"])
+        zone_name = _zone(data["timezone"])[0]
     except CronScheduleError:
         return _bind_fully(data, revision)  # the error, naming the actor
     # Many schedules differ only in their name, arguments, zone, offset and
@@ -1089,8 +1076,6 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     # takeover's load of a large runtime set.
     template, values = _template(shared, json.dumps(options, sort_keys=True) if options else "")
     values = values.copy()
-    values[_AT_TIMEZONE] = zone_name
-    values[_AT_ZONE] = zone
     values[_AT_NAME] = name
     values[_AT_ARGS] = tuple(args)
     values[_AT_KWARGS] = kwargs
@@ -1099,12 +1084,12 @@ def _bind_definition(data: dict[str, Any]) -> BoundSchedule:
     if description is not None:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         values[_AT_DESCRIPTION] = check_description(where, description)
-    if offset or start is not None or end is not None:
+    when = template.cadence
+    if offset or start is not None or end is not None or zone_name != when.timezone:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
-        if offset:
-            values[_AT_EXPRESSION] = interval_label(where, template.every, offset)
-            values[_AT_OFFSET] = offset
-        values[_AT_START], values[_AT_END] = check_bounds(where, start, end)
+        label = interval_label(where, template.every, offset) if offset else when.expression
+        when = cadence(label, zone_name, when.every, offset, *check_bounds(where, start, end))
+    values[_AT_CADENCE] = when
     return BoundSchedule(*values)
 
 
@@ -1119,7 +1104,7 @@ def _bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
     actor_name = data["actor"]
     if not isinstance(actor_name, str):
         raise CronScheduleError(f"actor must be a string, got {shown(actor_name)}")
-    _check_actor_name(actor_name)
+    check_runtime_actor(actor_name)
     if data.get("at") is not None:  # a one-shot: its interval fields follow from at
         data = {**data, "every": None, "offset": 0, "start": None, "end": None}
     item = Schedule(
@@ -1189,12 +1174,7 @@ _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init
     _AT_KWARGS,
     _AT_OPTIONS,
     _AT_REVISION,
-    _AT_TIMEZONE,
-    _AT_ZONE,
-    _AT_EXPRESSION,
-    _AT_OFFSET,
-    _AT_START,
-    _AT_END,
+    _AT_CADENCE,
     _AT_DESCRIPTION,
 ) = map(
     _INIT_FIELDS.index,
@@ -1204,12 +1184,7 @@ _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init
         "kwargs",
         "options",
         "revision",
-        "timezone",
-        "zone",
-        "expression",
-        "offset",
-        "start",
-        "end",
+        "cadence",
         "description",
     ),
 )
@@ -1238,7 +1213,7 @@ def _template(shared: tuple[Any, ...], options: str) -> tuple[BoundSchedule, lis
 def _zone(name: str) -> tuple[str, dt.tzinfo]:
     """A stored zone name, checked as ``cron=`` checks it, and its zone."""
     zone = parse_timezone(name, what="runtime schedule")
-    return (sys.intern(name) if zone is not UTC_ZONE else "UTC"), zone
+    return (sys.intern(name) if zone is not UTC else "UTC"), zone
 
 
 # (The expression needs none: the normalised expression comes from a cache.)
@@ -1249,16 +1224,8 @@ def _actor_name(actor: object) -> str:
     name = getattr(actor, "actor_name", actor)
     if not isinstance(name, str):
         raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {shown(actor)}")
-    _check_actor_name(name)
+    check_runtime_actor(name)
     return name
-
-
-def _check_actor_name(name: str) -> None:
-    # dramatiq itself accepts any actor name; runtime ids are ``actor:name``
-    # and declared ids ``actor/...``, so these two characters would make an
-    # id ambiguous.
-    if not name or ":" in name or "/" in name:
-        raise CronScheduleError(f"runtime schedule: actor name {shown(name)} must be non-empty, without ':' or '/'")
 
 
 def _describe_actor(actor: object) -> str:
@@ -1266,7 +1233,4 @@ def _describe_actor(actor: object) -> str:
 
 
 def _schedule_id(actor: object, name: object) -> str:
-    actor_name = _actor_name(actor)
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise CronScheduleError(f"runtime schedule of {shown(actor_name)}: {NAME_RULE}, got {shown(name)}")
-    return f"{actor_name}:{name}"
+    return runtime_id(_actor_name(actor), name)

@@ -24,7 +24,8 @@ from typing import Any
 
 from ..errors import CronConfigurationError, CronScheduleError
 from ..middleware import CronMiddleware
-from ..ops.format import instant_ms, iso
+from ..ops.format import iso
+from ..schedules.instants import instant_ms
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
     NAME_PATTERN,

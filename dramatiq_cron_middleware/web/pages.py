@@ -32,6 +32,7 @@ from ..ops.control import (
     paused_by,
 )
 from ..ops.format import span, when
+from ..schedules.ids import parse_id
 from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.codes import whole_actor
 from ..store.timing import Timing
@@ -260,7 +261,7 @@ def words(schedule: BoundSchedule) -> str:
     if schedule.every is not None:
         text = f"Every {span(schedule.every)}"
         return text + (f", {span(schedule.offset)} into each interval" if schedule.offset else "")
-    return describe(schedule.expression, hash_id=f"{schedule.actor_name}/{schedule.name}")
+    return describe(schedule.expression, hash_id=schedule.cadence.hash_id)
 
 
 def upcoming(schedule: BoundSchedule, now_ms: int, count: int = NEXT_RUNS) -> list[int]:
@@ -303,7 +304,7 @@ def schedules_view(
     runtime_ids: list[str] = []
     if runtime is not None and filters.source in ("all", "runtime"):
         runtime_ids = [
-            i for i in runtime.ids() if (not needle or needle in i.lower()) and state_ok(i.partition(":")[0], i)
+            i for i in runtime.ids() if (not needle or needle in i.lower()) and state_ok(parse_id(i).actor, i)
         ]
     total = len(code_matches) + len(runtime_ids)
     filters, pages, first = paged(filters, total)
