@@ -123,7 +123,8 @@ def test_the_edit_form_saved_unchanged_leaves_every_schedule_as_stored(
     before = cron.add(ACTOR, schedule, name=name)
     form = forms.RuntimeForm.of(before.schedule)
     posted = {f.name: str(getattr(form, f.name)) for f in dataclasses.fields(form) if f.name != "errors"}
-    saved = forms.save(cron.runtime, forms.RuntimeForm.parse(posted), original=before.schedule.id, actors=[ACTOR])
+    form = forms.RuntimeForm.parse(posted)
+    saved = forms.save(cron.service, form, original=before.schedule.id, actors=[ACTOR], who="test")
     assert isinstance(saved, forms.Saved), saved
     after = cron.runtime.get(ACTOR, name)
     assert after is not None
@@ -179,9 +180,8 @@ def test_a_rename_in_the_edit_form_keeps_every_other_option(
     before = cron.add(ACTOR, schedule, name=name)
     form = forms.RuntimeForm.of(before.schedule)
     posted = {f.name: str(getattr(form, f.name)) for f in dataclasses.fields(form) if f.name != "errors"}
-    saved = forms.save(
-        cron.runtime, forms.RuntimeForm.parse({**posted, "name": new_name}), original=before.schedule.id, actors=[ACTOR]
-    )
+    form = forms.RuntimeForm.parse({**posted, "name": new_name})
+    saved = forms.save(cron.service, form, original=before.schedule.id, actors=[ACTOR], who="test")
     assert isinstance(saved, forms.Saved), saved
     after = cron.runtime.get(ACTOR, new_name)
     assert cron.runtime.get(ACTOR, name) is None and after is not None

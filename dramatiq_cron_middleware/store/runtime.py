@@ -409,7 +409,7 @@ class RuntimeSchedules:
           CronUnavailableError: Redis did not answer; the removal happened
             entirely or not at all.
         """
-        schedule_id = _schedule_id(actor, name)
+        schedule_id = runtime_id(actor, name)
         with self._store("remove a runtime schedule"):
             removed = decode(self._remove(keys=self._write_keys, args=[schedule_id]))
         return removed.ok
@@ -445,7 +445,7 @@ class RuntimeSchedules:
           CronScheduleError: a bad actor or name.
           CronUnavailableError: Redis did not answer.
         """
-        schedule_id = _schedule_id(actor, name)
+        schedule_id = runtime_id(actor, name)
         with self._store("read a runtime schedule"):
             read = decode(self._read(keys=[self.keys.runtime], args=[schedule_id]))
         (text,) = read.payload
@@ -1006,7 +1006,7 @@ def split_id(schedule_id: object) -> tuple[str, str]:
             f"a runtime schedule's id is 'actor:name' (see list), got {shown(schedule_id)}"
             + (" (a declared schedule: change it in code)" if isinstance(schedule_id, str) and schedule_id else "")
         )
-    _schedule_id(actor, name)
+    runtime_id(actor, name)
     return actor, name
 
 
@@ -1265,7 +1265,8 @@ def _describe_actor(actor: object) -> str:
     return repr(getattr(actor, "actor_name", actor))
 
 
-def _schedule_id(actor: object, name: object) -> str:
+def runtime_id(actor: object, name: object) -> str:
+    """The id of ``actor``'s runtime schedule ``name`` (``actor:name``), checked."""
     actor_name = _actor_name(actor)
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise CronScheduleError(f"runtime schedule of {shown(actor_name)}: {NAME_RULE}, got {shown(name)}")
