@@ -7,11 +7,9 @@ candidate gets an :class:`InMemoryStore` on it (its own lease handle, as a
 process has its own :class:`~..lease.Lease`).  No thread, no socket: a
 leader can run on it in-process, on a fake clock.
 
-Faults are injected at the store boundary, per operation name (the
-protocol's method names): :meth:`MemoryServer.lose_reply` lets the next
-call run and then raises :class:`TimeoutError` (a lost reply),
-:meth:`MemoryServer.refuse` raises :class:`ConnectionRefusedError` before
-it runs (nothing written); :attr:`MemoryServer.replicas_acking` says how
+Every operation passes :meth:`MemoryServer.call` by name (the protocol's
+method names), where a test double injects faults (a lost reply, a
+refusal: tests/support/faults.py); :attr:`MemoryServer.replicas_acking` says how
 many replicas acknowledge writes now (a store that requires more raises
 :class:`~.durability.Unconfirmed` after its write ran).  Keys holding a foreign type are not modelled:
 the corrupt flags stay empty but for unusable batch records.
@@ -137,8 +135,6 @@ class MemoryServer:
         #: durability.py's ``Ack``); None: unknown.
         self.address: tuple[str, int] | None = None
         self.flushall()
-        self._lose: dict[str, int] = {}
-        self._refuse: dict[str, int] = {}
         self._connections = 0
 
     def flushall(self) -> None:
@@ -185,26 +181,11 @@ class MemoryServer:
         #: The operators' record of writes lacking replicas (keys.replicas).
         self.replicas_report: dict[str, Any] | None = None
 
-    # -- faults ----------------------------------------------------------------
-
-    def lose_reply(self, operation: str, times: int = 1) -> None:
-        """The next ``times`` calls of ``operation`` run, then raise TimeoutError."""
-        self._lose[operation] = self._lose.get(operation, 0) + times
-
-    def refuse(self, operation: str, times: int = 1) -> None:
-        """The next ``times`` calls of ``operation`` raise ConnectionRefusedError
-        without running."""
-        self._refuse[operation] = self._refuse.get(operation, 0) + times
-
-    def _call(self, operation: str, run: Callable[[], object]) -> object:
-        if self._refuse.get(operation, 0) > 0:
-            self._refuse[operation] -= 1
-            raise ConnectionRefusedError(f"memory store refused {operation} (injected)")
-        result = run()
-        if self._lose.get(operation, 0) > 0:
-            self._lose[operation] -= 1
-            raise TimeoutError(f"memory store lost the reply of {operation} (injected)")
-        return result
+    def call(self, operation: str, run: Callable[[], object]) -> object:
+        """Run one operation of the protocol (named by its method): the one
+        place every call passes, where a test double injects faults
+        (tests/support/faults.py)."""
+        return run()
 
     # -- state as the scripts see it ------------------------------------------
 
@@ -369,7 +350,7 @@ class _MemoryLease:
             self.clock.observe(server_ms, sent, self.clock.monotonic())
             return value
 
-        return self.server._call(operation, observed)
+        return self.server.call(operation, observed)
 
     def _seen(self, now: int) -> None:
         s = self.server
@@ -466,7 +447,7 @@ class _MemoryLease:
             s.wakes[""] = (count + min(max(seen, 1), 64), now + self.ttl_ms)
             return True
 
-        return bool(self.server._call("release", run))
+        return bool(self.server.call("release", run))
 
     def forget(self) -> None:
         self.token = None
@@ -479,7 +460,7 @@ class _MemoryLease:
             self.server.delete_lease()
             return True
 
-        return bool(self.server._call("depose", run))
+        return bool(self.server.call("depose", run))
 
     def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
         def run() -> None:
@@ -496,10 +477,10 @@ class _MemoryLease:
                 since=since,
             )
 
-        self.server._call("report_replicas", run)
+        self.server.call("report_replicas", run)
 
     def depose_if_gone(self) -> bool:
-        lease = self.server._call("depose_if_gone", self.server.lease_fields)
+        lease = self.server.call("depose_if_gone", self.server.lease_fields)
         assert lease is None or isinstance(lease, dict)
         if lease is None or not lease["token"] or not lease["conn"] or lease["conn"] in self.server.connections:
             return False
@@ -523,7 +504,7 @@ class _MemoryLease:
                 return pop()
             return False
 
-        return bool(self.server._call("wait_for_release", run))
+        return bool(self.server.call("wait_for_release", run))
 
     def wait_for_push(self, key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
         def pop() -> str | None:
@@ -544,7 +525,7 @@ class _MemoryLease:
                 popped = pop()
             return popped
 
-        popped = self.server._call("wait_for_push", run)
+        popped = self.server.call("wait_for_push", run)
         assert popped is None or isinstance(popped, str)
         return popped
 
@@ -554,7 +535,7 @@ class _MemoryLease:
             count, expires = self.server.wakes.get(self.candidate_id, (0, 0))
             self.server.wakes[self.candidate_id] = ((count if expires >= now else 0) + 1, now + self.ttl_ms)
 
-        self.server._call("wake_self", run)
+        self.server.call("wake_self", run)
 
     def hand_over_commands(self) -> list[tuple[Any, ...]]:
         """None: a hand-over at shutdown needs a Redis connection."""
@@ -563,10 +544,10 @@ class _MemoryLease:
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         if self.fingerprint:
             sets, text = self.server.candidate_sets, json.dumps(shapes, sort_keys=True)
-            self.server._call("publish_schedule_set", lambda: sets.setdefault(self.fingerprint, text))
+            self.server.call("publish_schedule_set", lambda: sets.setdefault(self.fingerprint, text))
 
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
-        values = self.server._call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])
+        values = self.server.call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])
         assert isinstance(values, list)
         return {fingerprint: parse_schedule_set(value) for fingerprint, value in zip(fingerprints, values, strict=True)}
 
@@ -575,7 +556,7 @@ class _MemoryLease:
             for fingerprint in [f for f in self.server.candidate_sets if f not in keep]:
                 del self.server.candidate_sets[fingerprint]
 
-        self.server._call("prune_schedule_sets", run)
+        self.server.call("prune_schedule_sets", run)
 
 
 class _MemoryLedger:
@@ -601,7 +582,7 @@ class _MemoryLedger:
                 raise NotLeader()
             return run(now)
 
-        return self.server._call(operation, observed)
+        return self.server.call(operation, observed)
 
     def sync(
         self,
@@ -681,7 +662,7 @@ class _MemoryLedger:
                     s.shapes.setdefault(sid, shape)
             return created
 
-        return int(str(self.server._call("register", run)))
+        return int(str(self.server.call("register", run)))
 
     def claim(
         self,
@@ -776,7 +757,7 @@ class _MemoryLedger:
             s.batches[batch_id] = (",".join(str(int(r)) for r in results), now + BATCH_RECORD_MS)
             return ClaimReply(results, now, flags)
 
-        reply = self.server._call("claim", run)
+        reply = self.server.call("claim", run)
         assert isinstance(reply, ClaimReply)
         self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return reply
@@ -822,7 +803,7 @@ class _MemoryLedger:
             s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
             return Settled(results, record_corrupt=True)
 
-        settled = self.server._call("settle", run)
+        settled = self.server.call("settle", run)
         assert isinstance(settled, Settled)
         self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return settled
@@ -836,13 +817,13 @@ class _MemoryRuntime:
         self.history_length = history_length
 
     def version(self) -> int:
-        return int(str(self.server._call("version", lambda: self.server.runtime_version)))
+        return int(str(self.server.call("version", lambda: self.server.runtime_version)))
 
     def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
         def run() -> tuple[int, dict[str, BoundSchedule]]:
             return self.server.runtime_version, dict(self.server.runtime)
 
-        loaded = self.server._call("load_all", run)
+        loaded = self.server.call("load_all", run)
         assert isinstance(loaded, tuple)
         return loaded
 
@@ -854,7 +835,7 @@ class _MemoryRuntime:
             changed = sorted((v, sid) for sid, v in s.runtime_changes.items() if v > version)
             return s.runtime_version, {sid: s.runtime.get(sid) for _, sid in changed}
 
-        changes = self.server._call("changes_since", run)
+        changes = self.server.call("changes_since", run)
         assert isinstance(changes, tuple)
         return changes
 
@@ -871,7 +852,7 @@ class _MemoryRuntime:
                 out.append(stale)
             return out
 
-        dropped = self.server._call("drop_stale", run)
+        dropped = self.server.call("drop_stale", run)
         assert isinstance(dropped, list)
         return dropped
 
@@ -888,7 +869,7 @@ class _MemoryRuntime:
                 out.append(schedule.id)
             return out
 
-        retired = self.server._call("retire", run)
+        retired = self.server.call("retire", run)
         assert isinstance(retired, list)
         return retired
 
@@ -1037,7 +1018,7 @@ class MemoryRuns:
             del server.run_events[: max(len(server.run_events) - self.events_length, 0)]
             return True
 
-        return bool(self.server._call("record_run", run))
+        return bool(self.server.call("record_run", run))
 
     def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead:
         def run() -> HealthRead:
@@ -1057,7 +1038,7 @@ class MemoryRuns:
                 now_ms=now, cursor=cursor, events=events, due=due, facts=facts, next_deadline_ms=later, alive=alive
             )
 
-        return self.server._call("read_health", run)  # type: ignore[return-value]
+        return self.server.call("read_health", run)  # type: ignore[return-value]
 
     def write_health(self, token: str, write: HealthWrite) -> bool:
         def run() -> bool:
@@ -1083,7 +1064,7 @@ class MemoryRuns:
                 del outbox[: max(len(outbox) - ALERTS_CAP, 0)]
             return True
 
-        return bool(self.server._call("write_health", run))
+        return bool(self.server.call("write_health", run))
 
     def wait_for_event(self, cursor: str, timeout_ms: int) -> bool:
         """Whether an event after ``cursor`` exists (no waiting: the clock is
@@ -1100,7 +1081,7 @@ class MemoryRuns:
                 del server.runs_alive[member]
 
         if members:
-            self.server._call("keep_alive", run)
+            self.server.call("keep_alive", run)
 
     def alerts(self, limit: int, *, outbox: str) -> list[str]:
         return list(self.server.alerts[outbox][:limit])
