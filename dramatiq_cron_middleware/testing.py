@@ -14,10 +14,13 @@ queue) on the in-memory store, turned by hand on the fake clock, so the
 messages carry the same ``cron_tick`` option, arguments, options and
 deterministic message ids a real leader would send, and a leaderless gap
 (``advance(..., leading=False)``) is caught up by the schedules' catch-up
-policy.  Runtime schedules added while it is attached (``cron.add``,
-``cron.remove``, ``cron.list``, ``cron.runtime``) are written to
-that store and fire like declared ones, from the fake time of their
-``add``; a replacement or removal takes effect as on Redis.  No thread is
+policy.  While it is attached, the middleware's Python API goes to the
+operator service (service.py) on that store, as it goes to Redis
+otherwise: runtime schedules (``cron.add``, ``cron.remove``, ``cron.list``,
+``cron.runtime``) fire like declared ones, from the fake time of their
+``add``, a replacement or removal takes effect as on Redis, and
+``cron.pause`` (also ``until=``), ``resume``, ``trigger`` and ``backfill``
+act on the simulated store.  No thread is
 started and no Redis is needed.  ``overlap="skip"`` is not simulated (no
 worker reports a finished message back: every tick of such a schedule
 fires).
@@ -168,8 +171,7 @@ class CronSimulator:
         self.broker = broker
         self.middleware = cron_middleware_of(broker)
         self._now = _ms(now, "now")
-        #: The store the simulated leader runs on (Redis, in memory): pause a
-        #: schedule with ``server.paused.add(schedule_id)``.
+        #: The store the simulated leader runs on (Redis, in memory).
         self.server = MemoryServer(now_ms=lambda: self._now)
         middleware = self.middleware
         #: The runtime schedules of the simulation, in memory.
