@@ -822,7 +822,7 @@ class CronMiddleware(Middleware):
             attach a CronSimulator), or no actor was declared on the
             middleware's broker yet.
         """
-        return self.service.runtime
+        return cast(RuntimeSchedules, self.service.runtime)  # in memory: a subclass
 
     @property
     def service(self) -> Cron:

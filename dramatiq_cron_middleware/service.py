@@ -26,10 +26,10 @@ from .monitoring.records import RunRecord, parse_run
 from .ops.backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
 from .ops.control import pause_expiry
 from .schedules.schedule import BoundSchedule, Schedule
-from .store.abc import OperatorStore
+from .store.abc import OperatorStore, RuntimeDefinitions
 from .store.connection import credentials_refused, redact
 from .store.operator import HistoryEntry, HistoryPage
-from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, describe_changes, split_id
+from .store.runtime import RuntimePage, RuntimeSchedule, describe_changes, split_id
 from .targets import Target, UnknownTarget, resolve_target
 
 __all__ = ["Cron"]
@@ -51,7 +51,7 @@ class Cron:
         self,
         *,
         store: OperatorStore,
-        runtime: RuntimeSchedules,
+        runtime: RuntimeDefinitions,
         declared: Callable[[], builtins.list[BoundSchedule]],
         broker: Callable[[], Broker],
         prefix: str,

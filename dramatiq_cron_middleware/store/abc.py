@@ -48,8 +48,18 @@ from .lease import Acquired, Held, Renewed
 from .ledger import Claim, ClaimReply, Settled, SyncEntry, SyncReply
 from .operator import Candidate, HistoryEntry, HistoryPage, LastDecision, LeaderInfo
 from .runs import HealthRead, HealthWrite
+from .runtime import RuntimePage, RuntimeSchedule
 
-__all__ = ["LeaseStore", "LedgerStore", "OperatorStore", "RunStore", "RuntimeReads", "Settled", "Store"]
+__all__ = [
+    "LeaseStore",
+    "LedgerStore",
+    "OperatorStore",
+    "RunStore",
+    "RuntimeDefinitions",
+    "RuntimeReads",
+    "Settled",
+    "Store",
+]
 
 
 class LeaseStore(Protocol):
@@ -428,3 +438,35 @@ class OperatorStore(Protocol):
         self, schedule_id: str, *, token: str, sent: Sequence[tuple[int, str]], unsent: Sequence[int]
     ) -> None:
         """Record ``sent`` as backfilled, release ``unsent``."""
+
+
+class RuntimeDefinitions(Protocol):
+    """The runtime schedule definitions as operators write and read them
+    (``runtime.RuntimeSchedules``, ``in_memory.MemoryRuntimeSchedules``),
+    checked by one rule book (``bind_schedule``) on either store.
+
+    Guarantees (the contract suite checks them): a write stores the whole
+    definition with a new revision, or nothing; ``add_many(replace=False)``
+    refuses a stored name; ``update`` keeps every option it is not given;
+    a removal is final for its revision; ``list`` pages in id order.
+    """
+
+    def get(self, actor: object, name: str) -> RuntimeSchedule | None:
+        """The stored schedule ``actor:name``, or None."""
+
+    def add_many(self, items: Iterable[tuple[object, Any, str]], *, replace: bool = True) -> list[RuntimeSchedule]:
+        """Store ``(actor, schedule, name)`` each, all checked first."""
+
+    def update(self, schedule_id: str, changes: dict[str, Any]) -> tuple[RuntimeSchedule, RuntimeSchedule]:
+        """Change some options; ``(before, after)``."""
+
+    def remove(self, actor: object, name: str) -> bool:
+        """Remove one; False when there was none."""
+
+    def list(
+        self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> RuntimePage:
+        """A page in id order."""
+
+    def count_by_actor(self) -> dict[str, int]:
+        """How many each actor has."""

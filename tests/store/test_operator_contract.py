@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.errors import CronScheduleError
 from dramatiq_cron_middleware.monitoring.records import parse_run
 from dramatiq_cron_middleware.store.lease import Acquired
 from tests.support.redis_server import RedisServer
@@ -153,3 +155,28 @@ def test_a_backfill_of_a_replaced_runtime_schedule_is_refused_whole(harness: Sto
     harness.add_runtime("job", "*/2 * * * *", "r")
     ok, _, results = store.claim_backfill(stored.id, bound_ms=None, revision=stored.revision, ticks=[1], token="a")
     assert not ok and results == []
+
+
+def test_runtime_definitions_are_written_whole_updated_in_part_and_removed(harness: StoreHarness) -> None:
+    store = harness.definitions()
+    [first] = store.add_many([("job", Schedule("0 9 * * *", kwargs={"t": 1}, description="d"), "r")])
+    assert (first.id, first.revision) == ("job:r", 1)
+    with pytest.raises(CronScheduleError, match="already"):
+        store.add_many([("job", "0 10 * * *", "r")], replace=False)
+    before, after = store.update("job:r", {"expression": "0 10 * * *"})
+    assert before.schedule.expression == "0 9 * * *" and after.revision == 2
+    assert (after.schedule.expression, after.schedule.kwargs, after.schedule.description) == (
+        "0 10 * * *",
+        {"t": 1},
+        "d",
+    )
+    got = store.get("job", "r")
+    assert got is not None and got.schedule == after.schedule
+    store.add_many([("job", "0 9 * * *", n) for n in ("a", "b", "c")] + [("other", "0 9 * * *", "z")])
+    page = store.list(actor="job", limit=2)
+    assert [r.name for r in page.items] == ["a", "b"] and page.total == 4 and page.cursor == "job:b"
+    assert [r.name for r in store.list(actor="job", cursor=page.cursor).items] == ["c", "r"]
+    assert [r.id for r in store.list(search="Z").items] == ["other:z"]
+    assert store.count_by_actor() == {"job": 4, "other": 1}
+    assert store.remove("job", "r") and not store.remove("job", "r")
+    assert store.get("job", "r") is None

@@ -21,11 +21,11 @@ from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.monitoring.read import read_runs
 from dramatiq_cron_middleware.monitoring.records import RunRecord, parse_run
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_schedule
-from dramatiq_cron_middleware.store.abc import OperatorStore, RunStore, Store
+from dramatiq_cron_middleware.store.abc import OperatorStore, RunStore, RuntimeDefinitions, Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability
-from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns
+from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
@@ -81,6 +81,10 @@ def runtime_schedule(actor: str, expression: str | Schedule, name: str) -> Bound
         catch_up_window=300_000,
         source="runtime",
     )
+
+
+def _any_actor(actor: object) -> ActorInfo:
+    return ActorInfo(actor_name=str(actor), queue_name="default")
 
 
 class StoreHarness:
@@ -155,6 +159,10 @@ class StoreHarness:
 
     def operator(self, *, history_length: int = 10_000) -> OperatorStore:
         """The store's operator half."""
+        raise NotImplementedError
+
+    def definitions(self) -> RuntimeDefinitions:
+        """The runtime definitions as operators write them (any actor name is declared)."""
         raise NotImplementedError
 
     def runs(self, schedule_id: str) -> list[RunRecord]:
@@ -243,6 +251,11 @@ class MemoryHarness(StoreHarness):
     def operator(self, *, history_length: int = 10_000) -> OperatorStore:
         return MemoryOperator(self.server, history_length=history_length, prefix=PREFIX)
 
+    def definitions(self) -> RuntimeDefinitions:
+        if not hasattr(self, "_definitions"):
+            self._definitions = MemoryRuntimeSchedules(self.server, resolve_actor=_any_actor)
+        return self._definitions
+
     def runs(self, schedule_id: str) -> list[RunRecord]:
         found = (parse_run(schedule_id, text) for text in MemoryRuns(self.server).runs_of(schedule_id))
         return [run for run in found if run is not None]
@@ -302,9 +315,7 @@ class RedisHarness(StoreHarness):
             time.sleep(0.02)
 
     def _runtime(self) -> RuntimeSchedules:
-        return RuntimeSchedules(
-            self.client, self.keys, resolve_actor=lambda actor: ActorInfo(actor_name=str(actor), queue_name="default")
-        )
+        return RuntimeSchedules(self.client, self.keys, resolve_actor=_any_actor)
 
     def now_ms(self) -> int:
         seconds, micros = self.client.time()
@@ -371,6 +382,9 @@ class RedisHarness(StoreHarness):
 
     def operator(self, *, history_length: int = 10_000) -> OperatorStore:
         return RedisOperator(client=self.client, keys=self.keys, history_length=history_length)
+
+    def definitions(self) -> RuntimeDefinitions:
+        return self._runtime()
 
     def runs(self, schedule_id: str) -> list[RunRecord]:
         client, _ = scheduler_clients(self.url, op_timeout_ms=1000, block_timeout_ms=0)
