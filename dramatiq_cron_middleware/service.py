@@ -19,8 +19,9 @@ from typing import Any
 
 import redis
 from dramatiq import Broker
+from dramatiq.brokers.stub import StubBroker
 
-from .audit import Action, AuditLog, Changed, Triggered, check_who
+from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .monitoring.records import RunRecord, parse_run
 from .ops.backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
@@ -45,6 +46,9 @@ class Cron:
       broker: The app's broker (called when a message is enqueued).
       prefix: The scheduler's key prefix (message ids derive from it).
       where: The store, as errors name it.
+      in_process: Whether a ``StubBroker``'s messages reach a worker here
+        (a simulator's broker); otherwise a trigger on one is refused, its
+        message would only live in this process.  Defaults to False.
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class Cron:
         broker: Callable[[], Broker],
         prefix: str,
         where: str = "Redis",
+        in_process: bool = False,
     ) -> None:
         self.store = store
         self.runtime = runtime
@@ -63,6 +68,7 @@ class Cron:
         self.broker = broker
         self.prefix = prefix
         self.where = where
+        self.in_process = in_process
         self.audit = AuditLog(store=store)
 
     @contextmanager
@@ -245,8 +251,13 @@ class Cron:
         target = target or self.target(schedule_id)
         if target.schedule is None:
             raise CronScheduleError(f"a trigger takes one schedule, got {target}")
+        broker = self.broker()
+        if isinstance(broker, StubBroker) and not self.in_process:
+            raise TriggerRefused(
+                "the app's broker is a StubBroker: a triggered message would only live in this process"
+            )
         with self.errors():
-            return self.audit.trigger(self.broker(), target.schedule, prefix=self.prefix, who=who)
+            return self.audit.trigger(broker, target.schedule, prefix=self.prefix, who=who)
 
     # -- backfill ----------------------------------------------------------------------
 

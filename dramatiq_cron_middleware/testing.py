@@ -192,6 +192,7 @@ class CronSimulator:
             broker=lambda: broker,
             prefix=middleware.prefix,
             where="the simulator's store",
+            in_process=True,
         )
         middleware.attach_simulator(self)
         #: Every message enqueued so far, in order.

@@ -269,3 +269,17 @@ def test_an_update_never_undoes_a_write_that_came_between_its_read_and_its_write
     assert updating.raced
     assert (after.schedule.kwargs, after.schedule.jitter, after.revision) == ({"tenant": 2}, 5000, 3)
     assert before.schedule.kwargs == {"tenant": 2}  # what the retry read
+
+
+def test_a_trigger_on_a_stub_broker_outside_a_simulator_is_refused(redis_server: RedisServer) -> None:
+    """With Redis configured but a StubBroker (a script that loads the app),
+    a triggered message would only live in this process: refused, nothing
+    recorded; the simulator's broker is the one whose workers get it."""
+    broker = StubBroker()
+    cron = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(cron)
+    dramatiq.actor(lambda: None, actor_name="job", broker=broker, cron="0 9 * * *")
+    with pytest.raises(CronScheduleError, match="StubBroker"):
+        cron.trigger("job")
+    assert cron.service.history(limit=10) == [] and broker.queues["default"].qsize() == 0
+    broker.close()
