@@ -19,20 +19,17 @@ import enum
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any
 
 import redis
 from dramatiq import Broker
-from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 
 from .errors import CronScheduleError
 from .schedules.outcome import Outcome
 from .schedules.planner import message_for
 from .schedules.schedule import BoundSchedule
-from .store.codes import decode, load_script
+from .store.abc import OperatorStore
 from .store.connection import redact
-from .store.keys import Keys
 
 __all__ = ["Action", "AuditLog", "Changed", "TriggerRefused", "Triggered", "check_who", "log_actions"]
 
@@ -83,6 +80,8 @@ class Changed:
     paused: bool
     changed: bool
     at_ms: int
+    #: When a pause ends (epoch ms; None: until resumed, or a resume).
+    until_ms: int | None = None
 
     @property
     def at(self) -> dt.datetime:
@@ -122,22 +121,15 @@ def log_actions(logger: logging.Logger, action: Action, who: str, entries: Seque
 
 
 class AuditLog:
-    """Operator actions on one scheduler's Redis, each recorded and logged.
+    """Operator actions on one scheduler's store, each recorded and logged.
 
     Parameters:
-      client(redis.Redis): A client with short timeouts and
-        ``decode_responses=True``.
-      keys(Keys): The scheduler's key names.
-      history_length(int): Approximate cap of the history stream.
-        Defaults to 10000.
+      store(OperatorStore): The store's operator half (Redis or memory).
     """
 
-    def __init__(self, *, client: redis.Redis, keys: Keys, history_length: int = 10_000) -> None:
+    def __init__(self, *, store: OperatorStore) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
-        self.client = client
-        self.keys = keys
-        self.history_length = history_length
-        self._script = load_script(client, "audit")
+        self.store = store
 
     def record(
         self,
@@ -151,27 +143,14 @@ class AuditLog:
         """Record ``action`` by ``who`` on each ``(schedule id, what
         changed)`` of ``entries`` in the history, and log it at INFO (one
         line per entry, or one summary line for more than ten); returns the
-        server time of the record.
+        store's time of the record.
 
         Raises:
           CronScheduleError: a bad ``who``.
-          redis.RedisError: the record could not be written.
         """
         check_who(who)
         log_actions(self.logger, action, who, entries)
-        now = 0
-        tick = "" if tick_ms is None else str(tick_ms)
-        for first in range(0, len(entries), 500):
-            args: list[Any] = [self.history_length, who]
-            for schedule_id, detail in entries[first : first + 500]:
-                args += [schedule_id, tick, action.value, detail, message_id]
-            now = decode(self._script(keys=[self.keys.history, self.keys.lease], args=args)).server_ms
-        return now
-
-    def server_ms(self) -> int:
-        """Redis server time in epoch milliseconds."""
-        seconds, micros = self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return self.store.record(action.value, who=who, entries=entries, tick_ms=tick_ms, message_id=message_id)
 
     def pause(self, member: str, *, who: str, until_ms: int | None = None) -> Changed:
         """Add ``member`` (a schedule id or ``<actor>:*``) to the paused set;
@@ -180,28 +159,16 @@ class AuditLog:
         leader's claim ends the pause then; without, it lasts until resumed
         (a pause given again takes the new end, or none)."""
         check_who(who)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.sadd(self.keys.paused, member)
-        pipe.hget(self.keys.paused_until, member)
-        if until_ms is None:
-            pipe.hdel(self.keys.paused_until, member)
-        else:
-            pipe.hset(self.keys.paused_until, member, str(until_ms))
-        added, previous_end = pipe.execute()[:2]
-        end = None if until_ms is None else str(until_ms)
-        changed = bool(added) or (previous_end if previous_end is None else str(previous_end)) != end
+        changed = self.store.set_pause(member, until_ms)
         detail = "" if until_ms is None else f"until {_iso(until_ms)}"
-        at = self.record(Action.PAUSE, who=who, entries=[(member, detail)]) if changed else self.server_ms()
-        return Changed(target=member, paused=True, changed=changed, at_ms=at)
+        at = self.record(Action.PAUSE, who=who, entries=[(member, detail)]) if changed else self.store.server_ms()
+        return Changed(target=member, paused=True, changed=changed, at_ms=at, until_ms=until_ms)
 
     def resume(self, member: str, *, who: str) -> Changed:
         """Undo :meth:`pause` of the same member."""
         check_who(who)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.srem(self.keys.paused, member)
-        pipe.hdel(self.keys.paused_until, member)
-        changed = bool(pipe.execute()[0])
-        at = self.record(Action.RESUME, who=who, entries=[(member, "")]) if changed else self.server_ms()
+        changed = self.store.clear_pause(member)
+        at = self.record(Action.RESUME, who=who, entries=[(member, "")]) if changed else self.store.server_ms()
         return Changed(target=member, paused=False, changed=changed, at_ms=at)
 
     def trigger(self, broker: Broker, schedule: BoundSchedule, *, prefix: str, who: str) -> Triggered:
@@ -210,20 +177,15 @@ class AuditLog:
         schedule fires as before.
 
         Raises:
-          TriggerRefused: the broker is a ``StubBroker`` (the message would
-            only live in this process), or the enqueue failed for a reason
-            other than Redis (a ``redis.RedisError`` propagates).
+          TriggerRefused: the enqueue failed for a reason other than the
+            store (whose errors propagate).
         """
         check_who(who)
-        if isinstance(broker, StubBroker):
-            raise TriggerRefused(
-                "the app's broker is a StubBroker: a triggered message would only live in this process"
-            )
-        tick = self.server_ms()
+        tick = self.store.server_ms()
         message = message_for(schedule, tick, prefix=prefix, manual=True, timestamp_ms=tick)
         try:
             broker.enqueue(message)
-        except redis.RedisError:
+        except (redis.RedisError, OSError):
             raise
         except Exception as exc:
             detail = redact(f"{type(exc).__name__}: {exc}")

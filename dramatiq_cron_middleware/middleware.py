@@ -8,9 +8,7 @@ import datetime as dt
 import os
 import socket
 import threading
-import warnings
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import dramatiq
@@ -22,9 +20,9 @@ from dramatiq.middleware import TimeLimit
 from redis import Redis
 from redis.sentinel import SentinelConnectionPool
 
-from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
+from .audit import Changed, Triggered
 from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
-from .errors import CronBootError, CronConfigurationError, CronError, CronScheduleError, CronUnavailableError, shown
+from .errors import CronBootError, CronConfigurationError, CronScheduleError, shown
 from .leader.candidates import fingerprint
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import LeaderObserver, LeaderThread
@@ -50,16 +48,15 @@ from .schedules.schedule import (
     actor_signature,
     schedules_for_actor,
 )
+from .service import Cron
 from .shutdown import HandOver, dedicated_connection, install, register
 from .store.boundary import BrokerBoundary, boundary_for
 from .store.clock import ServerClock
 from .store.connection import (
     ENV_URL,
     close_clients,
-    credentials_refused,
     describe,
     presence_client,
-    redact,
     same_server,
     scheduler_clients,
     sentinels_of,
@@ -69,6 +66,7 @@ from .store.durability import Durability, SentinelQuorum, required_replicas
 from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
+from .store.operator import RedisOperator
 from .store.redis_store import RedisStore
 from .store.runs import RedisRuns
 from .store.runtime import (
@@ -76,14 +74,11 @@ from .store.runtime import (
     RuntimePage,
     RuntimeSchedule,
     RuntimeSchedules,
-    describe_changes,
-    split_id,
 )
 from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
-from .targets import Target, resolve_target
 
-if TYPE_CHECKING:  # ops sits above the middleware: imported where used
+if TYPE_CHECKING:
     from .ops.backfill import BackfillPlan, BackfillReport
 
 __all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
@@ -251,11 +246,10 @@ class CronMiddleware(Middleware):
         self._owned: list[Redis] = []
         self._owned_by_workers: list[Redis] = []
         self._broker: Broker | None = None  # runtime schedules check actors against it
-        self._runtime: RuntimeSchedules | None = None
+        self._cron: Cron | None = None  # the operator service, built at first use
         # Not the start lock: a web request asking for the runtime schedules
         # need not wait for a leader thread starting.
         self._runtime_lock = threading.Lock()
-        self._audit: AuditLog | None = None
 
     # -- the configuration, read-only -----------------------------------------
 
@@ -335,8 +329,10 @@ class CronMiddleware(Middleware):
     def attach_simulator(self, simulator: Any) -> None:
         """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
         keep the runtime schedules (workers then start no leader thread and
-        need no Redis), or no simulator again (None)."""
+        need no Redis), or no simulator again (None); the Python API then
+        goes to its service (on its memory store)."""
         self._simulator = simulator
+        self.use_service(None if simulator is None else simulator.cron)
 
     def observe_leader(self, observer: LeaderObserver | None) -> None:
         """Tell ``observer`` what the leader thread started from now on does
@@ -817,46 +813,66 @@ class CronMiddleware(Middleware):
 
     @property
     def runtime(self) -> RuntimeSchedules:
-        """The runtime schedules in this scheduler's Redis, for the full API
-        (``add_many``, ``get``, ``list``, and what the leader reads); while a
-        ``testing.CronSimulator`` is attached, the simulator's (in memory).
+        """The runtime schedules in this scheduler's store, for the full API
+        (``add_many``, ``get``, ``list``, and what the leader reads): the
+        service's (:attr:`service`).
 
         Raises:
           CronConfigurationError: no Redis is configured (on a StubBroker:
             attach a CronSimulator), or no actor was declared on the
             middleware's broker yet.
         """
-        if self._simulator is not None:
-            # The simulator's in-memory store answers the same calls.
-            return cast(RuntimeSchedules, self._simulator.runtime)
-        with self._runtime_lock:
-            if self._runtime is None:
-                broker = self._broker
-                if broker is None:
-                    raise CronConfigurationError(
-                        "CronMiddleware: runtime schedules need the broker: add the middleware to it and declare "
-                        "actors (import their modules) first"
-                    )
-                if self._stub_without_redis(broker):
-                    raise CronConfigurationError(
-                        "CronMiddleware: runtime schedules need Redis, and the broker is a StubBroker with none "
-                        "configured: in tests, attach a dramatiq_cron_middleware.testing.CronSimulator to the "
-                        f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
-                        f"{ENV_URL}"
-                    )
-                client, _ = self._own(
-                    scheduler_clients(
-                        self.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
-                    )
-                )
-                self._runtime = self._runtime_store(client, broker)
-            return self._runtime
+        return cast(RuntimeSchedules, self.service.runtime)  # in memory: a subclass
 
-    # -- the Python API: runtime schedules, pause, resume, trigger --------------
+    @property
+    def service(self) -> Cron:
+        """The operator service (service.py) every action below delegates
+        to: built at first use on this scheduler's Redis, or the one a
+        ``testing.CronSimulator`` attached (on its memory store).
+
+        Raises:
+          CronConfigurationError: as :attr:`runtime`.
+        """
+        with self._runtime_lock:
+            if self._cron is None:
+                self._cron = self._redis_service()
+            return self._cron
+
+    def use_service(self, service: Cron | None) -> None:
+        """Delegate the Python API to ``service`` (a simulator's), or with
+        None to this scheduler's Redis again."""
+        self._cron = service
+
+    def _redis_service(self) -> Cron:
+        broker = self._broker
+        if broker is None:
+            raise CronConfigurationError(
+                "CronMiddleware: runtime schedules need the broker: add the middleware to it and declare "
+                "actors (import their modules) first"
+            )
+        if self._stub_without_redis(broker):
+            raise CronConfigurationError(
+                "CronMiddleware: runtime schedules need Redis, and the broker is a StubBroker with none "
+                "configured: in tests, attach a dramatiq_cron_middleware.testing.CronSimulator to the "
+                f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
+                f"{ENV_URL}"
+            )
+        source = self.redis_source(broker)
+        client, _ = self._own(scheduler_clients(source, op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0))
+        store = RedisOperator(client=client, keys=self.keys, history_length=self.history_length)
+        return Cron(
+            store=store,
+            runtime=self._runtime_store(client, broker),
+            declared=self.all_schedules,
+            broker=self._known_broker,
+            prefix=self.prefix,
+            where=describe(client),
+        )
+
+    # -- the Python API: runtime schedules, pause, resume, trigger, backfill -------
     #
-    # Every change is recorded in the history as done by ``who`` (the audit
-    # trail, audit.py) and logged at INFO here.  The ``dramatiq-cron``
-    # command calls these with who="cli", the dashboard with its user.
+    # One line each over the service (service.py): every change is recorded
+    # in the history as done by ``who`` (the audit trail, audit.py).
 
     def get(self, schedule_id: str) -> RuntimeSchedule | None:
         """The runtime schedule with this id (``actor:name``), or None.
@@ -865,8 +881,7 @@ class CronMiddleware(Middleware):
           CronScheduleError: not a runtime schedule's id.
           CronUnavailableError: Redis did not answer.
         """
-        actor, name = split_id(schedule_id)
-        return self.runtime.get(actor, name)
+        return self.service.get(schedule_id)
 
     def add(
         self,
@@ -911,21 +926,7 @@ class CronMiddleware(Middleware):
           CronScheduleError: a bad value, named.
           CronUnavailableError: Redis did not answer (nothing half-written).
         """
-        if at is not None or schedule is None:
-            if schedule is not None:
-                raise CronScheduleError(
-                    f"runtime schedule {name!r}: give a schedule or at=, not both (got {schedule!r} and at={at!r})"
-                )
-            if at is None:
-                raise CronScheduleError(f"runtime schedule {name!r}: give a schedule (an expression) or at=")
-            schedule = Schedule(at=at, description=description)
-        elif description is not None:
-            if not isinstance(schedule, str):
-                raise CronScheduleError(
-                    f"runtime schedule {name!r}: give description= inside the Schedule, not beside it"
-                )
-            schedule = Schedule(schedule, description=description)
-        return self.add_many([(actor, schedule, name)], replace=replace, who=who)[0]
+        return self.service.add(actor, schedule, name=name, at=at, description=description, replace=replace, who=who)
 
     def add_many(
         self, items: Iterable[tuple[Any, str | Schedule, str]], *, replace: bool = True, who: str = "api"
@@ -934,10 +935,7 @@ class CronMiddleware(Middleware):
         ``(actor, schedule, name)`` each, as :meth:`add`; every item is
         checked before anything is written.  See
         :meth:`RuntimeSchedules.add_many`."""
-        check_who(who)
-        stored = self.runtime.add_many(items, replace=replace)
-        self._record(Action.ADD, who, [(s.id, _added_detail(s)) for s in stored])
-        return stored
+        return self.service.add_many(items, replace=replace, who=who)
 
     def update(self, schedule_id: str, *, who: str = "api", **changes: Any) -> RuntimeSchedule:
         """Change some options of a runtime schedule and keep the others
@@ -951,10 +949,7 @@ class CronMiddleware(Middleware):
             (named); nothing is written.
           CronUnavailableError: Redis did not answer.
         """
-        check_who(who)
-        before, after = self.runtime.update(schedule_id, changes)
-        self._record(Action.UPDATE, who, [(after.id, describe_changes(before, after))])
-        return after
+        return self.service.update(schedule_id, who=who, **changes)
 
     def backfill(
         self,
@@ -993,31 +988,9 @@ class CronMiddleware(Middleware):
           CronScheduleError: an unknown target, a reversed range, a start
             after Redis's time, or too many ticks, named.
         """
-        from .ops.backfill import Backfill, instant_ms
-        from .ops.control import Control
-
-        if self._simulator is not None:
-            raise CronConfigurationError(
-                "CronMiddleware: backfill acts on Redis; under a CronSimulator advance its clock instead"
-            )
-        resolved = self._target(target, None, resuming=False)
-        runtime = self.runtime
-        control = Control(client=runtime.client, keys=self.keys, history_length=self.history_length)
-        if resolved.schedule is None:
-            raise CronScheduleError(f"backfill takes one schedule, got {resolved}")
-        backfill = Backfill(control, prefix=self.prefix)
-        plan = backfill.plan(
-            resolved.schedule,
-            start_ms=instant_ms(start, what=f"backfill of {resolved} start"),
-            end_ms=instant_ms(end, what=f"backfill of {resolved} end"),
-            include_fired=include_fired,
-            max_ticks=max_ticks,
+        return self.service.backfill(
+            target, start=start, end=end, include_fired=include_fired, dry_run=dry_run, max_ticks=max_ticks
         )
-        if dry_run:
-            return backfill.listed(plan)
-        broker = self._broker
-        assert broker is not None  # self.runtime needed it
-        return backfill.run(broker, plan)
 
     def remove(self, actor: Any, name: str | None = None, *, who: str = "api") -> bool:
         """Remove a runtime schedule, by id (``remove("report:tenant-42")``)
@@ -1031,13 +1004,7 @@ class CronMiddleware(Middleware):
           CronScheduleError: a bad id, actor or name.
           CronUnavailableError: Redis did not answer (nothing half-written).
         """
-        check_who(who)
-        if name is None:
-            actor, name = split_id(actor)
-        removed = self.runtime.remove(actor, name)
-        if removed:
-            self._record(Action.REMOVE, who, [(f"{getattr(actor, 'actor_name', actor)}:{name}", "")])
-        return removed
+        return self.service.remove(actor, name, who=who)
 
     def list(
         self, *, actor: Any = None, search: str | None = None, cursor: str | None = None, limit: int = 100
@@ -1060,14 +1027,7 @@ class CronMiddleware(Middleware):
         Raises:
           CronUnavailableError: Redis did not answer.
         """
-        return self.runtime.list(actor=actor, search=search, cursor=cursor, limit=limit)
-
-    def list_runtime(
-        self, *, actor: Any = None, search: str | None = None, cursor: str | None = None, limit: int = 100
-    ) -> RuntimePage:
-        """Deprecated: the same as :meth:`list`."""
-        warnings.warn("CronMiddleware.list_runtime() is deprecated: use list()", DeprecationWarning, stacklevel=2)
-        return self.list(actor=actor, search=search, cursor=cursor, limit=limit)
+        return self.service.list(actor=actor, search=search, cursor=cursor, limit=limit)
 
     def pause(
         self,
@@ -1098,32 +1058,12 @@ class CronMiddleware(Middleware):
           CronScheduleError: no such schedule or actor (``UnknownTarget``).
           CronUnavailableError: Redis did not answer.
         """
-        from .ops.control import pause_expiry
-
-        target = self._target(schedule_id, actor, resuming=False)
-        if self._simulator is not None:
-            if until is not None or duration is not None:
-                raise CronConfigurationError(
-                    "CronMiddleware: a pause with an end acts on Redis; under a CronSimulator set "
-                    "simulator.server.paused_until instead"
-                )
-            return self._simulated_pause(target.member, who=who, paused=True)
-        with self._runtime_errors():
-            audit = self._audit_log()
-            try:
-                until_ms = pause_expiry(audit.server_ms(), until=until, duration=duration)
-            except ValueError as exc:
-                raise CronScheduleError(f"cannot pause {target}: {exc}") from None
-            return audit.pause(target.member, who=who, until_ms=until_ms)
+        return self.service.pause(schedule_id, actor=actor, until=until, duration=duration, who=who)
 
     def resume(self, schedule_id: str | None = None, *, actor: str | None = None, who: str = "api") -> Changed:
         """Undo :meth:`pause` of the same schedule or actor (found even
         when the app no longer declares it)."""
-        target = self._target(schedule_id, actor, resuming=True)
-        if self._simulator is not None:
-            return self._simulated_pause(target.member, who=who, paused=False)
-        with self._runtime_errors():
-            return self._audit_log().resume(target.member, who=who)
+        return self.service.resume(schedule_id, actor=actor, who=who)
 
     def trigger(self, schedule_id: str, *, who: str = "api") -> Triggered:
         """Enqueue a schedule's message now (by id, declared or runtime),
@@ -1135,79 +1075,20 @@ class CronMiddleware(Middleware):
             trigger cannot work (``TriggerRefused``: a StubBroker).
           CronUnavailableError: Redis did not answer.
         """
-        target = self._target(schedule_id, None, resuming=False)
-        assert target.schedule is not None
-        if self._simulator is not None:
-            raise TriggerRefused("a CronSimulator is attached: advance its clock to fire ticks instead")
-        with self._runtime_errors():
-            return self._audit_log().trigger(self._known_broker(), target.schedule, prefix=self.prefix, who=who)
+        return self.service.trigger(schedule_id, who=who)
 
-    def _target(self, schedule_id: str | None, actor: str | None, *, resuming: bool) -> Target:
-        if (schedule_id is None) == (actor is None):
-            raise CronScheduleError("give a schedule id or actor=, not both")
-        paused: Any = ()
-        with self._runtime_errors():
-            if resuming:  # what is paused can be resumed, known or not
-                simulator = self._simulator
-                paused = (
-                    simulator.server.paused
-                    if simulator is not None
-                    else self._audit_log().client.smembers(self.keys.paused)
-                )
-            return resolve_target(
-                declared=self.all_schedules(),
-                runtime=self.runtime,
-                schedule_id=schedule_id,
-                actor=actor,
-                paused=paused,
-            )
-
-    def _simulated_pause(self, member: str, *, who: str, paused: bool) -> Changed:
-        """Pause or resume in an attached ``testing.CronSimulator``'s store."""
-        check_who(who)
-        members: set[str] = self._simulator.server.paused
-        changed = (member not in members) if paused else (member in members)
-        if paused:
-            members.add(member)
-        else:
-            members.discard(member)
-        if changed:
-            log_actions(self.logger, Action.PAUSE if paused else Action.RESUME, who, [(member, "")])
-        return Changed(target=member, paused=paused, changed=changed, at_ms=int(self._simulator.now_ms))
-
-    def _audit_log(self) -> AuditLog:
-        runtime = self.runtime
-        with self._runtime_lock:
-            if self._audit is None or self._audit.client is not runtime.client:
-                self._audit = AuditLog(client=runtime.client, keys=self.keys, history_length=self.history_length)
-            return self._audit
-
-    def _record(self, action: Action, who: str, entries: builtins.list[tuple[str, str]]) -> None:
-        if not entries:
-            return
-        if self._simulator is not None:  # no Redis to record in: the log line only
-            log_actions(self.logger, action, who, entries)
-            return
-        with self._runtime_errors():
-            self._audit_log().record(action, who=who, entries=entries)
-
-    @contextmanager
-    def _runtime_errors(self) -> Iterator[None]:
-        """Redis failures of an operator call as one clear exception, as the
-        runtime schedules' own calls raise them."""
-        try:
-            yield
-        except CronError:
-            raise
-        except redis.RedisError as exc:
-            runtime = self._runtime
-            where = describe(runtime.client) if runtime is not None and hasattr(runtime, "client") else "Redis"
-            refused = credentials_refused(exc, where)
-            if refused is not None:
-                raise CronConfigurationError(refused) from None
-            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-                raise CronUnavailableError(f"Redis at {where} did not answer ({redact(str(exc))})") from None
-            raise CronConfigurationError(f"Redis refused ({redact(str(exc))})") from None
+    def _runtime_store(self, client: Redis, broker: Broker) -> RuntimeSchedules:
+        """The runtime schedules in Redis through ``client``, checked
+        against ``broker``'s actors and defaulting to this configuration."""
+        return RuntimeSchedules(
+            client,
+            self.keys,
+            resolve_actor=lambda actor: actor_info(broker, actor),
+            timezone=self.timezone,
+            catch_up=self.catch_up,
+            catch_up_window=self.catch_up_window,
+            history_length=self.history_length,
+        )
 
     def _known_broker(self) -> Broker:
         if self._broker is None:
@@ -1225,38 +1106,25 @@ class CronMiddleware(Middleware):
         """
         return find_middleware(broker)
 
-    def _runtime_store(self, client: Redis, broker: Broker) -> RuntimeSchedules:
-        """The runtime schedules in Redis through ``client``, checked
-        against ``broker``'s actors and defaulting to this configuration."""
-        return RuntimeSchedules(
-            client,
-            self.keys,
-            resolve_actor=lambda actor: self._runtime_actor(broker, actor),
-            timezone=self.timezone,
-            catch_up=self.catch_up,
-            catch_up_window=self.catch_up_window,
-            history_length=self.history_length,
-        )
 
-    @staticmethod
-    def _runtime_actor(broker: Broker, actor: object) -> ActorInfo:
-        """A declared actor's name, queue, time limit and signature, for a
-        runtime schedule."""
-        name = actor.actor_name if isinstance(actor, dramatiq.Actor) else actor
-        if not isinstance(name, str):
-            raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
-        try:
-            declared = broker.get_actor(name)
-        except dramatiq.ActorNotFound:
-            raise CronScheduleError(
-                f"runtime schedule: actor {name!r} is not declared on the broker (import the module that declares it)"
-            ) from None
-        return ActorInfo(
-            actor_name=declared.actor_name,
-            queue_name=declared.queue_name,
-            time_limit=_time_limit(broker, declared),
-            signature=actor_signature(declared.fn),
-        )
+def actor_info(broker: Broker, actor: object) -> ActorInfo:
+    """A declared actor's name, queue, time limit and signature, for a
+    runtime schedule."""
+    name = actor.actor_name if isinstance(actor, dramatiq.Actor) else actor
+    if not isinstance(name, str):
+        raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
+    try:
+        declared = broker.get_actor(name)
+    except dramatiq.ActorNotFound:
+        raise CronScheduleError(
+            f"runtime schedule: actor {name!r} is not declared on the broker (import the module that declares it)"
+        ) from None
+    return ActorInfo(
+        actor_name=declared.actor_name,
+        queue_name=declared.queue_name,
+        time_limit=_time_limit(broker, declared),
+        signature=actor_signature(declared.fn),
+    )
 
 
 def find_middleware(broker: Broker | None = None, *, needed_by: str | None = None) -> CronMiddleware:
@@ -1293,12 +1161,6 @@ def _time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
         return DEFAULT_TIME_LIMIT
     return int(limit)
-
-
-def _added_detail(stored: RuntimeSchedule) -> str:
-    """What an add recorded: the definition in brief."""
-    s = stored.schedule
-    return f"revision {stored.revision}: {s.expression} in {s.timezone}"
 
 
 def _runtime_count(client: Redis, keys: Keys) -> str:

@@ -12,6 +12,7 @@ from .errors import CronScheduleError, shown
 from .schedules.ids import parse_id
 from .schedules.schedule import BoundSchedule
 from .store.codes import whole_actor
+from .store.operator import entry_actor as actor_of
 
 __all__ = [
     "AmbiguousTarget",
@@ -23,15 +24,6 @@ __all__ = [
     "paused_by",
     "resolve_target",
 ]
-
-
-def actor_of(schedule_id: str) -> str:
-    """The actor part of a schedule id (``actor``, ``actor/name`` or a
-    runtime schedule's ``actor:name``), or of a whole actor's member of the
-    paused set (``actor:*``)."""
-    if schedule_id.endswith(":*"):
-        return schedule_id[:-2]
-    return parse_id(schedule_id).actor
 
 
 class RuntimeCatalogue(Protocol):

@@ -14,10 +14,13 @@ queue) on the in-memory store, turned by hand on the fake clock, so the
 messages carry the same ``cron_tick`` option, arguments, options and
 deterministic message ids a real leader would send, and a leaderless gap
 (``advance(..., leading=False)``) is caught up by the schedules' catch-up
-policy.  Runtime schedules added while it is attached (``cron.add``,
-``cron.remove``, ``cron.list``, ``cron.runtime``) are written to
-that store and fire like declared ones, from the fake time of their
-``add``; a replacement or removal takes effect as on Redis.  No thread is
+policy.  While it is attached, the middleware's Python API goes to the
+operator service (service.py) on that store, as it goes to Redis
+otherwise: runtime schedules (``cron.add``, ``cron.remove``, ``cron.list``,
+``cron.runtime``) fire like declared ones, from the fake time of their
+``add``, a replacement or removal takes effect as on Redis, and
+``cron.pause`` (also ``until=``), ``resume``, ``trigger`` and ``backfill``
+act on the simulated store.  No thread is
 started and no Redis is needed.  ``overlap="skip"`` is not simulated (no
 worker reports a finished message back: every tick of such a schedule
 fires).
@@ -34,22 +37,18 @@ runs``, ``check`` and ``on_alert`` would, for testing thresholds::
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dramatiq import Broker, Message, Worker
-from dramatiq.logging import get_logger
 from dramatiq.worker import ConsumerThread, WorkerThread
 
-from .errors import CronScheduleError
 from .leader.thread import LeaderThread
-from .middleware import CronMiddleware, find_middleware
+from .middleware import CronMiddleware, actor_info, find_middleware
 from .monitoring.health import Facts, Policy
 from .monitoring.monitor import HealthMonitor
 from .monitoring.read import decide_check
@@ -59,15 +58,14 @@ from .monitoring.thread import HealthObserver
 from .schedules.instants import duration_ms, instant_ms
 from .schedules.outcome import Outcome
 from .schedules.planner import message_for
-from .schedules.schedule import BoundSchedule
+from .service import Cron
 from .store.boundary import Boundary, BrokerBoundary
 from .store.clock import ServerClock
 from .store.codes import whole_actor
-from .store.in_memory import InMemoryStore, MemoryRuns, MemoryServer
+from .store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules, MemoryServer
 from .store.keys import Keys
-from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules, _schedule_id, already_exists
 
-__all__ = ["CronSimulator", "Instant", "SimulatedRuntime", "cron_middleware_of", "running_worker", "ticks_between"]
+__all__ = ["CronSimulator", "Instant", "cron_middleware_of", "running_worker", "ticks_between"]
 
 #: A point in time: a timezone-aware ``datetime``, or epoch milliseconds.
 Instant = dt.datetime | int
@@ -174,13 +172,30 @@ class CronSimulator:
         self.broker = broker
         self.middleware = cron_middleware_of(broker)
         self._now = _ms(now, "now")
-        #: The store the simulated leader runs on (Redis, in memory): pause a
-        #: schedule with ``server.paused.add(schedule_id)``.
+        #: The store the simulated leader runs on (Redis, in memory).
         self.server = MemoryServer(now_ms=lambda: self._now)
-        #: The runtime schedules of the simulation, in memory; the
-        #: middleware's runtime calls come here while it is attached.
-        self.runtime = SimulatedRuntime(self.middleware, broker, clock=lambda: self._now, server=self.server)
-        self.middleware.attach_simulator(self)
+        middleware = self.middleware
+        #: The runtime schedules of the simulation, in memory.
+        self.runtime = MemoryRuntimeSchedules(
+            self.server,
+            resolve_actor=lambda actor: actor_info(broker, actor),
+            timezone=middleware.timezone,
+            catch_up=middleware.catch_up,
+            catch_up_window=middleware.catch_up_window,
+            history_length=middleware.history_length,
+        )
+        #: The operator service on the simulation's store: the middleware's
+        #: Python API (add, pause, trigger, backfill...) goes here while attached.
+        self.cron = Cron(
+            store=MemoryOperator(self.server, history_length=middleware.history_length, prefix=middleware.prefix),
+            runtime=self.runtime,
+            declared=middleware.all_schedules,
+            broker=lambda: broker,
+            prefix=middleware.prefix,
+            where="the simulator's store",
+            in_process=True,
+        )
+        middleware.attach_simulator(self)
         #: Every message enqueued so far, in order.
         self.enqueued: list[Message[Any]] = []
         self._sent: list[Message[Any]] = []
@@ -301,7 +316,8 @@ class CronSimulator:
         check``), after the simulated leader decided on what the workers
         recorded so far."""
         self._decide()
-        schedules = [*self.middleware.all_schedules(), *(r.schedule for r in self.runtime.schedules().values())]
+        runtime = self.runtime.get_many(self.runtime.ids())
+        schedules = [*self.middleware.all_schedules(), *(r.schedule for r in runtime)]
         paused = self.server.paused
         out = {}
         for schedule in schedules:
@@ -374,110 +390,6 @@ class _Errors(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
-
-
-class SimulatedRuntime(RuntimeSchedules):
-    """The runtime schedules of a :class:`CronSimulator`, in memory: the
-    calls an app makes (``add``, ``add_many``, ``remove``, ``get``,
-    ``list``, ``count_by_actor``), checked by the same rules as the Redis
-    store, with the simulator's fake clock.  What only a leader reads
-    (``version``, ``changes_since``, ``load_all``) is not available.
-
-    Parameters:
-      middleware: The broker's :class:`CronMiddleware` (its defaults apply).
-      broker: The broker whose actors runtime schedules name.
-      clock: The fake time, in epoch ms.
-      server: The simulated leader's store, where definitions are written.
-    """
-
-    def __init__(
-        self, middleware: CronMiddleware, broker: Broker, *, clock: Callable[[], int], server: MemoryServer
-    ) -> None:
-        # Not RuntimeSchedules.__init__: nothing here talks to Redis, so the
-        # client and its scripts are never set up; only the checks are shared.
-        self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
-        self.resolve_actor = lambda actor: middleware._runtime_actor(broker, actor)
-        self.timezone = middleware.timezone
-        self.catch_up = middleware.catch_up
-        self.catch_up_window = middleware.catch_up_window
-        self._clock = clock
-        self._server = server
-        self._stored: dict[str, RuntimeSchedule] = {}
-
-    def schedules(self) -> dict[str, RuntimeSchedule]:
-        """Every stored runtime schedule by id."""
-        return dict(self._current())
-
-    def _current(self) -> dict[str, RuntimeSchedule]:
-        """The stored schedules, less the one-shots the leader retired."""
-        for sid in [sid for sid in self._stored if sid not in self._server.runtime]:
-            del self._stored[sid]
-        return self._stored
-
-    def _write_prepared(
-        self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
-    ) -> builtins.list[RuntimeSchedule]:
-        """As :meth:`RuntimeSchedules._write_prepared`, in memory."""
-        for bound, _ in prepared:
-            before = self._stored.get(bound.id)
-            if condition == "new" and before is not None:
-                raise already_exists(bound.id)
-            if condition not in ("", "new") and (before is None or str(before.schedule.revision) != condition):
-                raise CronScheduleError(f"runtime schedule {bound.id!r} changed while being updated; try again")
-        now = self._clock()
-        out = []
-        written = self._server.add_runtime([bound for bound, _ in prepared])
-        for schedule in written:
-            before = self._stored.get(schedule.id)
-            stored = RuntimeSchedule(
-                schedule=schedule,
-                created_ms=now if before is None else before.created_ms,
-                updated_ms=now,
-                as_of_ms=now,
-                revision=1 if before is None else before.revision + 1,
-            )
-            self._stored[schedule.id] = stored
-            out.append(stored)
-        return out
-
-    def remove(self, actor: object, name: str) -> bool:
-        """As :meth:`RuntimeSchedules.remove`, in memory."""
-        sid = _schedule_id(actor, name)
-        self._server.remove_runtime(sid)
-        return self._stored.pop(sid, None) is not None
-
-    def get(self, actor: object, name: str) -> RuntimeSchedule | None:
-        """As :meth:`RuntimeSchedules.get`, in memory."""
-        found = self._current().get(_schedule_id(actor, name))
-        return None if found is None else dataclasses.replace(found, as_of_ms=self._clock())
-
-    def list(
-        self,
-        *,
-        actor: object | None = None,
-        search: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-    ) -> RuntimePage:
-        """As :meth:`RuntimeSchedules.list`, in memory."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise CronScheduleError(f"runtime schedules: limit must be an int from 1 to 10000, got {limit!r}")
-        owner = None if actor is None else getattr(actor, "actor_name", actor)
-        ids = sorted(i for i in self._current() if owner is None or i.partition(":")[0] == owner)
-        total = None if search is not None else len(ids)
-        ids = [i for i in ids if (search is None or search.lower() in i.lower()) and (cursor is None or i > cursor)]
-        page = ids[:limit]
-        now = self._clock()
-        items = [dataclasses.replace(self._stored[i], as_of_ms=now) for i in page]
-        return RuntimePage(items=items, cursor=page[-1] if len(ids) > limit else None, total=total)
-
-    def count_by_actor(self) -> dict[str, int]:
-        """As :meth:`RuntimeSchedules.count_by_actor`, in memory."""
-        out: dict[str, int] = {}
-        for sid in sorted(self._current()):
-            actor = sid.partition(":")[0]
-            out[actor] = out.get(actor, 0) + 1
-        return out
 
 
 def _ms(value: Instant, what: str) -> int:

@@ -205,12 +205,10 @@ def test_trigger_enqueues_a_manual_message_and_returns_when(app: App) -> None:
     assert (entry["message_id"], entry["who"], entry["detail"]) == (done.message_id, "api", "manual")
 
 
-def test_list_pages_runtime_schedules_and_list_runtime_is_a_deprecated_alias(app: App) -> None:
+def test_list_pages_runtime_schedules(app: App) -> None:
     app.cron.add_many([("report", "0 9 * * *", f"t{n}") for n in range(5)])
     page = app.cron.list(limit=3)
     assert [r.name for r in page.items] == ["t0", "t1", "t2"] and page.total == 5
-    with pytest.warns(DeprecationWarning, match="use list"):
-        assert app.cron.list_runtime(limit=3) == page
     rest = app.cron.list(cursor=page.cursor)
     assert [r.name for r in rest.items] == ["t3", "t4"] and rest.cursor is None
 
@@ -219,7 +217,8 @@ def test_with_a_simulator_attached_pause_and_resume_act_on_the_simulated_leader(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An app's tests call the same API: pause stops the simulated firing,
-    resume restores it, and both are logged; trigger says to advance instead."""
+    resume restores it, and both are logged; a trigger enqueues a manual
+    message on the broker, recorded in the simulated history."""
     caplog.set_level(logging.INFO, logger="dramatiq_cron_middleware")
     broker = StubBroker()
     cron = CronMiddleware()
@@ -231,12 +230,18 @@ def test_with_a_simulator_attached_pause_and_resume_act_on_the_simulated_leader(
         assert simulator.advance(by=dt.timedelta(minutes=3)) == []
         assert cron.resume("cleanup").changed and not cron.resume("cleanup").changed
         assert len(simulator.advance(by=dt.timedelta(minutes=2))) == 2
-        with pytest.raises(CronScheduleError, match="advance its clock"):
-            cron.trigger("cleanup")
+        done = cron.trigger("cleanup")
+        [message] = [m for m in broker.queues["default"].queue if b'"cron_manual":true' in m]
+        assert done.message_id.encode() in message
+        assert [e.outcome for e in cron.service.history(limit=1)] == ["triggered"]
     finally:
         simulator.close()
     logged = [r.getMessage() for r in caplog.records if " by " in r.getMessage()]
-    assert logged == ["Cron cleanup: pause by test.", "Cron cleanup: resume by api."]
+    assert logged == [
+        "Cron cleanup: pause by test.",
+        "Cron cleanup: resume by api.",
+        "Cron cleanup: triggered by api: manual.",
+    ]
 
 
 def test_an_update_never_undoes_a_write_that_came_between_its_read_and_its_write(app: App) -> None:
@@ -264,3 +269,17 @@ def test_an_update_never_undoes_a_write_that_came_between_its_read_and_its_write
     assert updating.raced
     assert (after.schedule.kwargs, after.schedule.jitter, after.revision) == ({"tenant": 2}, 5000, 3)
     assert before.schedule.kwargs == {"tenant": 2}  # what the retry read
+
+
+def test_a_trigger_on_a_stub_broker_outside_a_simulator_is_refused(redis_server: RedisServer) -> None:
+    """With Redis configured but a StubBroker (a script that loads the app),
+    a triggered message would only live in this process: refused, nothing
+    recorded; the simulator's broker is the one whose workers get it."""
+    broker = StubBroker()
+    cron = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(cron)
+    dramatiq.actor(lambda: None, actor_name="job", broker=broker, cron="0 9 * * *")
+    with pytest.raises(CronScheduleError, match="StubBroker"):
+        cron.trigger("job")
+    assert cron.service.history(limit=10) == [] and broker.queues["default"].qsize() == 0
+    broker.close()

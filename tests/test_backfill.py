@@ -264,11 +264,11 @@ def test_how_far_back_the_history_reaches_is_known_on_every_redis(redis_server: 
     entry are unknown (they need ``--include-fired``)."""
     client = redis_server.client()
     keys = Keys("reach")
-    backfill = Backfill(Control(client=client, keys=keys, history_length=50), prefix="reach")
+    store = Control(client=client, keys=keys, history_length=50)
     start = 1_700_000_000_000
     for i in range(10):
         client.xadd(keys.history, {"schedule": "job", "tick": str(start + i)}, id=f"{start + 1000 + i}-0", maxlen=50)
-    assert backfill._reach(start) is None
+    assert store.history_reach(start) is None
     for i in range(10, 500):
         client.xadd(
             keys.history,
@@ -279,7 +279,7 @@ def test_how_far_back_the_history_reaches_is_known_on_every_redis(redis_server: 
         )
     first_ms = int(str(client.xrange(keys.history, count=1)[0][0]).split("-")[0])
     assert first_ms > start + 1000
-    assert backfill._reach(start) == first_ms
+    assert store.history_reach(start) == first_ms
 
 
 def test_a_backfill_of_ten_years_of_seconds_says_the_count_then_claims_at_once(

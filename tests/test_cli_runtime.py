@@ -109,8 +109,8 @@ def test_history_shows_each_entrys_source_and_filters_runtime_schedules_by_actor
     env = env_of(redis_server)
     cli_json(env, "add", APP, "tick_0", "0 * * * *", "--name", "hourly")
     control = Control(client=redis.Redis.from_url(redis_server.url, decode_responses=True), keys=KEYS)
-    control.record_trigger(schedule_id="tick_0:hourly", tick_ms=1_000, message_id="m-runtime")
-    control.record_trigger(schedule_id="tick_0", tick_ms=2_000, message_id="m-code")
+    control.record("triggered", who="api", entries=[("tick_0:hourly", "manual")], tick_ms=1_000, message_id="m-runtime")
+    control.record("triggered", who="api", entries=[("tick_0", "manual")], tick_ms=2_000, message_id="m-code")
 
     by_actor = cli_json(env, "history", APP, "tick_0")["entries"]
     assert [(e["outcome"], e["schedule"], e["source"], e["actor"], e["who"]) for e in by_actor] == [

@@ -28,9 +28,10 @@ from dramatiq_cron_middleware.schedules.outcome import Outcome
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_schedule
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
-from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.in_memory import InMemoryStore
 from dramatiq_cron_middleware.store.timing import Timing
 from dramatiq_cron_middleware.testing import _Errors
+from tests.support.faults import FaultyServer
 
 LEASE_MS = 2000
 WINDOW_MS = 3_600_000
@@ -73,10 +74,10 @@ class LeaderModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.ms = START_MS
-        self.server = MemoryServer(now_ms=lambda: self.ms)
+        self.server = FaultyServer(now_ms=lambda: self.ms)
         self.late = 0
-        self._server_call = self.server._call
-        self.server._call = self._call  # type: ignore[method-assign]
+        self._server_call = self.server.call
+        self.server.call = self._call  # type: ignore[method-assign]
         self.broker = _RecordingBroker(lambda: self.ms)
         dramatiq.actor(lambda: None, actor_name=ACTOR, broker=self.broker)
         self.declared = _bind("declared", 1000)
@@ -188,8 +189,8 @@ class LeaderModel(RuleBasedStateMachine):
             self._turn(self.leaders[which])
         finally:
             self.late = 0
-            self.server._lose.pop(operation, None)
-            self.server._refuse.pop(operation, None)
+            self.server.lost.pop(operation, None)
+            self.server.refused.pop(operation, None)
 
     def _call(self, operation: str, run: Any) -> object:
         """The server's calls, a lost reply arriving ``self.late`` ms late."""
@@ -221,8 +222,8 @@ class LeaderModel(RuleBasedStateMachine):
     def quiesce(self) -> None:
         """Faults clear, time runs on with both candidates turning: every
         tick of a live definition up to a lease ago must be out."""
-        self.server._lose.clear()
-        self.server._refuse.clear()
+        self.server.lost.clear()
+        self.server.refused.clear()
         self.broker.failing = False
         self.offsets = [0, 0]
         for _ in range(4 * LEASE_MS // 250):

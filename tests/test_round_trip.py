@@ -123,7 +123,8 @@ def test_the_edit_form_saved_unchanged_leaves_every_schedule_as_stored(
     before = cron.add(ACTOR, schedule, name=name)
     form = forms.RuntimeForm.of(before.schedule)
     posted = {f.name: str(getattr(form, f.name)) for f in dataclasses.fields(form) if f.name != "errors"}
-    saved = forms.save(cron.runtime, forms.RuntimeForm.parse(posted), original=before.schedule.id, actors=[ACTOR])
+    form = forms.RuntimeForm.parse(posted)
+    saved = forms.save(cron.service, form, original=before.schedule.id, actors=[ACTOR], who="test")
     assert isinstance(saved, forms.Saved), saved
     after = cron.runtime.get(ACTOR, name)
     assert after is not None
@@ -179,9 +180,8 @@ def test_a_rename_in_the_edit_form_keeps_every_other_option(
     before = cron.add(ACTOR, schedule, name=name)
     form = forms.RuntimeForm.of(before.schedule)
     posted = {f.name: str(getattr(form, f.name)) for f in dataclasses.fields(form) if f.name != "errors"}
-    saved = forms.save(
-        cron.runtime, forms.RuntimeForm.parse({**posted, "name": new_name}), original=before.schedule.id, actors=[ACTOR]
-    )
+    form = forms.RuntimeForm.parse({**posted, "name": new_name})
+    saved = forms.save(cron.service, form, original=before.schedule.id, actors=[ACTOR], who="test")
     assert isinstance(saved, forms.Saved), saved
     after = cron.runtime.get(ACTOR, new_name)
     assert cron.runtime.get(ACTOR, name) is None and after is not None
@@ -217,3 +217,59 @@ def test_an_update_may_turn_a_one_shot_into_a_recurring_schedule_and_back(cron: 
     assert bounded.schedule.start == NOW_MS
     once = cron.update(f"{ACTOR}:switch", at=at)
     assert (once.schedule.at, once.schedule.start, once.schedule.description) == (at, at, "kept")
+
+
+_ACTOR_NAMES = st.sampled_from(["acc", "acc_two", "b", "report_x"])
+_SCHEDULE_NAMES = st.sampled_from(["two", "acc_two", "b", "daily", "x.1"])
+
+
+@st.composite
+def apps(draw: st.DrawFn) -> tuple[dict[str, list[str | None]], list[tuple[str, str]]]:
+    """Declared actors with their schedules' names (None: the actor's
+    unnamed schedule, at most one each; names shared across actors and with
+    actor names, as real apps have them), and runtime ``(actor, name)``s."""
+    declared = {
+        actor: draw(st.lists(st.none() | _SCHEDULE_NAMES, min_size=1, max_size=3, unique=True))
+        for actor in draw(st.lists(_ACTOR_NAMES, min_size=1, max_size=3, unique=True))
+    }
+    runtime = draw(st.lists(st.tuples(st.sampled_from(sorted(declared)), _SCHEDULE_NAMES), max_size=3, unique=True))
+    return declared, runtime
+
+
+@settings(max_examples=60, deadline=None)
+@given(app=apps())
+def test_every_id_list_prints_is_the_target_of_trigger_pause_resume_and_remove(
+    app: tuple[dict[str, list[str | None]], list[tuple[str, str]]],
+) -> None:
+    """Given any app (unnamed and named declared schedules, runtime ones,
+    names shared with other actors), on the memory store: every schedule id
+    the listing prints, given as the commands' target (the CLI's positional
+    name, the dashboard's ``schedule`` field), is exactly that schedule for
+    trigger, pause and resume; every runtime id is removed by ``remove``."""
+    declared, runtime = app
+    broker = StubBroker()
+    middleware = CronMiddleware()
+    broker.add_middleware(middleware)
+    for actor, names in declared.items():
+        crons = [Schedule("0 9 * * *", name=name) for name in names]
+        dramatiq.actor(lambda: None, actor_name=actor, broker=broker, cron=crons)
+    simulator = CronSimulator(broker, now=NOW)
+    try:
+        service = middleware.service
+        for actor, name in runtime:
+            service.add(actor, "0 10 * * *", name=name)
+        listed = [s.id for s in middleware.all_schedules()] + [r.schedule.id for r in service.list().items]
+        assert len(set(listed)) == len(listed)
+        for schedule_id in listed:
+            for target in (service.target(name=schedule_id), service.target(schedule_id)):
+                assert target.schedule is not None and target.schedule.id == schedule_id
+            done = service.trigger(target=service.target(name=schedule_id), who="test")
+            assert service.history(limit=1)[0].message_id == done.message_id
+            assert service.pause(target=service.target(name=schedule_id)).target == schedule_id
+            assert service.paused() == {schedule_id}
+            assert service.resume(target=service.target(name=schedule_id, resuming=True)).changed
+        for actor, name in runtime:
+            assert service.remove(f"{actor}:{name}") and service.get(f"{actor}:{name}") is None
+    finally:
+        simulator.close()
+        broker.close()

@@ -13,6 +13,7 @@ from dramatiq.broker import MessageProxy
 from dramatiq_cron_middleware.monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder
 from dramatiq_cron_middleware.store.in_memory import MemoryRuns, MemoryServer
 from dramatiq_cron_middleware.store.runs import ALIVE_MS
+from tests.support.faults import FaultyServer
 from tests.support.instances import wait_for
 
 
@@ -24,7 +25,7 @@ def cron_message(second: int) -> MessageProxy:
 def test_while_redis_fails_records_are_dropped_at_once_with_one_warning_per_episode(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    server = MemoryServer(now_ms=lambda: 1_900_000_000_000)
+    server = FaultyServer(now_ms=lambda: 1_900_000_000_000)
     runs = MemoryRuns(server)
     clock = [100.0]
     recorder = RunRecorder(

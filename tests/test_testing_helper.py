@@ -150,3 +150,72 @@ def test_ticks_between_predicts_the_message_ids_a_real_leader_enqueues(redis_ser
             (message.message_id, message.kwargs, message.options)
         ]
     broker.close()
+
+
+def test_under_the_simulator_a_pause_with_an_end_holds_the_ticks_before_it_only(broker: StubBroker) -> None:
+    """``pause(until=)`` acts on the simulated store as on Redis: the
+    simulated leader records the ticks before the end as paused and fires
+    from the end on, with no resume."""
+
+    @dramatiq.actor(cron="* * * * *")
+    def minutely() -> None: ...
+
+    cron = CronMiddleware.of(broker)
+    simulator = CronSimulator(broker, now=T0)
+    try:
+        done = cron.pause("minutely", until=T0 + dt.timedelta(minutes=3), who="test")
+        assert done.changed and done.until_ms == int((T0 + dt.timedelta(minutes=3)).timestamp() * 1000)
+        fired = simulator.advance(by=dt.timedelta(minutes=5))
+        assert [m.options["cron_tick"][11:16] for m in fired] == ["00:03", "00:04", "00:05"]
+        assert cron.service.paused() == set()  # the pause ended by itself
+        outcomes = [(e.outcome, e.who) for e in reversed(cron.service.history(limit=20, match={"minutely"}))]
+        assert outcomes[:3] == [("pause", "test"), ("paused", ""), ("paused", "")]
+    finally:
+        simulator.close()
+
+
+def test_under_the_simulator_a_trigger_enqueues_a_manual_message_and_the_schedule_fires_as_before(
+    broker: StubBroker,
+) -> None:
+    @dramatiq.actor(cron="*/10 * * * *")
+    def report() -> None: ...
+
+    cron = CronMiddleware.of(broker)
+    simulator = CronSimulator(broker, now=T0)
+    try:
+        simulator.advance(by=dt.timedelta(minutes=3))
+        done = cron.trigger("report", who="test")
+        [message] = [m for m in broker.queues["default"].queue if done.message_id.encode() in m]
+        assert b'"cron_manual":true' in message
+        assert done.tick.startswith("2030-01-01T00:03")  # the simulated time
+        assert [m.options["cron_tick"][11:16] for m in simulator.advance(by=dt.timedelta(minutes=7))] == ["00:10"]
+    finally:
+        simulator.close()
+
+
+def test_under_the_simulator_a_backfill_enqueues_the_paused_ticks_once(broker: StubBroker) -> None:
+    """A backfill runs on the simulated store: the ticks a pause held back
+    are enqueued once (marked ``cron_backfill``), a second run enqueues
+    nothing, and the ticks that fired are left out."""
+
+    @dramatiq.actor(cron="* * * * *")
+    def minutely() -> None: ...
+
+    cron = CronMiddleware.of(broker)
+    simulator = CronSimulator(broker, now=T0)
+    try:
+        cron.pause("minutely")
+        simulator.advance(by=dt.timedelta(minutes=3))
+        cron.resume("minutely")
+        simulator.advance(by=dt.timedelta(minutes=2))  # 00:04 and 00:05 fire
+        start, end = T0 + dt.timedelta(minutes=1), T0 + dt.timedelta(minutes=6)
+        plan = cron.backfill("minutely", start=start, end=end, dry_run=True)
+        assert [t // 60_000 % 60 for t in plan.ticks] == [1, 2, 3] and len(plan.fired) == 2
+        report = cron.backfill("minutely", start=start, end=end)
+        assert [t // 60_000 % 60 for t in report.enqueued] == [1, 2, 3]  # type: ignore[union-attr]
+        backfilled = [m for m in broker.queues["default"].queue if b'"cron_backfill":true' in m]
+        assert len(backfilled) == 3
+        again = cron.backfill("minutely", start=start, end=end)
+        assert again.enqueued == []  # type: ignore[union-attr]
+    finally:
+        simulator.close()

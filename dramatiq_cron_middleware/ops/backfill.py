@@ -1,8 +1,8 @@
 """Backfill: enqueue the past ticks of a schedule in ``[start, end)`` once.
 
 An operator's action, like a manual trigger, with one difference: each
-tick is claimed in Redis first (``store/lua/backfill.lua``) and settled
-after its enqueue (``backfill_settle.lua``), so two
+tick is claimed in the store first (``OperatorStore.claim_backfill``) and
+settled after its enqueue (``settle_backfill``), so two
 backfills of the same range, or a backfill interrupted and run again,
 enqueue each tick once.  A backfill claims only ticks at or before the
 schedule's ledger entry, which the leader never decides again; the ticks
@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import redis
 from dramatiq import Broker, Message
 
 from ..errors import CronScheduleError
 from ..schedules.instants import instant_ms as parse_instant
 from ..schedules.planner import message_for, message_id_for
 from ..schedules.schedule import BoundSchedule
-from ..store.codes import RESULT_OUTCOMES, ClaimResult, Outcome, Status, decode, load_script, parse_ledger_value
-from .control import Control
+from ..store.abc import OperatorStore
+from ..store.codes import RESULT_OUTCOMES, ClaimResult, Outcome, parse_ledger_value
 from .format import iso
 
 __all__ = ["DEFAULT_MAX_TICKS", "LISTED", "Backfill", "BackfillPlan", "BackfillReport", "Ticks", "instant_ms"]
@@ -122,15 +120,13 @@ class Backfill:
     """Plan and run backfills of one scheduler.
 
     Parameters:
-      control: The operator handle on the scheduler's Redis.
+      store: The scheduler's store (its operator half).
       prefix: The scheduler's key prefix (message ids derive from it).
     """
 
-    def __init__(self, control: Control, *, prefix: str) -> None:
-        self.control = control
+    def __init__(self, store: OperatorStore, *, prefix: str) -> None:
+        self.store = store
         self.prefix = prefix
-        self._claim = load_script(control.client, "backfill")
-        self._settle = load_script(control.client, "backfill_settle")
 
     def plan(
         self,
@@ -156,7 +152,7 @@ class Backfill:
             raise CronScheduleError(
                 f"{where}: the range must end after it starts, got --from {iso(start_ms)} --to {iso(end_ms)}"
             )
-        now = self.control.server_ms()
+        now = self.store.server_ms()
         if start_ms > now:
             raise CronScheduleError(
                 f"{where}: the range starts at {iso(start_ms)}, after Redis's time ({iso(now)}): nothing is past yet"
@@ -170,7 +166,7 @@ class Backfill:
             )
         # The ledger first, then the history: every tick decided by the
         # time of the ledger read has its history entry in by then.
-        value: Any = self.control.client.hget(self.control.keys.ticks, schedule.id)
+        value = self.store.ledger_value(schedule.id)
         parsed = parse_ledger_value(value) if value is not None else None
         bound = parsed.tick_ms if parsed is not None else None
         sent, reach = self._sent(schedule, start_ms)
@@ -268,28 +264,17 @@ class Backfill:
         report = BackfillReport(plan)
         schedule = plan.schedule
         token = uuid.uuid4().hex
-        marks = self.control.keys.backfilled(schedule.id)
         total = plan.total if plan.streamed else len(plan.ticks)
         for batch in self._batches(plan, report):
             messages = {tick: self.message(schedule, tick) for tick in batch}
-            reply = decode(
-                self._claim(
-                    keys=[self.control.keys.ticks, marks, self.control.keys.runtime_revs],
-                    args=[
-                        schedule.id,
-                        "" if plan.bound_ms is None else plan.bound_ms,
-                        schedule.revision,
-                        json.dumps(batch),
-                        token,
-                    ],
-                )
+            same, server_ms, results = self.store.claim_backfill(
+                schedule.id, bound_ms=plan.bound_ms, revision=schedule.revision, ticks=batch, token=token
             )
-            if reply.status != Status.OK:
+            if not same:
                 raise CronScheduleError(
                     f"backfill of {schedule.id}: the runtime schedule was removed or replaced meanwhile; "
                     f"{report.counts.get('enqueued', 0)} tick(s) were enqueued before"
                 )
-            results = [int(r) for r in reply.payload]
             claimed = [t for t, r in zip(batch, results, strict=True) if r == 1]
             report.add(
                 "claimed_before", [t for t, r in zip(batch, results, strict=True) if r == 0], report.claimed_before
@@ -298,23 +283,15 @@ class Backfill:
             confirmed: list[int] = []
             try:
                 for tick in claimed:
-                    broker.enqueue(messages[tick].copy(message_timestamp=reply.server_ms))
+                    broker.enqueue(messages[tick].copy(message_timestamp=server_ms))
                     confirmed.append(tick)
             finally:
                 # Also when the enqueue fails or Ctrl+C interrupts: what went
                 # out is recorded, the rest released for the next run.
                 report.add("enqueued", confirmed, report.enqueued)
                 unsent = [t for t in claimed if t not in set(confirmed)]
-                self._settle(
-                    keys=[marks, self.control.keys.history],
-                    args=[
-                        schedule.id,
-                        token,
-                        self.control.history_length,
-                        json.dumps([[t, messages[t].message_id] for t in confirmed]),
-                        json.dumps(unsent),
-                    ],
-                )
+                sent = [(t, messages[t].message_id) for t in confirmed]
+                self.store.settle_backfill(schedule.id, token=token, sent=sent, unsent=unsent)
             if progress is not None:
                 decided = sum(report.counts.get(k, 0) for k in ("enqueued", "claimed_before", "leaders"))
                 left = sum(report.counts.get(k, 0) for k in ("fired", "unconfirmed", "unknown"))
@@ -332,66 +309,27 @@ class Backfill:
 
     def _marks(self, schedule: BoundSchedule, ticks: list[int]) -> dict[int, str]:
         """The backfill marks of these ticks: ``c|<run>`` claimed, ``e`` enqueued."""
-        key = self.control.keys.backfilled(schedule.id)
-        out: dict[int, str] = {}
-        for first in range(0, len(ticks), 1000):
-            chunk = ticks[first : first + 1000]
-            values: Any = self.control.client.hmget(key, [str(t) for t in chunk])
-            out.update({t: str(v) for t, v in zip(chunk, values, strict=True) if v is not None})
-        return out
+        return self.store.backfill_marks(schedule.id, ticks)
 
     def _sent(self, schedule: BoundSchedule, start_ms: int) -> tuple[set[int], int | None]:
         """The ticks the history shows as sent (fired, caught up,
         backfilled, or stood in for by a manual trigger) since
         ``start_ms``, and how far back the history reaches (None: to
         before ``start_ms``, so nothing older matters)."""
-        client, key = self.control.client, self.control.keys.history
         sent: set[int] = set()
-        lower = f"{start_ms}-0"
-        reach = self._reach(start_ms)
-        while True:
-            rows: Any = client.xrange(key, min=lower, max="+", count=1000)
-            for _, fields in rows:
-                if fields.get("schedule") != schedule.id:
-                    continue
-                tick = int(fields.get("tick", 0) or 0)
-                outcome = fields.get("outcome")
-                if outcome == Outcome.TRIGGERED:
-                    # A manual trigger stands in for the tick before it.
-                    try:
-                        sent.add(schedule.last_before(tick + 1))
-                    except CronScheduleError:
-                        pass
-                elif outcome in _SENT:
-                    sent.add(tick)
-            if len(rows) < 1000:
-                return sent, reach
-            lower = "(" + str(rows[-1][0])
-
-    def _reach(self, start_ms: int) -> int | None:
-        """How far back the history reaches, when it was trimmed after
-        ``start_ms`` (None: it holds every entry since ``start_ms``, or every
-        entry ever written)."""
-        client, key = self.control.client, self.control.keys.history
-        try:
-            info: Any = client.xinfo_stream(key)
-        except redis.ResponseError:  # no stream yet: nothing was ever recorded
-            return None
-        length = int(info.get("length", -1))
-        if info.get("entries-added") is not None:
-            if int(info["entries-added"]) == length:
-                return None  # never trimmed: Redis 7 says so
-        elif 0 <= length < self.control.history_length:
-            # Redis 6.2 does not count what was added; but every write caps
-            # the stream at history_length (MAXLEN ~), and a trim leaves at
-            # least that many entries: a shorter stream was never trimmed
-            # (unless history_length was raised since: see design.md).
-            return None
-        first = info.get("first-entry")
-        if not first:
-            return None
-        first_ms = int(str(first[0]).split("-", 1)[0])
-        return first_ms if first_ms > start_ms else None
+        reach = self.store.history_reach(start_ms)
+        for entry in self.store.history_since(start_ms):
+            if entry.schedule_id != schedule.id:
+                continue
+            if entry.outcome == Outcome.TRIGGERED:
+                # A manual trigger stands in for the tick before it.
+                try:
+                    sent.add(schedule.last_before(entry.tick_ms + 1))
+                except CronScheduleError:
+                    pass
+            elif entry.outcome in _SENT:
+                sent.add(entry.tick_ms)
+        return sent, reach
 
 
 def instant_ms(value: object, *, what: str) -> int:

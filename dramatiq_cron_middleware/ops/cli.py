@@ -40,16 +40,17 @@ from dramatiq.brokers.stub import StubBroker
 from ..errors import CronConfigurationError, CronError, CronScheduleError
 from ..leader.candidates import SEMANTICS_ID
 from ..middleware import CronMiddleware, find_middleware
-from ..monitoring.read import check_report, read_health, read_runs
+from ..monitoring.read import check_report, read_health
 from ..monitoring.records import PROBLEMS
 from ..schedules.ids import format_id, parse_id
 from ..schedules.instants import instant_ms as parse_instant
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
+from ..service import Cron
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
 from ..store.runtime import RuntimeSchedule, RuntimeSchedules, split_id
 from ..store.timing import Timing
-from .backfill import DEFAULT_MAX_TICKS, Backfill, instant_ms
+from .backfill import DEFAULT_MAX_TICKS, instant_ms
 from .control import (
     AmbiguousTarget,
     Control,
@@ -58,9 +59,7 @@ from .control import (
     TriggerRefused,
     UnknownTarget,
     find_runtime,
-    pause_expiry,
     paused_by,
-    resolve_target,
 )
 from .django_project import setup_from_environment
 from .format import iso, span, when
@@ -117,21 +116,26 @@ class _App:
         """The one schedule (or, with ``--actor``, the actor) the command
         names; ``whole_actor`` is the sentence offering ``--actor`` where the
         command can act on a whole actor."""
-        paused = self.control.paused() if args.command == "resume" else ()
         try:
-            return resolve_target(
-                declared=self.schedules,
-                runtime=self.runtime,
+            return self.cron.target(
                 name=args.target,
                 schedule_id=args.schedule,
                 actor=getattr(args, "whole_actor", None),
-                paused=paused,
+                resuming=args.command == "resume",
             )
         except UnknownTarget as exc:
             raise _Failure(f"{exc} ({self.known_actors()})") from None
         except AmbiguousTarget as exc:
             choose = f"{exc}: choose one with --schedule ID"
             raise _Failure(choose + (f", or {whole_actor} with --actor {exc.actor}" if whole_actor else "")) from None
+
+    @property
+    def cron(self) -> Cron:
+        """The operator service (service.py)."""
+        try:
+            return self.middleware.service
+        except CronError as exc:
+            raise _Failure(redact(str(exc))) from None
 
     @property
     def runtime(self) -> RuntimeSchedules:
@@ -617,7 +621,7 @@ def _runs(app: _App, args: argparse.Namespace) -> int:
     target = app.target(args)
     assert target.schedule_id is not None
     zone = app.zone_of(target.schedule_id)
-    runs = read_runs(app.control.client, app.middleware.keys, target.schedule_id, limit=args.limit)
+    runs = app.cron.runs(target.schedule_id, limit=args.limit)
     rows = [
         [
             when(r.tick_ms, zone),
@@ -643,14 +647,14 @@ def _history(app: _App, args: argparse.Namespace) -> int:
         # History is read, not acted on: an actor name shows all of its
         # schedules (entries match by actor), a schedule id that one only.
         try:
-            resolve_target(declared=app.schedules, runtime=app.runtime, actor=args.actor)
+            app.cron.target(actor=args.actor)
         except UnknownTarget:
             try:
-                resolve_target(declared=app.schedules, runtime=app.runtime, schedule_id=args.actor)
+                app.cron.target(args.actor)
             except UnknownTarget:
                 raise _Failure(f"unknown cron actor or schedule {args.actor!r}") from None
         match = {args.actor}
-    entries = list(reversed(app.control.history(limit=args.limit, match=match)))
+    entries = list(reversed(app.cron.history(limit=args.limit, match=match)))
     records = [_history_record(app, e) for e in entries]
     rows = [
         [
@@ -697,7 +701,7 @@ def _trigger(app: _App, args: argparse.Namespace) -> int:
     schedule = target.schedule
     assert schedule is not None  # trigger has no --actor
     try:
-        done = app.control.trigger(app.broker, schedule, prefix=app.middleware.prefix, who="cli")
+        done = app.cron.trigger(target=target, who="cli")
     except TriggerRefused as exc:
         raise _Failure(str(exc)) from None
     data = {
@@ -719,35 +723,33 @@ def _trigger(app: _App, args: argparse.Namespace) -> int:
 def _pause(app: _App, args: argparse.Namespace) -> int:
     verb = "pause" if args.command == "pause" else "resume"
     target = app.target(args, whole_actor=f"{verb} all of them")
-    until = None
+    cron = app.cron
     if args.command == "pause":
-        now = app.control.server_ms()
         try:
-            until = pause_expiry(now, until=args.until, duration=args.pause_for)
-        except ValueError as exc:
+            done = cron.pause(target=target, until=args.until, duration=args.pause_for, who="cli")
+        except CronScheduleError as exc:
             raise _Failure(str(exc)) from None
-        changed = app.control.pause(target, who="cli", until_ms=until)
-        lasting = (
-            "" if until is None else f" until {when(until)} ({span(until - now)} from now), then resumes by itself"
-        )
+        until = done.until_ms
+        lasting = "" if until is None else f" until {when(until)} ({span(until - done.at_ms)} from now)"
+        lasting += ", then resumes by itself" if until is not None else ""
         text = (
             f"Paused {target}{lasting}: whichever process leads records its ticks as paused and enqueues nothing."
-            if changed
+            if done.changed
             else f"{target} was already paused; now{lasting or ' until resumed'}."
         )
     else:
-        changed = app.control.resume(target, who="cli")
-        text = f"Resumed {target}: its next tick fires." if changed else f"{target} was not paused."
-        blocker = None if changed or target.schedule is None else paused_by(target.schedule, app.control.paused())
+        done = cron.resume(target=target, who="cli")
+        text = f"Resumed {target}: its next tick fires." if done.changed else f"{target} was not paused."
+        blocker = None if done.changed or target.schedule is None else paused_by(target.schedule, cron.paused())
         if blocker is not None and blocker.schedule_id is None:
             text += f" Its actor is paused as a whole: resume it with --actor {target.actor_name}."
     data = {
         "target": target.member,
         "actor": target.actor_name,
         "schedule": target.schedule_id,
-        "changed": changed,
-        "until": None if until is None else iso(until),
-        "paused": sorted(app.control.paused()),
+        "changed": done.changed,
+        "until": None if done.until_ms is None else iso(done.until_ms),
+        "paused": sorted(cron.paused()),
     }
     _emit(args, data, text)
     return EXIT_OK
@@ -776,12 +778,12 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
     assert schedule is not None  # backfill has no --actor
     if isinstance(app.broker, StubBroker) and not args.dry_run:
         raise _Failure("the app's broker is a StubBroker: backfilled messages would only live in this process")
-    backfill = Backfill(app.control, prefix=app.middleware.prefix)
+    cron = app.cron
     try:
-        plan = backfill.plan(
-            schedule,
-            start_ms=instant_ms(args.start, what="--from"),
-            end_ms=instant_ms(args.end, what="--to"),
+        plan = cron.backfill_plan(
+            target,
+            start=instant_ms(args.start, what="--from"),
+            end=instant_ms(args.end, what="--to"),
             include_fired=args.include_fired,
             max_ticks=None if args.yes else args.max,
         )
@@ -789,7 +791,7 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
         raise _Failure(str(exc)) from None
     zone = schedule.zone
     if args.dry_run:
-        plan = backfill.listed(plan)
+        plan = cron.backfill_listed(plan)
         data = _backfill_data(schedule, plan, args, plan)
         text = "\n".join(
             [
@@ -807,14 +809,14 @@ def _backfill(app: _App, args: argparse.Namespace) -> int:
             flush=True,
         )
     try:
-        report = backfill.run(app.broker, plan, progress=_progress_bar(f"Backfilling {schedule.id}"))
+        report = cron.backfill_run(plan, progress=_progress_bar(f"Backfilling {schedule.id}"))
     except KeyboardInterrupt:
         raise _Failure(
             "interrupted: run the same command again to enqueue the rest (no tick is enqueued twice)", EXIT_INTERRUPTED
         ) from None
     except CronScheduleError as exc:
         raise _Failure(str(exc)) from None
-    except redis.RedisError:
+    except (redis.RedisError, CronError):
         raise
     except Exception as exc:  # the broker's enqueue (or a middleware hook) failed: one line, no traceback
         detail = redact(f"{type(exc).__name__}: {exc}")
@@ -1031,7 +1033,7 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
 def _add(app: _App, args: argparse.Namespace) -> int:
     schedule = schedule_of(args)
     try:
-        stored = app.middleware.add(args.actor, schedule, name=args.name, replace=not args.create_only, who="cli")
+        stored = app.cron.add(args.actor, schedule, name=args.name, replace=not args.create_only, who="cli")
     except CronScheduleError as exc:
         raise _Failure(_with_actors(app, str(exc))) from None
     except CronConfigurationError as exc:
@@ -1089,7 +1091,7 @@ def _added_text(stored: RuntimeSchedule) -> str:
 def _remove(app: _App, args: argparse.Namespace) -> int:
     try:
         actor, name = split_id(args.actor) if args.name is None else (args.actor, args.name)
-        removed = app.middleware.remove(actor, name, who="cli")
+        removed = app.cron.remove(actor, name, who="cli")
     except CronScheduleError as exc:
         raise _Failure(str(exc)) from None
     except CronConfigurationError as exc:

@@ -36,7 +36,7 @@ Guarantees every implementation keeps (the contract suite checks them):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from ..schedules.schedule import BoundSchedule
@@ -46,9 +46,20 @@ from .durability import Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed
 from .ledger import Claim, ClaimReply, Settled, SyncEntry, SyncReply
+from .operator import Candidate, HistoryEntry, HistoryPage, LastDecision, LeaderInfo
 from .runs import HealthRead, HealthWrite
+from .runtime import RuntimePage, RuntimeSchedule
 
-__all__ = ["LeaseStore", "LedgerStore", "RunStore", "RuntimeReads", "Settled", "Store"]
+__all__ = [
+    "LeaseStore",
+    "LedgerStore",
+    "OperatorStore",
+    "RunStore",
+    "RuntimeDefinitions",
+    "RuntimeReads",
+    "Settled",
+    "Store",
+]
 
 
 class LeaseStore(Protocol):
@@ -325,3 +336,137 @@ class Store(Protocol):
     @property
     def runtime(self) -> RuntimeReads | None:
         """The runtime schedules' reads; None: declared schedules only."""
+
+
+class OperatorStore(Protocol):
+    """The operator half (``operator.RedisOperator``, ``in_memory.MemoryOperator``):
+    what operators read and write beside the leader, none of it fenced.
+
+    Guarantees (the contract suite checks them): every write's entry carries
+    the store's time, and :meth:`server_ms` is that clock; a pause whose end
+    passed is no longer in :meth:`pauses`; a backfill tick is claimed by one
+    run only, and only a tick at or before the schedule's last decided tick
+    (and the store's now); a runtime schedule replaced or removed since the
+    plan refuses the claim whole.
+    """
+
+    keys: Keys
+    history_length: int
+
+    def server_ms(self) -> int:
+        """The store's time, epoch ms."""
+
+    def leader(self) -> LeaderInfo | None:
+        """The lease holder, None when the lease is free."""
+
+    def replicas_record(self) -> dict[str, str]:
+        """The record of the last candidate whose writes lacked replicas."""
+
+    def candidates(self, *, since_ms: int) -> list[Candidate]:
+        """Candidates seen at or after ``since_ms``, newest first."""
+
+    def ineligible(self, *, since_ms: int) -> list[Candidate]:
+        """Processes that may not lead seen at or after ``since_ms``."""
+
+    def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
+        """The published schedule sets by fingerprint."""
+
+    def round_trip_ms(self) -> float:
+        """One round trip, ms."""
+
+    def maxmemory_policy(self) -> str | None:
+        """The eviction policy, None where unreadable."""
+
+    def ledger_value(self, schedule_id: str) -> str | None:
+        """A schedule's raw ledger value."""
+
+    def decisions(self, schedule_ids: Sequence[str]) -> dict[str, LastDecision]:
+        """The ledger entries of these schedules."""
+
+    def last_decisions(self) -> dict[str, LastDecision]:
+        """Every ledger entry, its outcome from the recent history where there."""
+
+    def history(self, *, limit: int, match: set[str] | None = None) -> list[HistoryEntry]:
+        """The newest ``limit`` entries (of ``match``'s ids or actors), newest first."""
+
+    def schedule_history(
+        self, schedule_id: str, *, limit: int, before: str | None = None, scan: int = 2500
+    ) -> HistoryPage:
+        """One schedule's entries older than ``before``, newest first."""
+
+    def history_since(self, start_ms: int) -> Iterator[HistoryEntry]:
+        """Every entry recorded at or after ``start_ms``, oldest first."""
+
+    def history_reach(self, start_ms: int) -> int | None:
+        """The oldest entry's time when trimming lost entries after ``start_ms``."""
+
+    def record(
+        self,
+        action: str,
+        *,
+        who: str,
+        entries: Sequence[tuple[str, str]],
+        tick_ms: int | None = None,
+        message_id: str = "",
+    ) -> int:
+        """Append ``action`` by ``who`` per ``(schedule id, detail)``; the store's time."""
+
+    def run_records(self, schedule_id: str, *, limit: int) -> list[str]:
+        """A schedule's newest run records, newest first, as stored."""
+
+    def pauses(self) -> dict[str, int | None]:
+        """The live pauses: member -> end (None: until resumed)."""
+
+    def paused(self) -> set[str]:
+        """The live paused members."""
+
+    def set_pause(self, member: str, until_ms: int | None) -> bool:
+        """Pause ``member`` until ``until_ms``; False when it already was so."""
+
+    def clear_pause(self, member: str) -> bool:
+        """Resume ``member``; False when it was not paused."""
+
+    def backfill_marks(self, schedule_id: str, ticks: Sequence[int]) -> dict[int, str]:
+        """The backfill marks of these ticks."""
+
+    def claim_backfill(
+        self, schedule_id: str, *, bound_ms: int | None, revision: int, ticks: Sequence[int], token: str
+    ) -> tuple[bool, int, list[int]]:
+        """``(revision still stored, store time, per tick 1/0/2)``."""
+
+    def settle_backfill(
+        self, schedule_id: str, *, token: str, sent: Sequence[tuple[int, str]], unsent: Sequence[int]
+    ) -> None:
+        """Record ``sent`` as backfilled, release ``unsent``."""
+
+
+class RuntimeDefinitions(Protocol):
+    """The runtime schedule definitions as operators write and read them
+    (``runtime.RuntimeSchedules``, ``in_memory.MemoryRuntimeSchedules``),
+    checked by one rule book (``bind_schedule``) on either store.
+
+    Guarantees (the contract suite checks them): a write stores the whole
+    definition with a new revision, or nothing; ``add_many(replace=False)``
+    refuses a stored name; ``update`` keeps every option it is not given;
+    a removal is final for its revision; ``list`` pages in id order.
+    """
+
+    def get(self, actor: object, name: str) -> RuntimeSchedule | None:
+        """The stored schedule ``actor:name``, or None."""
+
+    def add_many(self, items: Iterable[tuple[object, Any, str]], *, replace: bool = True) -> list[RuntimeSchedule]:
+        """Store ``(actor, schedule, name)`` each, all checked first."""
+
+    def update(self, schedule_id: str, changes: dict[str, Any]) -> tuple[RuntimeSchedule, RuntimeSchedule]:
+        """Change some options; ``(before, after)``."""
+
+    def remove(self, actor: object, name: str) -> bool:
+        """Remove one; False when there was none."""
+
+    def list(
+        self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> RuntimePage:
+        """A page in id order."""
+
+    def count_by_actor(self) -> dict[str, int]:
+        """How many each actor has."""

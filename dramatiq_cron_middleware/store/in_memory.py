@@ -7,11 +7,9 @@ candidate gets an :class:`InMemoryStore` on it (its own lease handle, as a
 process has its own :class:`~..lease.Lease`).  No thread, no socket: a
 leader can run on it in-process, on a fake clock.
 
-Faults are injected at the store boundary, per operation name (the
-protocol's method names): :meth:`MemoryServer.lose_reply` lets the next
-call run and then raises :class:`TimeoutError` (a lost reply),
-:meth:`MemoryServer.refuse` raises :class:`ConnectionRefusedError` before
-it runs (nothing written); :attr:`MemoryServer.replicas_acking` says how
+Every operation passes :meth:`MemoryServer.call` by name (the protocol's
+method names), where a test double injects faults (a lost reply, a
+refusal: tests/support/faults.py); :attr:`MemoryServer.replicas_acking` says how
 many replicas acknowledge writes now (a store that requires more raises
 :class:`~.durability.Unconfirmed` after its write ran).  Keys holding a foreign type are not modelled:
 the corrupt flags stay empty but for unusable batch records.
@@ -19,15 +17,18 @@ the corrupt flags stay empty but for unusable batch records.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dramatiq.logging import get_logger
+
 from ..errors import CronScheduleError
-from ..schedules.schedule import BoundSchedule
+from ..schedules.schedule import DEFAULT_CATCH_UP_WINDOW, BoundSchedule, CatchUp
 from .boundary import Payload
 from .clock import ServerClock
 from .codes import ClaimResult, Corrupt, Outcome, SyncCode, whole_actor
@@ -45,14 +46,27 @@ from .ledger import (
     SyncEntry,
     SyncReply,
 )
+from .operator import (
+    RECENT,
+    Candidate,
+    HistoryEntry,
+    HistoryPage,
+    LastDecision,
+    LeaderInfo,
+    decision_of,
+    live_pauses,
+    matches,
+    precise,
+)
 from .runs import ALERTS_CAP, ALIVE_MS, OUTBOXES, HealthRead, HealthWrite, RunEvent
+from .runtime import ActorInfo, RuntimePage, RuntimeSchedule, RuntimeSchedules, already_exists, schedule_id_of
 from .timing import Timing
 
 if TYPE_CHECKING:
-    from .abc import RunStore, Store
+    from .abc import OperatorStore, RunStore, Store
     from .runs import RedisRuns
 
-__all__ = ["HistoryRecord", "InMemoryStore", "MemoryRuns", "MemoryServer"]
+__all__ = ["HistoryRecord", "InMemoryStore", "MemoryOperator", "MemoryRuns", "MemoryRuntimeSchedules", "MemoryServer"]
 
 # The ledger value grammar as the scripts read it (common.lua's parse_entry).
 _ENTRY = re.compile(r"^(-?\d+):(\d+)(.*)$")
@@ -88,6 +102,10 @@ class HistoryRecord:
     epoch: str
     detail: str
     message_id: str
+    #: Who did an operator action ("" for the leader's outcomes).
+    who: str = ""
+    #: Its id, ``<at>-<seq>`` as a stream entry's.
+    entry_id: str = ""
 
 
 @dataclasses.dataclass
@@ -117,8 +135,6 @@ class MemoryServer:
         #: durability.py's ``Ack``); None: unknown.
         self.address: tuple[str, int] | None = None
         self.flushall()
-        self._lose: dict[str, int] = {}
-        self._refuse: dict[str, int] = {}
         self._connections = 0
 
     def flushall(self) -> None:
@@ -129,6 +145,11 @@ class MemoryServer:
         self.ticks: dict[str, str] = {}
         self.shapes: dict[str, str] = {}
         self.history: list[HistoryRecord] = []
+        self.history_seq = 0
+        #: How many entries the cap dropped (a trimmed history reaches less far back).
+        self.history_trimmed = 0
+        #: Schedule id -> tick -> backfill mark (``c|<run>`` claimed, ``e`` enqueued).
+        self.backfilled: dict[str, dict[int, str]] = {}
         #: Paused schedule ids and ``<actor>:*`` members.
         self.paused: set[str] = set()
         #: Paused members' expiries (epoch ms), as ``{p}:paused:until``.
@@ -160,26 +181,11 @@ class MemoryServer:
         #: The operators' record of writes lacking replicas (keys.replicas).
         self.replicas_report: dict[str, Any] | None = None
 
-    # -- faults ----------------------------------------------------------------
-
-    def lose_reply(self, operation: str, times: int = 1) -> None:
-        """The next ``times`` calls of ``operation`` run, then raise TimeoutError."""
-        self._lose[operation] = self._lose.get(operation, 0) + times
-
-    def refuse(self, operation: str, times: int = 1) -> None:
-        """The next ``times`` calls of ``operation`` raise ConnectionRefusedError
-        without running."""
-        self._refuse[operation] = self._refuse.get(operation, 0) + times
-
-    def _call(self, operation: str, run: Callable[[], object]) -> object:
-        if self._refuse.get(operation, 0) > 0:
-            self._refuse[operation] -= 1
-            raise ConnectionRefusedError(f"memory store refused {operation} (injected)")
-        result = run()
-        if self._lose.get(operation, 0) > 0:
-            self._lose[operation] -= 1
-            raise TimeoutError(f"memory store lost the reply of {operation} (injected)")
-        return result
+    def call(self, operation: str, run: Callable[[], object]) -> object:
+        """Run one operation of the protocol (named by its method): the one
+        place every call passes, where a test double injects faults
+        (tests/support/faults.py)."""
+        return run()
 
     # -- state as the scripts see it ------------------------------------------
 
@@ -226,7 +232,13 @@ class MemoryServer:
     def _record(
         self, history_length: int, sid: str, tick: int, outcome: str, at: int, epoch: int, detail: str, message: str
     ) -> None:
-        self.history.append(HistoryRecord(sid, tick, outcome, at, str(epoch), detail, message))
+        self.append_history(history_length, HistoryRecord(sid, tick, outcome, at, str(epoch), detail, message))
+
+    def append_history(self, history_length: int, record: HistoryRecord) -> None:
+        """Append to the history (with the next entry id), capped at ``history_length``."""
+        self.history_seq += 1
+        self.history.append(dataclasses.replace(record, entry_id=f"{record.at_ms}-{self.history_seq}"))
+        self.history_trimmed += max(len(self.history) - history_length, 0)
         del self.history[: max(len(self.history) - history_length, 0)]
 
     def connect(self) -> str:
@@ -338,7 +350,7 @@ class _MemoryLease:
             self.clock.observe(server_ms, sent, self.clock.monotonic())
             return value
 
-        return self.server._call(operation, observed)
+        return self.server.call(operation, observed)
 
     def _seen(self, now: int) -> None:
         s = self.server
@@ -435,7 +447,7 @@ class _MemoryLease:
             s.wakes[""] = (count + min(max(seen, 1), 64), now + self.ttl_ms)
             return True
 
-        return bool(self.server._call("release", run))
+        return bool(self.server.call("release", run))
 
     def forget(self) -> None:
         self.token = None
@@ -448,7 +460,7 @@ class _MemoryLease:
             self.server.delete_lease()
             return True
 
-        return bool(self.server._call("depose", run))
+        return bool(self.server.call("depose", run))
 
     def report_replicas(self, unconfirmed: Unconfirmed | None) -> None:
         def run() -> None:
@@ -465,10 +477,10 @@ class _MemoryLease:
                 since=since,
             )
 
-        self.server._call("report_replicas", run)
+        self.server.call("report_replicas", run)
 
     def depose_if_gone(self) -> bool:
-        lease = self.server._call("depose_if_gone", self.server.lease_fields)
+        lease = self.server.call("depose_if_gone", self.server.lease_fields)
         assert lease is None or isinstance(lease, dict)
         if lease is None or not lease["token"] or not lease["conn"] or lease["conn"] in self.server.connections:
             return False
@@ -492,7 +504,7 @@ class _MemoryLease:
                 return pop()
             return False
 
-        return bool(self.server._call("wait_for_release", run))
+        return bool(self.server.call("wait_for_release", run))
 
     def wait_for_push(self, key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
         def pop() -> str | None:
@@ -513,7 +525,7 @@ class _MemoryLease:
                 popped = pop()
             return popped
 
-        popped = self.server._call("wait_for_push", run)
+        popped = self.server.call("wait_for_push", run)
         assert popped is None or isinstance(popped, str)
         return popped
 
@@ -523,7 +535,7 @@ class _MemoryLease:
             count, expires = self.server.wakes.get(self.candidate_id, (0, 0))
             self.server.wakes[self.candidate_id] = ((count if expires >= now else 0) + 1, now + self.ttl_ms)
 
-        self.server._call("wake_self", run)
+        self.server.call("wake_self", run)
 
     def hand_over_commands(self) -> list[tuple[Any, ...]]:
         """None: a hand-over at shutdown needs a Redis connection."""
@@ -532,10 +544,10 @@ class _MemoryLease:
     def publish_schedule_set(self, shapes: dict[str, str]) -> None:
         if self.fingerprint:
             sets, text = self.server.candidate_sets, json.dumps(shapes, sort_keys=True)
-            self.server._call("publish_schedule_set", lambda: sets.setdefault(self.fingerprint, text))
+            self.server.call("publish_schedule_set", lambda: sets.setdefault(self.fingerprint, text))
 
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
-        values = self.server._call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])
+        values = self.server.call("schedule_sets", lambda: [self.server.candidate_sets.get(f) for f in fingerprints])
         assert isinstance(values, list)
         return {fingerprint: parse_schedule_set(value) for fingerprint, value in zip(fingerprints, values, strict=True)}
 
@@ -544,7 +556,7 @@ class _MemoryLease:
             for fingerprint in [f for f in self.server.candidate_sets if f not in keep]:
                 del self.server.candidate_sets[fingerprint]
 
-        self.server._call("prune_schedule_sets", run)
+        self.server.call("prune_schedule_sets", run)
 
 
 class _MemoryLedger:
@@ -570,7 +582,7 @@ class _MemoryLedger:
                 raise NotLeader()
             return run(now)
 
-        return self.server._call(operation, observed)
+        return self.server.call(operation, observed)
 
     def sync(
         self,
@@ -650,7 +662,7 @@ class _MemoryLedger:
                     s.shapes.setdefault(sid, shape)
             return created
 
-        return int(str(self.server._call("register", run)))
+        return int(str(self.server.call("register", run)))
 
     def claim(
         self,
@@ -745,7 +757,7 @@ class _MemoryLedger:
             s.batches[batch_id] = (",".join(str(int(r)) for r in results), now + BATCH_RECORD_MS)
             return ClaimReply(results, now, flags)
 
-        reply = self.server._call("claim", run)
+        reply = self.server.call("claim", run)
         assert isinstance(reply, ClaimReply)
         self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return reply
@@ -791,7 +803,7 @@ class _MemoryLedger:
             s.batches[batch_id] = ("void", now + BATCH_RECORD_MS)
             return Settled(results, record_corrupt=True)
 
-        settled = self.server._call("settle", run)
+        settled = self.server.call("settle", run)
         assert isinstance(settled, Settled)
         self.durability.check(Ack(self.server.replicas_acking, self.server.address))
         return settled
@@ -805,13 +817,13 @@ class _MemoryRuntime:
         self.history_length = history_length
 
     def version(self) -> int:
-        return int(str(self.server._call("version", lambda: self.server.runtime_version)))
+        return int(str(self.server.call("version", lambda: self.server.runtime_version)))
 
     def load_all(self) -> tuple[int, dict[str, BoundSchedule]]:
         def run() -> tuple[int, dict[str, BoundSchedule]]:
             return self.server.runtime_version, dict(self.server.runtime)
 
-        loaded = self.server._call("load_all", run)
+        loaded = self.server.call("load_all", run)
         assert isinstance(loaded, tuple)
         return loaded
 
@@ -823,7 +835,7 @@ class _MemoryRuntime:
             changed = sorted((v, sid) for sid, v in s.runtime_changes.items() if v > version)
             return s.runtime_version, {sid: s.runtime.get(sid) for _, sid in changed}
 
-        changes = self.server._call("changes_since", run)
+        changes = self.server.call("changes_since", run)
         assert isinstance(changes, tuple)
         return changes
 
@@ -840,7 +852,7 @@ class _MemoryRuntime:
                 out.append(stale)
             return out
 
-        dropped = self.server._call("drop_stale", run)
+        dropped = self.server.call("drop_stale", run)
         assert isinstance(dropped, list)
         return dropped
 
@@ -857,7 +869,7 @@ class _MemoryRuntime:
                 out.append(schedule.id)
             return out
 
-        retired = self.server._call("retire", run)
+        retired = self.server.call("retire", run)
         assert isinstance(retired, list)
         return retired
 
@@ -1006,7 +1018,7 @@ class MemoryRuns:
             del server.run_events[: max(len(server.run_events) - self.events_length, 0)]
             return True
 
-        return bool(self.server._call("record_run", run))
+        return bool(self.server.call("record_run", run))
 
     def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead:
         def run() -> HealthRead:
@@ -1026,7 +1038,7 @@ class MemoryRuns:
                 now_ms=now, cursor=cursor, events=events, due=due, facts=facts, next_deadline_ms=later, alive=alive
             )
 
-        return self.server._call("read_health", run)  # type: ignore[return-value]
+        return self.server.call("read_health", run)  # type: ignore[return-value]
 
     def write_health(self, token: str, write: HealthWrite) -> bool:
         def run() -> bool:
@@ -1052,7 +1064,7 @@ class MemoryRuns:
                 del outbox[: max(len(outbox) - ALERTS_CAP, 0)]
             return True
 
-        return bool(self.server._call("write_health", run))
+        return bool(self.server.call("write_health", run))
 
     def wait_for_event(self, cursor: str, timeout_ms: int) -> bool:
         """Whether an event after ``cursor`` exists (no waiting: the clock is
@@ -1069,7 +1081,7 @@ class MemoryRuns:
                 del server.runs_alive[member]
 
         if members:
-            self.server._call("keep_alive", run)
+            self.server.call("keep_alive", run)
 
     def alerts(self, limit: int, *, outbox: str) -> list[str]:
         return list(self.server.alerts[outbox][:limit])
@@ -1097,12 +1109,295 @@ class MemoryRuns:
             self.server.runs_last[schedule_id] = record
 
 
+class MemoryOperator:
+    """The operator half of the store protocol (:class:`~.abc.OperatorStore`)
+    on a :class:`MemoryServer`: what :class:`~.operator.RedisOperator` does
+    on Redis (audit.lua, backfill.lua, backfill_settle.lua).
+
+    Parameters:
+      server: The shared state.
+      history_length: Cap of the history.  Defaults to 10000.
+      prefix: The key prefix.  Defaults to "cron".
+    """
+
+    def __init__(self, server: MemoryServer, *, history_length: int = 10_000, prefix: str = "cron") -> None:
+        self.server = server
+        self.keys = Keys(prefix)
+        self.history_length = history_length
+
+    def server_ms(self) -> int:
+        return self.server.now_ms()
+
+    def leader(self) -> LeaderInfo | None:
+        fields = self.server.lease_fields()
+        lease = self.server._lease
+        if fields is None or lease is None:
+            return None
+        return LeaderInfo.of(fields, lease.expires_ms - self.server.now_ms())
+
+    def replicas_record(self) -> dict[str, str]:
+        return {k: str(v) for k, v in (self.server.replicas_report or {}).items()}
+
+    def candidates(self, *, since_ms: int) -> list[Candidate]:
+        seen = sorted(self.server.candidates.items(), key=lambda item: -item[1])
+        info = self.server.candidate_info
+        return [Candidate.of(m, s, info.get(m, "")) for m, s in seen if s >= since_ms]
+
+    def ineligible(self, *, since_ms: int) -> list[Candidate]:
+        return []
+
+    def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
+        return {fp: parse_schedule_set(self.server.candidate_sets.get(fp)) for fp in fingerprints}
+
+    def round_trip_ms(self) -> float:
+        return 0.0
+
+    def maxmemory_policy(self) -> str | None:
+        return "noeviction"
+
+    def ledger_value(self, schedule_id: str) -> str | None:
+        return self.server.ticks.get(schedule_id)
+
+    def decisions(self, schedule_ids: Sequence[str]) -> dict[str, LastDecision]:
+        decided = {sid: decision_of(self.server.ticks.get(sid)) for sid in schedule_ids}
+        return {sid: d for sid, d in decided.items() if d is not None}
+
+    def last_decisions(self) -> dict[str, LastDecision]:
+        return precise(self.decisions(list(self.server.ticks)), self.history(limit=RECENT))
+
+    def _entries(self) -> list[HistoryEntry]:
+        """The history, oldest first."""
+        return [
+            HistoryEntry(
+                entry_id=h.entry_id,
+                schedule_id=h.schedule_id,
+                tick_ms=h.tick_ms,
+                outcome=h.outcome,
+                at_ms=h.at_ms,
+                epoch=int(h.epoch) if h.epoch.isdigit() else None,
+                detail=h.detail,
+                message_id=h.message_id,
+                who=h.who,
+            )
+            for h in self.server.history
+        ]
+
+    def history(self, *, limit: int, match: set[str] | None = None) -> list[HistoryEntry]:
+        return [e for e in reversed(self._entries()) if matches(e, match)][:limit]
+
+    def schedule_history(
+        self, schedule_id: str, *, limit: int, before: str | None = None, scan: int = 2500
+    ) -> HistoryPage:
+        entries = list(reversed(self._entries()))
+        if before is not None:
+            entries = [e for e in entries if _event_key(e.entry_id) < _event_key(before)]
+        found = [e for e in entries if e.schedule_id == schedule_id]
+        more = len(found) > limit
+        return HistoryPage(entries=found[:limit], older=found[limit - 1].entry_id if more else None, scanned=0)
+
+    def history_since(self, start_ms: int) -> Iterator[HistoryEntry]:
+        return iter([e for e in self._entries() if e.at_ms >= start_ms])
+
+    def history_reach(self, start_ms: int) -> int | None:
+        if not self.server.history_trimmed or not self.server.history:
+            return None
+        first = self.server.history[0].at_ms
+        return first if first > start_ms else None
+
+    def record(
+        self,
+        action: str,
+        *,
+        who: str,
+        entries: Sequence[tuple[str, str]],
+        tick_ms: int | None = None,
+        message_id: str = "",
+    ) -> int:
+        s = self.server
+        now = s.now_ms()
+        fields = s.lease_fields()
+        epoch = fields.get("epoch", "") if fields else ""
+        for schedule_id, detail in entries:
+            tick = now if tick_ms is None else tick_ms
+            record = HistoryRecord(schedule_id, tick, action, now, epoch, detail, message_id, who)
+            s.append_history(self.history_length, record)
+        return now
+
+    def run_records(self, schedule_id: str, *, limit: int) -> list[str]:
+        return MemoryRuns(self.server).runs_of(schedule_id, limit=limit)
+
+    def pauses(self) -> dict[str, int | None]:
+        return live_pauses(self.server.paused, self.server.paused_until, self.server.now_ms())
+
+    def paused(self) -> set[str]:
+        return set(self.pauses())
+
+    def set_pause(self, member: str, until_ms: int | None) -> bool:
+        s = self.server
+        changed = member not in s.paused or s.paused_until.get(member) != until_ms
+        s.paused.add(member)
+        if until_ms is None:
+            s.paused_until.pop(member, None)
+        else:
+            s.paused_until[member] = until_ms
+        return changed
+
+    def clear_pause(self, member: str) -> bool:
+        s = self.server
+        s.paused_until.pop(member, None)
+        if member not in s.paused:
+            return False
+        s.paused.discard(member)
+        return True
+
+    def backfill_marks(self, schedule_id: str, ticks: Sequence[int]) -> dict[int, str]:
+        marks = self.server.backfilled.get(schedule_id, {})
+        return {t: marks[t] for t in ticks if t in marks}
+
+    def claim_backfill(
+        self, schedule_id: str, *, bound_ms: int | None, revision: int, ticks: Sequence[int], token: str
+    ) -> tuple[bool, int, list[int]]:
+        s = self.server
+        now = s.now_ms()
+        if revision > 0 and s.runtime_revs.get(schedule_id) != revision:
+            return False, now, []
+        entry = _parse_entry(s.ticks.get(schedule_id))
+        bound = min(now, *(b for b in (entry and entry[0], bound_ms) if b is not None))
+        marks = s.backfilled.setdefault(schedule_id, {})
+        mine = f"c|{token}"
+        out = []
+        for tick in ticks:
+            if tick > bound:
+                out.append(2)
+            else:
+                out.append(1 if marks.setdefault(tick, mine) == mine else 0)
+        return True, now, out
+
+    def settle_backfill(
+        self, schedule_id: str, *, token: str, sent: Sequence[tuple[int, str]], unsent: Sequence[int]
+    ) -> None:
+        s = self.server
+        marks = s.backfilled.get(schedule_id, {})
+        mine = f"c|{token}"
+        now = s.now_ms()
+        for tick, message_id in sent:
+            if marks.get(tick) == mine:
+                marks[tick] = "e"
+                record = HistoryRecord(schedule_id, tick, Outcome.BACKFILLED.value, now, "", "backfill", message_id)
+                s.append_history(self.history_length, record)
+        for tick in unsent:
+            if marks.get(tick) == mine:
+                del marks[tick]
+
+
+class MemoryRuntimeSchedules(RuntimeSchedules):
+    """Runtime schedule definitions on a :class:`MemoryServer`: the calls
+    of :class:`~.runtime.RuntimeSchedules` (``add``, ``add_many``,
+    ``update``, ``remove``, ``get``, ``list``, ``ids``, ``get_many``,
+    ``count_by_actor``, ``version``), checked by the same rules, on the
+    server's clock.  Parameters as :class:`~.runtime.RuntimeSchedules`'s,
+    with the server in place of the client and keys."""
+
+    def __init__(
+        self,
+        server: MemoryServer,
+        *,
+        resolve_actor: Callable[[object], ActorInfo],
+        timezone: str = "UTC",
+        catch_up: CatchUp = "each",
+        catch_up_window: int = DEFAULT_CATCH_UP_WINDOW,
+        history_length: int = 10_000,
+    ) -> None:
+        # Not RuntimeSchedules.__init__: no client and no scripts; only the checks are shared.
+        self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
+        self.resolve_actor = resolve_actor
+        self.timezone = timezone
+        self.catch_up: CatchUp = catch_up
+        self.catch_up_window = catch_up_window
+        self.history_length = history_length
+        self.server = server
+        self._stored: dict[str, RuntimeSchedule] = {}
+
+    def _current(self) -> dict[str, RuntimeSchedule]:
+        """The stored schedules, less the one-shots the leader retired."""
+        for sid in [sid for sid in self._stored if sid not in self.server.runtime]:
+            del self._stored[sid]
+        return self._stored
+
+    def _write_prepared(
+        self, prepared: Sequence[tuple[BoundSchedule, str]], condition: str
+    ) -> builtins.list[RuntimeSchedule]:
+        for bound, _ in prepared:
+            before = self._current().get(bound.id)
+            if condition == "new" and before is not None:
+                raise already_exists(bound.id)
+            if condition not in ("", "new") and (before is None or str(before.schedule.revision) != condition):
+                raise CronScheduleError(f"runtime schedule {bound.id!r} changed while being updated; try again")
+        now = self.server.now_ms()
+        out = []
+        for schedule in self.server.add_runtime([bound for bound, _ in prepared], history_length=self.history_length):
+            before = self._stored.get(schedule.id)
+            stored = RuntimeSchedule(
+                schedule=schedule,
+                created_ms=now if before is None else before.created_ms,
+                updated_ms=now,
+                as_of_ms=now,
+                revision=1 if before is None else before.revision + 1,
+            )
+            self._stored[schedule.id] = stored
+            out.append(stored)
+        return out
+
+    def remove(self, actor: object, name: str) -> bool:
+        sid = schedule_id_of(actor, name)
+        self.server.remove_runtime(sid)
+        return self._stored.pop(sid, None) is not None
+
+    def get(self, actor: object, name: str) -> RuntimeSchedule | None:
+        found = self._current().get(schedule_id_of(actor, name))
+        return None if found is None else dataclasses.replace(found, as_of_ms=self.server.now_ms())
+
+    def list(
+        self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> RuntimePage:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise CronScheduleError(f"runtime schedules: limit must be an int from 1 to 10000, got {limit!r}")
+        owner = None if actor is None else getattr(actor, "actor_name", actor)
+        ids = sorted(i for i in self._current() if owner is None or i.partition(":")[0] == owner)
+        total = None if search is not None else len(ids)
+        ids = [i for i in ids if (search is None or search.lower() in i.lower()) and (cursor is None or i > cursor)]
+        page = ids[:limit]
+        now = self.server.now_ms()
+        items = [dataclasses.replace(self._stored[i], as_of_ms=now) for i in page]
+        return RuntimePage(items=items, cursor=page[-1] if len(ids) > limit else None, total=total)
+
+    def ids(self) -> builtins.list[str]:
+        return sorted(self._current())
+
+    def get_many(self, schedule_ids: Sequence[str]) -> builtins.list[RuntimeSchedule]:
+        current = self._current()
+        return [current[i] for i in schedule_ids if i in current]
+
+    def version(self) -> int:
+        return self.server.runtime_version
+
+    def count_by_actor(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for sid in sorted(self._current()):
+            actor = sid.partition(":")[0]
+            out[actor] = out.get(actor, 0) + 1
+        return out
+
+
 def _event_key(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
 
 if TYPE_CHECKING:
+
+    def _operator_conforms(operator: MemoryOperator) -> OperatorStore:
+        return operator
 
     def _conforms(store: InMemoryStore) -> Store:
         return store  # mypy checks the protocol here

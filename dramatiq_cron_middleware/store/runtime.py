@@ -92,6 +92,7 @@ __all__ = [
     "changed_schedule",
     "describe_changes",
     "describe_problems",
+    "schedule_id_of",
     "split_id",
 ]
 
@@ -412,7 +413,7 @@ class RuntimeSchedules:
           CronUnavailableError: Redis did not answer; the removal happened
             entirely or not at all.
         """
-        schedule_id = _schedule_id(actor, name)
+        schedule_id = schedule_id_of(actor, name)
         with self._store("remove a runtime schedule"):
             removed = decode(self._remove(keys=self._write_keys, args=[schedule_id]))
         return removed.ok
@@ -448,7 +449,7 @@ class RuntimeSchedules:
           CronScheduleError: a bad actor or name.
           CronUnavailableError: Redis did not answer.
         """
-        schedule_id = _schedule_id(actor, name)
+        schedule_id = schedule_id_of(actor, name)
         with self._store("read a runtime schedule"):
             read = decode(self._read(keys=[self.keys.runtime], args=[schedule_id]))
         (text,) = read.payload
@@ -1232,5 +1233,6 @@ def _describe_actor(actor: object) -> str:
     return repr(getattr(actor, "actor_name", actor))
 
 
-def _schedule_id(actor: object, name: object) -> str:
+def schedule_id_of(actor: object, name: object) -> str:
+    """The id of ``actor``'s (an actor or its name) runtime schedule ``name``, checked."""
     return runtime_id(_actor_name(actor), name)

@@ -10,6 +10,7 @@ never repeats an action.  Templates escape everything they print.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.resources
 import json
 import os
@@ -22,7 +23,7 @@ import dramatiq
 import redis
 from dramatiq.logging import get_logger
 
-from ..audit import Action, check_who
+from ..audit import check_who
 from ..errors import CronScheduleError, CronUnavailableError
 from ..middleware import find_middleware
 from ..monitoring.records import ScheduleHealth
@@ -33,12 +34,11 @@ from ..ops.control import (
     TriggerRefused,
     UnknownTarget,
     find_runtime,
-    pause_expiry,
-    resolve_target,
 )
 from ..ops.format import iso, short_when, span, when
 from ..schedules.outcome import Outcome
 from ..schedules.schedule import BoundSchedule
+from ..service import Cron
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
 from ..store.timing import Timing
@@ -448,16 +448,16 @@ class CronDashboard:
         if request.path == "/pause":
             lasting = request.form.get("for", "").strip() or None
             try:
-                until = pause_expiry(self.control.server_ms(), duration=lasting)
-            except ValueError as exc:
+                done = self.cron.pause(target=target, duration=lasting, who=who)
+            except CronScheduleError as exc:
                 raise _HTTPError("400 Bad Request", f"Refused: {exc}.") from None
-            changed = self.control.pause(target, who=who, until_ms=until)
+            until = done.until_ms
             notice = f"Paused {target}" + (f" until {when(until)}" if until is not None else "") + "."
-            if not changed:
+            if not done.changed:
                 notice = f"{target} was already paused; now " + (f"until {when(until)}." if until else "until resumed.")
         else:
-            changed = self.control.resume(target, who=who)
-            notice = f"Resumed {target}." if changed else f"{target} was not paused."
+            done = self.cron.resume(target=target, who=who)
+            notice = f"Resumed {target}." if done.changed else f"{target} was not paused."
         return self._back(request, notice)
 
     def _trigger(self, request: _Request) -> _Response:
@@ -466,7 +466,7 @@ class CronDashboard:
         if schedule is None:
             raise _HTTPError("404 Not Found", f"Unknown cron schedule {target.member!r}.")
         try:  # recorded in the history as done by the user
-            done = self.control.trigger(self.broker, schedule, prefix=self.middleware.prefix, who=self._user(request))
+            done = self.cron.trigger(target=target, who=self._user(request))
         except TriggerRefused as exc:
             raise _HTTPError("409 Conflict", str(exc)) from None
         return self._back(request, f"Triggered {schedule.id}: message {done.message_id} on queue {done.queue_name}.")
@@ -508,7 +508,9 @@ class CronDashboard:
         original = request.form.get("original", "") if editing else ""
         stored = find_runtime(store, original) if original else None
         form = forms.RuntimeForm.parse(request.form, base=None if stored is None else forms.RuntimeForm.of(stored))
-        saved = forms.save(store, form, original=original or None, actors=self._actor_names())
+        saved = forms.save(
+            self.cron, form, original=original or None, actors=self._actor_names(), who=self._user(request)
+        )
         if not isinstance(saved, forms.Saved):
             return self._form_page(
                 request,
@@ -517,16 +519,10 @@ class CronDashboard:
                 original=original,
                 status="400 Bad Request",
             )
-        previous = saved.previous
         if not saved.changed:
             return self._back(
                 request, f"Nothing changed in runtime schedule {saved.schedule_id}.", default="/schedules"
             )
-        if previous is not None and previous.id != saved.schedule_id:  # a rename: one added, one removed
-            self._audit(request, Action.ADD, saved.schedule_id, f"renamed from {previous.id}; {saved.change}")
-            self._audit(request, Action.REMOVE, previous.id, f"renamed to {saved.schedule_id}")
-        else:
-            self._audit(request, Action.ADD if previous is None else Action.UPDATE, saved.schedule_id, saved.change)
         return self._back(request, f"Saved runtime schedule {saved.schedule_id}.", default="/schedules")
 
     def _runtime_remove(self, request: _Request) -> _Response:
@@ -534,8 +530,8 @@ class CronDashboard:
         schedule = find_runtime(store, request.form.get("id", ""))
         if schedule is None:
             raise _HTTPError("404 Not Found", "No such runtime schedule.")
-        store.remove(schedule.actor_name, schedule.name)
-        self._audit(request, Action.REMOVE, schedule.id, f"was {schedule.expression} in {schedule.timezone}")
+        was = f"was {schedule.expression} in {schedule.timezone}"
+        self.cron.remove(schedule.actor_name, schedule.name, who=self._user(request), detail=was)
         return self._back(request, f"Removed runtime schedule {schedule.id}.", default="/schedules")
 
     def _form_page(
@@ -543,12 +539,6 @@ class CronDashboard:
     ) -> _Response:
         context = {"form": form, "editing": editing, "original": original, "actors": self._actor_names()}
         return self._page(request, "runtime_form.html", context, status=status)
-
-    def _audit(self, request: _Request, action: Action, schedule_id: str, change: str) -> None:
-        """Record a runtime schedule's add, update or removal in its history
-        as done by the user, with what changed (the audit log also says so
-        at INFO).  Pause, resume and trigger record themselves."""
-        self.control.audit.record(action, who=self._user(request), entries=[(schedule_id, change)])
 
     def _user(self, request: _Request) -> str:
         """Who the request acts as, as the audit records it."""
@@ -560,6 +550,19 @@ class CronDashboard:
 
     # -- lookups --------------------------------------------------------------
 
+    @functools.cached_property
+    def cron(self) -> Cron:
+        """The operator service (service.py) on the dashboard's store: its
+        Redis and runtime schedules, acting as the user of each request."""
+        return Cron(
+            store=self.control,
+            runtime=self.runtime,
+            declared=self.middleware.all_schedules,
+            broker=lambda: self.broker,
+            prefix=self.middleware.prefix,
+            where=self.where,
+        )
+
     def _writable_runtime(self) -> Any:
         if self.runtime is None or not hasattr(self.runtime, "add"):
             raise _HTTPError("404 Not Found", "This app has no runtime schedules.")
@@ -569,12 +572,7 @@ class CronDashboard:
         return sorted(self.broker.get_declared_actors())
 
     def _find(self, schedule_id: str) -> tuple[BoundSchedule | None, str | None]:
-        try:
-            found = resolve_target(
-                declared=self.middleware.all_schedules(), runtime=self.runtime, schedule_id=schedule_id
-            ).schedule
-        except UnknownTarget:
-            return None, None
+        found = self.cron.find(schedule_id)
         return found, None if found is None else found.source
 
     def _target(self, request: _Request) -> Target:
@@ -583,15 +581,14 @@ class CronDashboard:
         paused as a whole posts it; for a trigger, an actor with a single
         schedule)."""
         form = request.form
-        found = {"declared": self.middleware.all_schedules(), "runtime": self.runtime}
-        paused = self.control.paused() if request.path == "/resume" else set()
+        resuming = request.path == "/resume"
         try:
             if "schedule" in form:
-                return resolve_target(**found, schedule_id=form["schedule"], paused=paused)
+                return self.cron.target(form["schedule"], resuming=resuming)
             if "actor" in form and request.path == "/trigger":
-                return resolve_target(**found, name=form["actor"])
+                return self.cron.target(name=form["actor"])
             if "actor" in form:
-                return resolve_target(**found, actor=form["actor"], paused=paused)
+                return self.cron.target(actor=form["actor"], resuming=resuming)
         except UnknownTarget as exc:
             raise _HTTPError("404 Not Found", f"{str(exc).capitalize()}.") from None
         except AmbiguousTarget as exc:

@@ -35,7 +35,8 @@ from ..schedules.schedule import (
     bind_schedule,
     of_actor,
 )
-from ..store.runtime import as_schedule, changed_schedule, describe_changes, split_id
+from ..service import Cron
+from ..store.runtime import as_schedule, changed_schedule
 
 __all__ = ["CATCH_UPS", "OVERLAPS", "RuntimeForm", "Saved", "runtime_of", "save"]
 
@@ -147,19 +148,14 @@ class Saved:
         """The id saved."""
         return str(self.stored.id)
 
-    @property
-    def change(self) -> str:
-        """What changed, for the audit: the definition in brief for an
-        add, the changed fields for an update."""
-        if self.previous is None:
-            return f"{self.stored.schedule.expression} in {self.stored.schedule.timezone}"
-        return describe_changes(self.previous, self.stored)
 
-
-def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequence[str]) -> Saved | dict[str, str]:
+def save(
+    cron: Cron, form: RuntimeForm, *, original: str | None, actors: Sequence[str], who: str
+) -> Saved | dict[str, str]:
     """Add the schedule the form describes, or (``original``, the id of a
     stored runtime schedule, when editing) update that one with what the
-    form changed; returns what was saved, or every error found (field ->
+    form changed, through the service (which records it as done by
+    ``who``); returns what was saved, or every error found (field ->
     message) with nothing written."""
     errors: dict[str, str] = {}
     values = _values(form, errors)
@@ -168,7 +164,7 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
     if errors:
         return errors
     try:
-        previous = store.get(*split_id(original)) if original else None
+        previous = cron.get(original) if original else None
     except CronScheduleError as exc:
         return {"form": str(exc)}
     if original and previous is None:
@@ -177,19 +173,18 @@ def save(store: Any, form: RuntimeForm, *, original: str | None, actors: Sequenc
         if previous is None:
             with of_actor(form.actor):  # a Schedule checks itself before it knows its actor
                 schedule = Schedule(**{k: v for k, v in values.items() if v is not None})
-            return Saved(stored=store.add(form.actor, schedule, name=form.name), previous=None)
+            return Saved(stored=cron.add(form.actor, schedule, name=form.name, who=who), previous=None)
         changes = _changes(values, as_schedule(previous.schedule))
         if (form.actor, form.name) != (previous.actor_name, previous.name):
             # A rename is a new schedule (an update keeps the id): the new
             # one stored, with every option of the old one the form did not
             # change, then the old one removed.
             renamed = changed_schedule(previous.schedule, {**changes, "name": form.name})
-            stored = store.add(form.actor, renamed, name=form.name)
-            store.remove(previous.actor_name, previous.name)
+            stored = cron.rename(previous, renamed, actor=form.actor, name=form.name, who=who)
             return Saved(stored=stored, previous=previous)
         if not changes:
             return Saved(stored=previous, previous=previous, changed=False)
-        _, stored = store.update(previous.id, changes)
+        stored = cron.update(previous.id, who=who, **changes)
     except CronScheduleError as exc:
         return {"form": str(exc)}
     return Saved(stored=stored, previous=previous)

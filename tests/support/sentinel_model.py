@@ -70,7 +70,7 @@ START_MS = 1_800_000_000_000
 ACTOR = "model_tick"
 
 # What a MemoryServer holds as data (replicated), as opposed to its wiring.
-_WIRING = {"now_ms", "wait", "connections", "replicas_acking", "address", "_lose", "_refuse", "_connections"}
+_WIRING = {"now_ms", "wait", "connections", "replicas_acking", "address", "_connections"}
 
 
 def _copy(value: Any) -> Any:
@@ -207,7 +207,7 @@ class _Route:
         assert target is not None, "a store attribute read outside a call"
         return target.server
 
-    def _call(self, operation: str, run: Any) -> object:
+    def call(self, operation: str, run: Any) -> object:
         world: World = self._world
         if self._reconnect or self._target is None:
             found = world.discover(self._client)
@@ -224,7 +224,7 @@ class _Route:
             object.__setattr__(self, "_reconnect", True)
             raise redis.ReadOnlyError("You can't write against a read only replica. (model)")
         try:
-            return target.server._call(operation, run)
+            return target.server.call(operation, run)
         finally:
             # Replication is instant within a side: what WAIT counts holds the write.
             world.replicate()

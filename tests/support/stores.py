@@ -21,17 +21,19 @@ from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.monitoring.read import read_runs
 from dramatiq_cron_middleware.monitoring.records import RunRecord, parse_run
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_schedule
-from dramatiq_cron_middleware.store.abc import RunStore, Store
+from dramatiq_cron_middleware.store.abc import OperatorStore, RunStore, RuntimeDefinitions, Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability
-from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryRuns, MemoryServer
+from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
+from dramatiq_cron_middleware.store.operator import RedisOperator
 from dramatiq_cron_middleware.store.redis_store import RedisStore
 from dramatiq_cron_middleware.store.runs import RedisRuns
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
+from tests.support.faults import FaultyServer
 from tests.support.redis_server import RedisServer, replicas_online
 
 __all__ = ["FakeTime", "MemoryHarness", "RedisHarness", "StoreHarness", "runtime_schedule"]
@@ -79,6 +81,10 @@ def runtime_schedule(actor: str, expression: str | Schedule, name: str) -> Bound
         catch_up_window=300_000,
         source="runtime",
     )
+
+
+def _any_actor(actor: object) -> ActorInfo:
+    return ActorInfo(actor_name=str(actor), queue_name="default")
 
 
 class StoreHarness:
@@ -151,6 +157,14 @@ class StoreHarness:
         """Run monitoring's storage on this store."""
         raise NotImplementedError
 
+    def operator(self, *, history_length: int = 10_000) -> OperatorStore:
+        """The store's operator half."""
+        raise NotImplementedError
+
+    def definitions(self) -> RuntimeDefinitions:
+        """The runtime definitions as operators write them (any actor name is declared)."""
+        raise NotImplementedError
+
     def runs(self, schedule_id: str) -> list[RunRecord]:
         """A schedule's run records, newest first."""
         raise NotImplementedError
@@ -164,7 +178,7 @@ class MemoryHarness(StoreHarness):
 
     def __init__(self) -> None:
         self.time = FakeTime()
-        self.server = MemoryServer(now_ms=self.time.now_ms)
+        self.server = FaultyServer(now_ms=self.time.now_ms)
 
     def candidate(
         self, name: str, *, ttl_ms: int = 2000, fingerprint: str = "", version: str = "", replicas: int = 0
@@ -234,6 +248,14 @@ class MemoryHarness(StoreHarness):
         self._runs = MemoryRuns(self.server, run_history=run_history)
         return self._runs
 
+    def operator(self, *, history_length: int = 10_000) -> OperatorStore:
+        return MemoryOperator(self.server, history_length=history_length, prefix=PREFIX)
+
+    def definitions(self) -> RuntimeDefinitions:
+        if not hasattr(self, "_definitions"):
+            self._definitions = MemoryRuntimeSchedules(self.server, resolve_actor=_any_actor)
+        return self._definitions
+
     def runs(self, schedule_id: str) -> list[RunRecord]:
         found = (parse_run(schedule_id, text) for text in MemoryRuns(self.server).runs_of(schedule_id))
         return [run for run in found if run is not None]
@@ -293,9 +315,7 @@ class RedisHarness(StoreHarness):
             time.sleep(0.02)
 
     def _runtime(self) -> RuntimeSchedules:
-        return RuntimeSchedules(
-            self.client, self.keys, resolve_actor=lambda actor: ActorInfo(actor_name=str(actor), queue_name="default")
-        )
+        return RuntimeSchedules(self.client, self.keys, resolve_actor=_any_actor)
 
     def now_ms(self) -> int:
         seconds, micros = self.client.time()
@@ -359,6 +379,12 @@ class RedisHarness(StoreHarness):
         client, _ = scheduler_clients(self.url, op_timeout_ms=1000, block_timeout_ms=0)
         self._clients.append(client)
         return RedisRuns(client, self.keys, run_history=run_history, events_length=10_000)
+
+    def operator(self, *, history_length: int = 10_000) -> OperatorStore:
+        return RedisOperator(client=self.client, keys=self.keys, history_length=history_length)
+
+    def definitions(self) -> RuntimeDefinitions:
+        return self._runtime()
 
     def runs(self, schedule_id: str) -> list[RunRecord]:
         client, _ = scheduler_clients(self.url, op_timeout_ms=1000, block_timeout_ms=0)

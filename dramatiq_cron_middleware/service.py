@@ -1,0 +1,339 @@
+"""The one service over a scheduler's store: every operator action and
+read, written once, for the Python API (``CronMiddleware`` delegates to
+it), the ``dramatiq-cron`` command, the dashboard and the simulator alike.
+
+It speaks only the store protocol (store/abc.py's ``OperatorStore`` and
+the runtime definitions), so it runs the same on Redis and in memory; it
+resolves what an operator names (targets.py, over the one schedule-id
+grammar of schedules/ids.py) and translates the store's failures into the
+package's errors in one place (:meth:`Cron.errors`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from dramatiq import Broker
+from dramatiq.brokers.stub import StubBroker
+
+from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who
+from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
+from .monitoring.records import RunRecord, parse_run
+from .ops.backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
+from .ops.control import pause_expiry
+from .schedules.schedule import BoundSchedule, Schedule
+from .store.abc import OperatorStore, RuntimeDefinitions
+from .store.connection import credentials_refused, redact
+from .store.operator import HistoryEntry, HistoryPage
+from .store.runtime import RuntimePage, RuntimeSchedule, describe_changes, split_id
+from .targets import Target, UnknownTarget, resolve_target
+
+__all__ = ["Cron"]
+
+
+class Cron:
+    """Operator actions and reads on one scheduler.
+
+    Parameters:
+      store: The store's operator half (pauses, history, audit, backfill).
+      runtime: The runtime schedule definitions on the same store.
+      declared: The app's declared schedules (called at each use).
+      broker: The app's broker (called when a message is enqueued).
+      prefix: The scheduler's key prefix (message ids derive from it).
+      where: The store, as errors name it.
+      in_process: Whether a ``StubBroker``'s messages reach a worker here
+        (a simulator's broker); otherwise a trigger on one is refused, its
+        message would only live in this process.  Defaults to False.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: OperatorStore,
+        runtime: RuntimeDefinitions,
+        declared: Callable[[], builtins.list[BoundSchedule]],
+        broker: Callable[[], Broker],
+        prefix: str,
+        where: str = "Redis",
+        in_process: bool = False,
+    ) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.declared = declared
+        self.broker = broker
+        self.prefix = prefix
+        self.where = where
+        self.in_process = in_process
+        self.audit = AuditLog(store=store)
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """The store's failures as the package's errors: unreachable ->
+        :class:`CronUnavailableError`, refused -> :class:`CronConfigurationError`."""
+        try:
+            yield
+        except CronError:
+            raise
+        except redis.RedisError as exc:
+            refused = credentials_refused(exc, self.where)
+            if refused is not None:
+                raise CronConfigurationError(refused) from None
+            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+                raise CronUnavailableError(f"Redis at {self.where} did not answer ({redact(str(exc))})") from None
+            raise CronConfigurationError(f"Redis refused ({redact(str(exc))})") from None
+        except (ConnectionError, TimeoutError) as exc:
+            raise CronUnavailableError(f"{self.where} did not answer ({exc})") from None
+
+    # -- targets ------------------------------------------------------------------
+
+    def target(
+        self,
+        schedule_id: str | None = None,
+        *,
+        name: str | None = None,
+        actor: str | None = None,
+        resuming: bool = False,
+    ) -> Target:
+        """What an operator names: exactly one of ``schedule_id``, ``name``
+        (an id, else an actor with one schedule) or ``actor`` (all of its
+        schedules); see :func:`~.targets.resolve_target`.  With
+        ``resuming``, whatever is paused is found, known or not."""
+        if [schedule_id, name, actor].count(None) != 2:
+            raise CronScheduleError("give a schedule id or actor=, not both")
+        with self.errors():
+            paused: Collection[str] = self.store.paused() if resuming else ()
+            return resolve_target(
+                declared=self.declared(),
+                runtime=self.runtime,
+                schedule_id=schedule_id,
+                name=name,
+                actor=actor,
+                paused=paused,
+            )
+
+    # -- runtime schedules ----------------------------------------------------------
+
+    def get(self, schedule_id: str) -> RuntimeSchedule | None:
+        """The runtime schedule with this id (``actor:name``), or None."""
+        actor, name = split_id(schedule_id)
+        with self.errors():
+            return self.runtime.get(actor, name)
+
+    def add(
+        self,
+        actor: Any,
+        schedule: str | Schedule | None = None,
+        *,
+        name: str,
+        at: int | dt.datetime | None = None,
+        description: str | None = None,
+        replace: bool = True,
+        who: str = "api",
+    ) -> RuntimeSchedule:
+        """Create (or replace) a runtime schedule; see ``CronMiddleware.add``."""
+        if at is not None or schedule is None:
+            if schedule is not None:
+                raise CronScheduleError(
+                    f"runtime schedule {name!r}: give a schedule or at=, not both (got {schedule!r} and at={at!r})"
+                )
+            if at is None:
+                raise CronScheduleError(f"runtime schedule {name!r}: give a schedule (an expression) or at=")
+            schedule = Schedule(at=at, description=description)
+        elif description is not None:
+            if not isinstance(schedule, str):
+                raise CronScheduleError(
+                    f"runtime schedule {name!r}: give description= inside the Schedule, not beside it"
+                )
+            schedule = Schedule(schedule, description=description)
+        return self.add_many([(actor, schedule, name)], replace=replace, who=who)[0]
+
+    def add_many(
+        self, items: Iterable[tuple[Any, str | Schedule, str]], *, replace: bool = True, who: str = "api"
+    ) -> builtins.list[RuntimeSchedule]:
+        """Create (or replace) many runtime schedules, each checked first."""
+        check_who(who)
+        with self.errors():
+            stored = self.runtime.add_many(items, replace=replace)
+            self._record(Action.ADD, who, [(s.id, _added_detail(s)) for s in stored])
+        return stored
+
+    def update(self, schedule_id: str, *, who: str = "api", **changes: Any) -> RuntimeSchedule:
+        """Change some options of a runtime schedule, keeping the others."""
+        check_who(who)
+        with self.errors():
+            before, after = self.runtime.update(schedule_id, changes)
+            self._record(Action.UPDATE, who, [(after.id, describe_changes(before, after))])
+        return after
+
+    def remove(self, actor: Any, name: str | None = None, *, who: str = "api", detail: str = "") -> bool:
+        """Remove a runtime schedule, by id or by actor and name; False if there was none."""
+        check_who(who)
+        if name is None:
+            actor, name = split_id(actor)
+        with self.errors():
+            removed = self.runtime.remove(actor, name)
+            if removed:
+                self._record(Action.REMOVE, who, [(f"{getattr(actor, 'actor_name', actor)}:{name}", detail)])
+        return removed
+
+    def rename(
+        self, before: RuntimeSchedule, schedule: Schedule, *, actor: str, name: str, who: str
+    ) -> RuntimeSchedule:
+        """Store ``schedule`` as ``actor:name`` and remove ``before`` (a
+        rename: one added, one removed, each recorded as such)."""
+        check_who(who)
+        with self.errors():
+            (stored,) = self.runtime.add_many([(actor, schedule, name)])
+            self.runtime.remove(before.actor_name, before.name)
+            change = describe_changes(before, stored)
+            self._record(Action.ADD, who, [(stored.id, f"renamed from {before.id}; {change}")])
+            self._record(Action.REMOVE, who, [(before.id, f"renamed to {stored.id}")])
+        return stored
+
+    def list(
+        self, *, actor: Any = None, search: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> RuntimePage:
+        """One page of runtime schedules, in order of their ids."""
+        with self.errors():
+            return self.runtime.list(actor=actor, search=search, cursor=cursor, limit=limit)
+
+    def _record(self, action: Action, who: str, entries: builtins.list[tuple[str, str]]) -> None:
+        if entries:
+            self.audit.record(action, who=who, entries=entries)
+
+    # -- pause, resume, trigger ------------------------------------------------------
+
+    def pause(
+        self,
+        schedule_id: str | None = None,
+        *,
+        actor: str | None = None,
+        until: Any = None,
+        duration: Any = None,
+        who: str = "api",
+        target: Target | None = None,
+    ) -> Changed:
+        """Pause a schedule or (``actor=``) a whole actor, until resumed, or
+        until ``until`` / for ``duration``; see ``CronMiddleware.pause``."""
+        target = target or self.target(schedule_id, actor=actor)
+        with self.errors():
+            try:
+                until_ms = pause_expiry(self.store.server_ms(), until=until, duration=duration)
+            except ValueError as exc:
+                raise CronScheduleError(f"cannot pause {target}: {exc}") from None
+            return self.audit.pause(target.member, who=who, until_ms=until_ms)
+
+    def resume(
+        self,
+        schedule_id: str | None = None,
+        *,
+        actor: str | None = None,
+        who: str = "api",
+        target: Target | None = None,
+    ) -> Changed:
+        """Undo a pause of the same schedule or actor (found even when unknown)."""
+        target = target or self.target(schedule_id, actor=actor, resuming=True)
+        with self.errors():
+            return self.audit.resume(target.member, who=who)
+
+    def paused(self) -> set[str]:
+        """The live paused members (schedule ids, ``<actor>:*``)."""
+        with self.errors():
+            return self.store.paused()
+
+    def trigger(self, schedule_id: str | None = None, *, who: str = "api", target: Target | None = None) -> Triggered:
+        """Enqueue a schedule's message now, marked manual, and record it."""
+        target = target or self.target(schedule_id)
+        if target.schedule is None:
+            raise CronScheduleError(f"a trigger takes one schedule, got {target}")
+        broker = self.broker()
+        if isinstance(broker, StubBroker) and not self.in_process:
+            raise TriggerRefused(
+                "the app's broker is a StubBroker: a triggered message would only live in this process"
+            )
+        with self.errors():
+            return self.audit.trigger(broker, target.schedule, prefix=self.prefix, who=who)
+
+    # -- backfill ----------------------------------------------------------------------
+
+    def backfill_plan(
+        self, target: Target, *, start: Any, end: Any, include_fired: bool = False, max_ticks: int | None = 10_000
+    ) -> BackfillPlan:
+        """The plan of a backfill of one schedule in ``[start, end)``."""
+        if target.schedule is None:
+            raise CronScheduleError(f"backfill takes one schedule, got {target}")
+        with self.errors():
+            return Backfill(self.store, prefix=self.prefix).plan(
+                target.schedule,
+                start_ms=instant_ms(start, what=f"backfill of {target} start"),
+                end_ms=instant_ms(end, what=f"backfill of {target} end"),
+                include_fired=include_fired,
+                max_ticks=max_ticks,
+            )
+
+    def backfill_listed(self, plan: BackfillPlan) -> BackfillPlan:
+        """A plan with every tick listed (a dry run)."""
+        with self.errors():
+            return Backfill(self.store, prefix=self.prefix).listed(plan)
+
+    def backfill_run(self, plan: BackfillPlan, *, progress: Callable[[int, int], None] | None = None) -> BackfillReport:
+        """Claim, enqueue and settle a plan's ticks."""
+        with self.errors():
+            return Backfill(self.store, prefix=self.prefix).run(self.broker(), plan, progress=progress)
+
+    def backfill(
+        self,
+        target: Any,
+        *,
+        start: Any,
+        end: Any,
+        include_fired: bool = False,
+        dry_run: bool = False,
+        max_ticks: int | None = 10_000,
+    ) -> BackfillPlan | BackfillReport:
+        """Plan and (unless ``dry_run``) run a backfill; see ``CronMiddleware.backfill``."""
+        plan = self.backfill_plan(
+            self.target(target), start=start, end=end, include_fired=include_fired, max_ticks=max_ticks
+        )
+        return self.backfill_listed(plan) if dry_run else self.backfill_run(plan)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def history(self, *, limit: int, match: set[str] | None = None) -> builtins.list[HistoryEntry]:
+        """The newest ``limit`` history entries (of ``match``'s ids or actors), newest first."""
+        with self.errors():
+            return self.store.history(limit=limit, match=match)
+
+    def schedule_history(self, schedule_id: str, *, limit: int, before: str | None = None) -> HistoryPage:
+        """A page of one schedule's history, newest first."""
+        with self.errors():
+            return self.store.schedule_history(schedule_id, limit=limit, before=before)
+
+    def runs(self, schedule_id: str, *, limit: int = 100) -> builtins.list[RunRecord]:
+        """A schedule's newest recorded runs, newest first."""
+        with self.errors():
+            found = (parse_run(schedule_id, text) for text in self.store.run_records(schedule_id, limit=limit))
+            return [run for run in found if run is not None]
+
+    def find(self, schedule_id: str) -> BoundSchedule | None:
+        """The schedule (declared, else runtime) with exactly this id, or None."""
+        try:
+            return self.target(schedule_id).schedule
+        except UnknownTarget:
+            return None
+
+    def server_ms(self) -> int:
+        """The store's time, epoch ms."""
+        with self.errors():
+            return self.store.server_ms()
+
+
+def _added_detail(stored: RuntimeSchedule) -> str:
+    """What an add recorded: the definition in brief."""
+    s = stored.schedule
+    return f"revision {stored.revision}: {s.expression} in {s.timezone}"
