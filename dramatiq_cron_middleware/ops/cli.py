@@ -29,7 +29,6 @@ import os
 import socket
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -38,14 +37,15 @@ import redis
 from dramatiq.brokers.stub import StubBroker
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
-from ..leader.candidates import SEMANTICS_ID
 from ..middleware import CronMiddleware, find_middleware
-from ..monitoring.read import check_report, read_health, read_runs
+from ..monitoring.read import read_health, read_runs, runtime_of
 from ..monitoring.records import PROBLEMS
 from ..schedules.ids import parse_id
 from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
+from ..status import Problem, Status, read_status, status_sets_json
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
+from ..store.health_reads import HealthReads
 from ..store.runtime import RuntimeSchedule, RuntimeSchedules, split_id
 from ..store.timing import Timing
 from .backfill import DEFAULT_MAX_TICKS, Backfill, instant_ms
@@ -157,6 +157,20 @@ class _App:
         found = find_runtime(self.runtime, schedule_id)
         return [] if found is None else [found]
 
+    @property
+    def health_reads(self) -> HealthReads:
+        return HealthReads(self.control.client, self.middleware.keys)
+
+    def status(self) -> Status:
+        return read_status(
+            self.control,
+            self.health_reads,
+            self.middleware,
+            runtime=runtime_of(self.middleware),
+            declares=self.declares,
+            where=self.where,
+        )
+
 
 # -- loading --------------------------------------------------------------
 
@@ -248,6 +262,11 @@ def _list(app: _App, args: argparse.Namespace) -> int:
             break
     out.close(runtime_total=total, more=None if cursor is None else (-1 if total is None else total - shown))
     return EXIT_OK
+
+
+def _health_of(app: _App, schedules: Sequence[BoundSchedule], now: int) -> dict[str, str]:
+    report = read_health(app.health_reads, schedules, now_ms=now, policy=app.middleware.health_policy)
+    return {h.schedule_id: h.health for h in report.schedules}
 
 
 # Runtime schedules read and printed per page by ``list``.
@@ -404,37 +423,72 @@ def _ended(schedule: BoundSchedule, decision: Any) -> str:
 
 
 def _status(app: _App, args: argparse.Namespace) -> int:
-    sent = time.monotonic()
-    now = app.control.server_ms()
-    ping_ms = (time.monotonic() - sent) * 1000
-    leader = app.control.leader()
-    ttl = leader.ttl_ms if leader else app.middleware.lock_ttl
-    listed_ms = Timing.for_lease(ttl).candidate_listed_ms
-    candidates = app.control.candidates(since_ms=now - listed_ms)
-    healthy = leader is not None and now - leader.renewed_ms <= leader.ttl_ms
-    data: dict[str, Any] = {
-        "redis": {"url": app.where, "reachable": True, "round_trip_ms": round(ping_ms, 2)},
-        "now": iso(now),
-        "healthy": healthy,
-        "leader": None,
-        "candidates": [
-            {
-                "host": c.host,
-                "pid": c.pid,
-                "candidate": c.candidate_id,
-                "last_seen": iso(c.seen_ms),
-                "leader": leader is not None and c.candidate_id == leader.candidate.rsplit("|", 1)[-1],
-                "fingerprint": c.fingerprint,
-                "version": c.version,
-            }
-            for c in candidates
-        ],
-    }
-    lines = [f"Redis:      {app.where} reachable ({ping_ms:.1f} ms round trip)"]
+    status = app.status()
+    _emit(args, _status_json(status), "\n".join(_status_lines(status)))
+    return EXIT_OK if status.healthy else EXIT_NO_LEADER
+
+
+# Each problem's label in ``status``'s text; None: the Leader and Status
+# lines say it.
+_PROBLEM_LABELS = {"no_leader": None, "stale_lease": None, "replicas_lacking": "Replicas:"}
+_CANDIDATE_HEADERS = ["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"]
+
+
+def _status_lines(s: Status) -> list[str]:
+    now, leader = s.now_ms, s.leader
+    lines = [f"Redis:      {s.where} reachable ({s.round_trip_ms:.1f} ms round trip)"]
     if leader is None:
-        lines.append(f"Leader:     none (no process holds the lease; lease length {span(ttl)})")
+        lines.append(f"Leader:     none (no process holds the lease; lease length {span(s.lease_ms)})")
     else:
-        data["leader"] = {
+        lines += [
+            f"Leader:     {leader.host} pid {leader.pid}, epoch {leader.epoch}",
+            f"Since:      {when(leader.since_ms)} ({span(now - leader.since_ms)} ago)",
+            f"Lease:      renewed {span(now - leader.renewed_ms)} ago, "
+            f"{span(leader.remaining_ms)} of {span(leader.ttl_ms)} left",
+        ]
+    listed = span(s.listed_ms)
+    lines.append(f"Candidates: {len(s.candidates)} seen in the last {listed}")
+    seen = [
+        [c.host, c.pid, c.candidate_id, c.fingerprint or "-", c.version or "-", f"{span(now - c.seen_ms)} ago", mark]
+        for c, mark in ((c, "yes" if s.is_leader(c) else "") for c in s.candidates)
+    ]
+    lines += [_table(_CANDIDATE_HEADERS, seen)] if seen else []
+    if s.ineligible:
+        lines.append(
+            f"Not eligible: {len(s.ineligible)} process(es) with lead=False seen in the last {span(s.listed_ms)}"
+        )
+        rows = [[c.host, c.pid, c.candidate_id, span(now - c.seen_ms) + " ago"] for c in s.ineligible]
+        lines.append(_table(["HOST", "PID", "CANDIDATE", "LAST SEEN"], rows))
+    line = f"Runtime:    {s.runtime_total} runtime schedule(s) for {len(s.runtime_by_actor)} actor(s)"
+    if s.undeclared:
+        line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in s.undeclared.items())
+    lines.append(line)
+    lines += ["Schedules:", *(f"  {i}: {text}" for i, text in s.descriptions.items())] if s.descriptions else []
+    counts = ", ".join(f"{n} {state}" for state, n in s.health.report.counts().items())
+    lines.append("Health:     " + (counts or "no schedules"))
+    lines.append(f"Paused:     {len(s.pauses)} actor(s) or schedule(s)")
+    for problem in s.problems:
+        label = _PROBLEM_LABELS.get(problem.kind, "Warning:")
+        lines += [] if label is None else _problem_lines(label, problem)
+    if not s.healthy:
+        lines.append("Status:     NO LEADER - no process renewed the lease within its length")
+    return lines
+
+
+def _problem_lines(label: str, problem: Problem) -> list[str]:
+    return [f"{label:<11} {problem.text}", *(f"{'':<11} {line}" for line in problem.details)]
+
+
+def _status_json(s: Status) -> dict[str, Any]:
+    """``status --json``."""
+    leader, lacking = s.leader, s.replicas_lacking
+    return {
+        "redis": {"url": s.where, "reachable": True, "round_trip_ms": round(s.round_trip_ms, 2)},
+        "now": iso(s.now_ms),
+        "healthy": s.healthy,
+        "leader": None
+        if leader is None
+        else {
             "host": leader.host,
             "pid": leader.pid,
             "epoch": leader.epoch,
@@ -442,150 +496,48 @@ def _status(app: _App, args: argparse.Namespace) -> int:
             "renewed": iso(leader.renewed_ms),
             "lease_ms": leader.ttl_ms,
             "remaining_ms": leader.remaining_ms,
-        }
-        lines += [
-            f"Leader:     {leader.host} pid {leader.pid}, epoch {leader.epoch}",
-            f"Since:      {when(leader.since_ms)} ({span(now - leader.since_ms)} ago)",
-            f"Lease:      renewed {span(now - leader.renewed_ms)} ago, "
-            f"{span(leader.remaining_ms)} of {span(leader.ttl_ms)} left",
-        ]
-    rows = [
-        [
-            c["host"],
-            c["pid"],
-            c["candidate"],
-            c["fingerprint"] or "-",
-            c["version"] or "-",
-            span(now - c_ms) + " ago",
-            "yes" if c["leader"] else "",
-        ]
-        for c, c_ms in zip(data["candidates"], (c.seen_ms for c in candidates), strict=True)
-    ]
-    lines.append(f"Candidates: {len(candidates)} seen in the last {span(listed_ms)}")
-    if rows:
-        lines.append(_table(["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"], rows))
-    ineligible = app.control.ineligible(since_ms=now - listed_ms)
-    data["not_eligible"] = [
-        {"host": c.host, "pid": c.pid, "candidate": c.candidate_id, "last_seen": iso(c.seen_ms)} for c in ineligible
-    ]
-    if ineligible:
-        lines.append(f"Not eligible: {len(ineligible)} process(es) with lead=False seen in the last {span(listed_ms)}")
-        lines.append(
-            _table(
-                ["HOST", "PID", "CANDIDATE", "LAST SEEN"],
-                [[c.host, c.pid, c.candidate_id, span(now - c.seen_ms) + " ago"] for c in ineligible],
-            )
-        )
-    live_ms = Timing.for_lease(ttl).candidate_live_ms
-    data["no_eligible_process"] = bool(ineligible) and not any(now - c.seen_ms <= live_ms for c in candidates)
-    if data["no_eligible_process"]:
-        lines.append(
-            f"Warning:    no process eligible to lead was seen in the last {span(live_ms)}; "
-            "every live process runs with lead=False, so no schedule fires"
-        )
-    sets, warning = _schedule_sets(app, now, leader)
-    data["mixed_schedule_sets"] = bool(sets)
-    data["schedule_sets"] = sets
-    lines += warning
-    by_actor = app.runtime.count_by_actor()
-    undeclared = {a: n for a, n in by_actor.items() if not app.declares(a)}
-    data["runtime"] = {"total": sum(by_actor.values()), "by_actor": by_actor, "undeclared": undeclared}
-    line = f"Runtime:    {sum(by_actor.values())} runtime schedule(s) for {len(by_actor)} actor(s)"
-    if undeclared:
-        line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
-    lines.append(line)
-    # One read of the runtime schedules, for the descriptions (the first
-    # 1,000) and the health counts.
-    runtime = [r.schedule for r in app.runtime.list(limit=10_000).items]
-    described = [s for s in [*app.schedules, *runtime[:1000]] if s.description]
-    data["descriptions"] = {s.id: s.description for s in described}
-    if described:
-        lines.append("Schedules:")
-        lines += [f"  {s.id}: {s.description}" for s in described]
-    report = read_health(
-        app.control.client,
-        app.middleware.keys,
-        [*app.schedules, *runtime],
-        now_ms=now,
-        policy=app.middleware.health_policy,
-    )
-    counts = report.counts()
-    data["health"] = counts
-    lines.append("Health:     " + (", ".join(f"{n} {state}" for state, n in counts.items()) or "no schedules"))
-    lacking = app.control.replicas_lacking()
-    data["replicas_lacking"] = None
-    if lacking is not None:
-        data["replicas_lacking"] = {
+        },
+        "candidates": [
+            {
+                "host": c.host,
+                "pid": c.pid,
+                "candidate": c.candidate_id,
+                "last_seen": iso(c.seen_ms),
+                "leader": s.is_leader(c),
+                "fingerprint": c.fingerprint,
+                "version": c.version,
+            }
+            for c in s.candidates
+        ],
+        "not_eligible": [
+            {"host": c.host, "pid": c.pid, "candidate": c.candidate_id, "last_seen": iso(c.seen_ms)}
+            for c in s.ineligible
+        ],
+        "no_eligible_process": s.no_eligible_process,
+        **status_sets_json(s),
+        "runtime": {"total": s.runtime_total, "by_actor": s.runtime_by_actor, "undeclared": s.undeclared},
+        "descriptions": s.descriptions,
+        "health": s.health.report.counts(),
+        "replicas_lacking": None
+        if lacking is None
+        else {
             "host": lacking.host,
             "pid": lacking.pid,
             "acked": lacking.acked,
             "required": lacking.required,
             "sentinels": lacking.sentinels,
             "since": iso(lacking.since_ms),
-        }
-        lines.append(f"Replicas:   {lacking.describe(now)}")
-    if not healthy:
-        lines.append("Status:     NO LEADER - no process renewed the lease within its length")
-    _emit(args, data, "\n".join(lines))
-    return EXIT_OK if healthy else EXIT_NO_LEADER
-
-
-def _health_of(app: _App, schedules: Sequence[BoundSchedule], now: int) -> dict[str, str]:
-    report = read_health(
-        app.control.client, app.middleware.keys, schedules, now_ms=now, policy=app.middleware.health_policy
-    )
-    return {h.schedule_id: h.health for h in report.schedules}
-
-
-def _schedule_sets(app: _App, now: int, leader: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """Live candidates that declare different schedule sets (two apps on one
-    prefix, or a rolling deploy): each set as JSON, and the lines that say
-    which and what to do; nothing when they agree."""
-    ttl = leader.ttl_ms if leader else app.middleware.lock_ttl
-    live = app.control.candidates(since_ms=now - Timing.for_lease(ttl).candidate_live_ms)
-    groups: dict[str, list[Any]] = {}
-    for candidate in live:
-        if candidate.fingerprint:
-            groups.setdefault(candidate.fingerprint, []).append(candidate)
-    if len(groups) < 2:
-        return [], []
-    published = app.control.schedule_sets(sorted(groups))
-    leading = leader.candidate.rsplit("|", 1)[-1] if leader else None
-    sets: list[dict[str, Any]] = [
-        {
-            "fingerprint": fingerprint,
-            "processes": len(group),
-            "versions": sorted({c.version for c in group if c.version}),
-            "leader": any(c.candidate_id == leading for c in group),
-            "schedules": sorted(s for s in (published.get(fingerprint) or {}) if s != SEMANTICS_ID),
-            "semantics": (published.get(fingerprint) or {}).get(SEMANTICS_ID),
-        }
-        for fingerprint, group in sorted(groups.items())
-    ]
-    if len({c.version for group in groups.values() for c in group}) > 1:
-        why = (
-            "the app versions differ: a rolling deploy looks under way; this clears when every process runs "
-            "the same code"
-        )
-    else:
-        why = (
-            f"their versions do not tell them apart: two apps may share the prefix {app.middleware.prefix!r}, and "
-            "only the leading app's schedules fire; give each app its own CronMiddleware(prefix=...)"
-        )
-    lines = [f"Warning:    candidates declare {len(sets)} different schedule sets: {why}"]
-    for entry in sets:
-        ids = entry["schedules"]
-        shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "") if ids else "unpublished"
-        lines.append(
-            f"            set {entry['fingerprint']}{' (the leader)' if entry['leader'] else ''}: "
-            f"{entry['processes']} process(es), version {', '.join(entry['versions']) or 'none'}: {shown}"
-        )
-    return sets, lines
+        },
+        "paused": {member: None if until is None else iso(until) for member, until in sorted(s.pauses.items())},
+        "maxmemory_policy": s.maxmemory_policy,
+        "problems": [p.to_json() for p in s.problems],
+    }
 
 
 def _check(app: _App, args: argparse.Namespace) -> int:
-    report = check_report(app.middleware, app.broker)
-    sets, warning = _schedule_sets(app, app.control.server_ms(), app.control.leader())
+    status = app.status()
+    runtime = runtime_of(app.middleware)
+    report = dataclasses.replace(status.health.report, stored=[] if runtime is None else runtime.recheck())
     rows = [
         [
             h.schedule_id,
@@ -604,13 +556,14 @@ def _check(app: _App, args: argparse.Namespace) -> int:
             f"\n{unregistered} missed schedule(s) were never registered by any process: no worker of this app "
             "runs against this Redis and prefix, or every process has lead=False (see dramatiq-cron status)."
         )
-    text += (f"\n{counts}" if counts else "") + "".join(f"\n{line}" for line in warning)
+    warnings = [line for p in status.problems if p.level for line in _problem_lines("Warning:", p)]
+    text += (f"\n{counts}" if counts else "") + "".join(f"\n{line}" for line in warnings)
     if report.stored:
         stored = [[p.schedule_id, p.kind, p.detail] for p in report.stored]
         text += "\n\nStored runtime definitions:\n" + _table(["SCHEDULE", "PROBLEM", "DETAIL"], stored)
-    _emit(args, {**report.to_json(), "mixed_schedule_sets": bool(sets), "schedule_sets": sets}, text)
+    _emit(args, {**report.to_json(), **status_sets_json(status)}, text)
     # Schedules of the app that does not lead never fire: at least a warning.
-    return max(report.exit_code, 1) if sets else report.exit_code
+    return max(report.exit_code, status.check_level)
 
 
 def _runs(app: _App, args: argparse.Namespace) -> int:

@@ -36,12 +36,14 @@ from ..ops.control import (
     pause_expiry,
     resolve_target,
 )
-from ..ops.format import iso, short_when, span, when
 from ..schedules.outcome import Outcome
 from ..schedules.schedule import BoundSchedule
+from ..status import Status, read_status, status_sets_json
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
+from ..store.health_reads import HealthReads
 from ..store.timing import Timing
+from ..times import iso, short_when, span, when
 from . import forms, health_pages, pages
 from .chart import OUTCOME_COLOURS, RUN_COLOURS, duration_chart
 from .security import (
@@ -357,15 +359,27 @@ class CronDashboard:
     # -- pages ----------------------------------------------------------------
 
     def _overview(self, request: _Request) -> _Response:
-        health = self._health_or_none()  # read before the overview's now: its age is never negative
-        view = pages.overview(
+        context: dict[str, Any] = {"refresh_ms": self.refresh_ms, "lock_ttl": self.middleware.lock_ttl}
+        try:
+            context["status"] = self._status()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            declared = len(self.middleware.all_schedules())
+            context.update(status=None, error=type(exc).__name__, declared=declared)
+        return self._page(request, "overview.html", context)
+
+    def _status(self) -> Status:
+        """The status, with the kept health of every schedule (read first:
+        its age is never negative)."""
+        health = self.health_cache.get()
+        return read_status(
             self.control,
-            where=self.where,
-            schedules=len(self.middleware.all_schedules()),
+            HealthReads(self.control.client, self.control.keys),
+            self.middleware,
             runtime=self.runtime,
-            lock_ttl=self.middleware.lock_ttl,
+            declares=lambda actor: actor in self.broker.actors,
+            where=self.where,
+            health=health,
         )
-        return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": health})
 
     def _schedules(self, request: _Request) -> _Response:
         filters = pages.Filters.parse(request.query)
@@ -425,19 +439,13 @@ class CronDashboard:
         act on a backed-up queue; ``dramatiq-cron check`` exits 1 for them.
         The report is the dashboard's kept one (see ``ReportCache``)."""
         try:
-            self.control.server_ms()  # reachable now, whatever the report kept says
-            report = self.health_cache.get().report
+            status = self._status()
         except redis.RedisError as exc:
             error = f"Redis at {self.where} cannot be reached or refused the request ({type(exc).__name__})."
             return self._json("503 Service Unavailable", {"error": error})
-        return self._json("503 Service Unavailable" if report.exit_code >= 2 else "200 OK", report.to_json())
-
-    def _health_or_none(self) -> health_pages.HealthReport | None:
-        """For the overview, which shows an unreachable Redis instead of failing."""
-        try:
-            return self.health_cache.get()
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return None
+        report = status.health.report
+        document = {**report.to_json(), **status_sets_json(status)}
+        return self._json("503 Service Unavailable" if report.exit_code >= 2 else "200 OK", document)
 
     # -- actions --------------------------------------------------------------
 
