@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .leader.candidates import SEMANTICS_ID
 from .monitoring.health import Policy
 from .monitoring.read import CheckReport, every_schedule, read_health
 from .monitoring.records import HEALTH_STATES, PROBLEMS, ScheduleHealth
-from .schedules.schedule import BoundSchedule
+from .schedules.schedule import NEVER, BoundSchedule
 from .store.health_reads import HealthReads
 from .store.timing import Timing
-from .times import span
+from .targets import paused_by
+from .times import iso, span
 
 __all__ = [
     "Health",
@@ -34,9 +35,11 @@ __all__ = [
     "ScheduleSet",
     "Status",
     "StatusReads",
+    "pause_end",
     "read_every_health",
     "read_status",
     "status_sets_json",
+    "upcoming",
 ]
 
 #: Descriptions ``status`` prints at most (declared schedules first).
@@ -150,6 +153,24 @@ class Health:
         return [s for s in self.schedules.values() if s.source == "runtime"]
 
 
+def upcoming(schedule: BoundSchedule, now_ms: int, count: int = 3) -> list[int]:
+    """The next ``count`` ticks after ``now_ms`` (fewer past the schedule's end)."""
+    out, tick = [], now_ms
+    for _ in range(count):
+        tick = schedule.next_after(tick)
+        if tick >= NEVER:
+            break
+        out.append(tick)
+    return out
+
+
+def pause_end(schedule: BoundSchedule, pauses: Mapping[str, int | None]) -> int | None:
+    """When the pause that stops ``schedule`` ends by itself (None: it runs,
+    or it is paused until resumed)."""
+    blocker = paused_by(schedule, pauses)
+    return None if blocker is None else pauses.get(blocker.member)
+
+
 def read_every_health(
     reads: HealthReads, schedules: Iterable[BoundSchedule], *, now_ms: int, policy: Callable[[BoundSchedule], Policy]
 ) -> Health:
@@ -220,6 +241,61 @@ class Status:
     def is_leader(self, candidate: Any) -> bool:
         """Whether this candidate holds the lease."""
         return self.leader is not None and candidate.candidate_id == _candidate_id(self.leader)
+
+    def to_json(self) -> dict[str, Any]:
+        """The document of ``status --json``."""
+        s = self
+        leader, lacking = s.leader, s.replicas_lacking
+        return {
+            "redis": {"url": s.where, "reachable": True, "round_trip_ms": round(s.round_trip_ms, 2)},
+            "now": iso(s.now_ms),
+            "healthy": s.healthy,
+            "leader": None
+            if leader is None
+            else {
+                "host": leader.host,
+                "pid": leader.pid,
+                "epoch": leader.epoch,
+                "since": iso(leader.since_ms),
+                "renewed": iso(leader.renewed_ms),
+                "lease_ms": leader.ttl_ms,
+                "remaining_ms": leader.remaining_ms,
+            },
+            "candidates": [
+                {
+                    "host": c.host,
+                    "pid": c.pid,
+                    "candidate": c.candidate_id,
+                    "last_seen": iso(c.seen_ms),
+                    "leader": s.is_leader(c),
+                    "fingerprint": c.fingerprint,
+                    "version": c.version,
+                }
+                for c in s.candidates
+            ],
+            "not_eligible": [
+                {"host": c.host, "pid": c.pid, "candidate": c.candidate_id, "last_seen": iso(c.seen_ms)}
+                for c in s.ineligible
+            ],
+            "no_eligible_process": s.no_eligible_process,
+            **status_sets_json(s),
+            "runtime": {"total": s.runtime_total, "by_actor": s.runtime_by_actor, "undeclared": s.undeclared},
+            "descriptions": s.descriptions,
+            "health": s.health.report.counts(),
+            "replicas_lacking": None
+            if lacking is None
+            else {
+                "host": lacking.host,
+                "pid": lacking.pid,
+                "acked": lacking.acked,
+                "required": lacking.required,
+                "sentinels": lacking.sentinels,
+                "since": iso(lacking.since_ms),
+            },
+            "paused": {member: None if until is None else iso(until) for member, until in sorted(s.pauses.items())},
+            "maxmemory_policy": s.maxmemory_policy,
+            "problems": [p.to_json() for p in s.problems],
+        }
 
     def show(self, attribute: str) -> bool:
         """Whether any candidate has a ``fingerprint`` or ``version``."""

@@ -25,10 +25,7 @@ import dataclasses
 import datetime as dt
 import importlib
 import json
-import os
-import socket
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -41,8 +38,8 @@ from ..middleware import CronMiddleware, find_middleware
 from ..monitoring.read import read_health, read_runs, runtime_of
 from ..monitoring.records import PROBLEMS
 from ..schedules.ids import parse_id
-from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
-from ..status import Problem, Status, read_status, status_sets_json
+from ..schedules.schedule import BoundSchedule, Schedule, of_actor
+from ..status import Problem, Status, pause_end, read_status, status_sets_json, upcoming
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
 from ..store.health_reads import HealthReads
@@ -296,12 +293,7 @@ def _listed(
     health: dict[str, str],
 ) -> tuple[dict[str, Any], list[str]]:
     """One schedule of ``list``: its JSON record and its table row."""
-    upcoming, tick = [], now
-    for _ in range(count):
-        tick = s.next_after(tick)
-        if tick >= NEVER:  # past the schedule's end
-            break
-        upcoming.append(tick)
+    ticks = upcoming(s, now, count)
     decision = last.get(s.id)
     is_paused = paused_by(s, paused) is not None
     record = {
@@ -317,12 +309,12 @@ def _listed(
         "queue": s.queue_name,
         "catch_up": s.catch_up,
         "overlap": s.overlap,
-        "next": [iso(t, s.zone) for t in upcoming],
+        "next": [iso(t, s.zone) for t in ticks],
         "last_tick": iso(decision.tick_ms, s.zone) if decision else None,
         "last_outcome": decision.outcome if decision else None,
         "last_epoch": decision.epoch if decision else None,
         "paused": is_paused,
-        "paused_until": _paused_until(s, paused, iso),
+        "paused_until": None if (end := pause_end(s, paused)) is None else iso(end),
         "description": s.description or None,
         "at": None if s.at is None else iso(s.at, s.zone),
         "done": _done(s, decision.tick_ms if decision else None),
@@ -334,7 +326,7 @@ def _listed(
         s.source if record["declared"] else f"{s.source} (actor not declared)",
         s.expression,
         s.timezone,
-        ", ".join(when(t, s.zone) for t in upcoming) or _ended(s, decision),
+        ", ".join(when(t, s.zone) for t in ticks) or _ended(s, decision),
         when(decision.tick_ms, s.zone) if decision else "-",
         decision.outcome if decision else "-",
         health.get(s.id, "-"),
@@ -394,18 +386,10 @@ def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
-def _paused_until(schedule: BoundSchedule, pauses: dict[str, int | None], show: Any) -> Any:
-    """When the pause that stops ``schedule`` ends (shown by ``show``), or
-    None: running, or paused until resumed."""
-    blocker = paused_by(schedule, pauses)
-    expiry = None if blocker is None else pauses.get(blocker.member)
-    return None if expiry is None else show(expiry)
-
-
 def _paused_text(schedule: BoundSchedule, pauses: dict[str, int | None], now: int) -> str:
     if paused_by(schedule, pauses) is None:
         return "no"
-    expiry = _paused_until(schedule, pauses, int)
+    expiry = pause_end(schedule, pauses)
     return "yes" if expiry is None else f"until {when(expiry)} ({span(expiry - now)} left)"
 
 
@@ -424,7 +408,7 @@ def _ended(schedule: BoundSchedule, decision: Any) -> str:
 
 def _status(app: _App, args: argparse.Namespace) -> int:
     status = app.status()
-    _emit(args, _status_json(status), "\n".join(_status_lines(status)))
+    _emit(args, status.to_json(), "\n".join(_status_lines(status)))
     return EXIT_OK if status.healthy else EXIT_NO_LEADER
 
 
@@ -477,61 +461,6 @@ def _status_lines(s: Status) -> list[str]:
 
 def _problem_lines(label: str, problem: Problem) -> list[str]:
     return [f"{label:<11} {problem.text}", *(f"{'':<11} {line}" for line in problem.details)]
-
-
-def _status_json(s: Status) -> dict[str, Any]:
-    """``status --json``."""
-    leader, lacking = s.leader, s.replicas_lacking
-    return {
-        "redis": {"url": s.where, "reachable": True, "round_trip_ms": round(s.round_trip_ms, 2)},
-        "now": iso(s.now_ms),
-        "healthy": s.healthy,
-        "leader": None
-        if leader is None
-        else {
-            "host": leader.host,
-            "pid": leader.pid,
-            "epoch": leader.epoch,
-            "since": iso(leader.since_ms),
-            "renewed": iso(leader.renewed_ms),
-            "lease_ms": leader.ttl_ms,
-            "remaining_ms": leader.remaining_ms,
-        },
-        "candidates": [
-            {
-                "host": c.host,
-                "pid": c.pid,
-                "candidate": c.candidate_id,
-                "last_seen": iso(c.seen_ms),
-                "leader": s.is_leader(c),
-                "fingerprint": c.fingerprint,
-                "version": c.version,
-            }
-            for c in s.candidates
-        ],
-        "not_eligible": [
-            {"host": c.host, "pid": c.pid, "candidate": c.candidate_id, "last_seen": iso(c.seen_ms)}
-            for c in s.ineligible
-        ],
-        "no_eligible_process": s.no_eligible_process,
-        **status_sets_json(s),
-        "runtime": {"total": s.runtime_total, "by_actor": s.runtime_by_actor, "undeclared": s.undeclared},
-        "descriptions": s.descriptions,
-        "health": s.health.report.counts(),
-        "replicas_lacking": None
-        if lacking is None
-        else {
-            "host": lacking.host,
-            "pid": lacking.pid,
-            "acked": lacking.acked,
-            "required": lacking.required,
-            "sentinels": lacking.sentinels,
-            "since": iso(lacking.since_ms),
-        },
-        "paused": {member: None if until is None else iso(until) for member, until in sorted(s.pauses.items())},
-        "maxmemory_policy": s.maxmemory_policy,
-        "problems": [p.to_json() for p in s.problems],
-    }
 
 
 def _check(app: _App, args: argparse.Namespace) -> int:
@@ -706,16 +635,6 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _web_credential(flag_value: str | None, flag: str, variable: str, wanted: str) -> tuple[str | None, str]:
-    """A credential of ``web`` from its flag, else from its environment
-    variable (which ``ps`` does not show); returns it and where it came
-    from.  An empty one is refused: it would silently serve without it."""
-    value, source = (flag_value, flag) if flag_value is not None else (os.environ.get(variable), variable)
-    if value is not None and not value.strip():
-        raise _Failure(f"{source} is empty: give {wanted}, or leave it out")
-    return value, source
-
-
 def _backfill(app: _App, args: argparse.Namespace) -> int:
     if args.start is None or args.end is None:
         raise _Failure(
@@ -854,70 +773,13 @@ def _progress_bar(label: str) -> Any:
 
 
 def _web(app: _App, args: argparse.Namespace) -> int:
-    from ..web import CronDashboard
-    from ..web.security import LOOPBACK_HOSTS
-    from ..web.server import Unsafe, configure_logging, is_loopback, parse_bind, start
+    from ..web.server import serve
 
+    options = {"read_only": args.read_only, "insecure": args.insecure_bind, "allowed_hosts": args.allowed_host or []}
     try:
-        host, port = parse_bind(args.bind)
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        serve(app.broker, bind=args.bind, auth=args.auth, token=args.token, **options)
     except ValueError as exc:
         raise _Failure(str(exc)) from None
-    except OSError:
-        raise _Failure(
-            f"--bind {args.bind!r}: no such host {host!r} here; give HOST:PORT, for example 127.0.0.1:8080"
-        ) from None
-    auth_text, auth_from = _web_credential(args.auth, "--auth", "DRAMATIQ_CRON_WEB_AUTH", "USER:PASSWORD")
-    token, _ = _web_credential(args.token, "--token", "DRAMATIQ_CRON_WEB_TOKEN", "a token")
-    auth = None
-    if auth_text is not None:
-        user, sep, password = auth_text.partition(":")
-        if not sep or not user or not password:
-            raise _Failure(f"{auth_from} wants USER:PASSWORD")
-        auth = (user, password)
-    # Answer for this machine's loopback names, the bound address, and the
-    # names the operator reaches it by.
-    hosts = [*LOOPBACK_HOSTS, *(args.allowed_host or [])]
-    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
-        hosts.append(f"[{host}]" if ":" in host else host)
-    authenticated = bool(auth or token)
-    try:
-        dashboard = CronDashboard(
-            app.broker,
-            prefix="",
-            read_only=args.read_only,
-            auth=auth,
-            token=token,
-            # start() below refuses a non-loopback bind without credentials
-            # unless --insecure-bind says a proxy in front authenticates.
-            unauthenticated=not authenticated,
-            allowed_hosts=hosts,
-        )
-    except CronConfigurationError as exc:  # the web extra is missing
-        raise _Failure(str(exc)) from None
-    try:
-        server = start(dashboard, host, port, authenticated=authenticated, insecure=args.insecure_bind)
-    except Unsafe as exc:
-        raise _Failure(str(exc)) from None
-    except OSError as exc:
-        raise _Failure(f"cannot listen on {args.bind}: {exc.strerror or exc}") from None
-    # The app is loaded: if it configured logging, its own setup stands.
-    configure_logging()
-    shown = f"[{host}]" if ":" in host else host
-    mode = " (read-only)" if args.read_only else ""
-    print(
-        f"Serving the cron dashboard{mode} on http://{shown}:{server.server_port}/ for the hosts "
-        f"{', '.join(hosts)} (Ctrl+C stops it)",
-        flush=True,
-    )
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        server.server_close()
-        dashboard.control.client.close()
     return EXIT_OK
 
 

@@ -28,6 +28,7 @@ from ..ops.control import (
     paused_by,
 )
 from ..schedules.schedule import NEVER, BoundSchedule
+from ..status import pause_end, upcoming
 from ..store.codes import whole_actor
 from ..times import span, when
 from .chart import lag_chart, lag_ms
@@ -239,13 +240,6 @@ def matches(schedule: BoundSchedule, needle: str) -> bool:
     )
 
 
-def pause_end(schedule: BoundSchedule, pauses: Mapping[str, int | None]) -> int | None:
-    """When the pause that stops ``schedule`` ends by itself (None: it runs,
-    or it is paused until resumed)."""
-    blocker = paused_by(schedule, pauses)
-    return None if blocker is None else pauses.get(blocker.member)
-
-
 def words(schedule: BoundSchedule) -> str:
     """The schedule's timing in words."""
     if schedule.at is not None:
@@ -254,17 +248,6 @@ def words(schedule: BoundSchedule) -> str:
         text = f"Every {span(schedule.every)}"
         return text + (f", {span(schedule.offset)} into each interval" if schedule.offset else "")
     return describe(schedule.expression, hash_id=f"{schedule.actor_name}/{schedule.name}")
-
-
-def upcoming(schedule: BoundSchedule, now_ms: int, count: int = NEXT_RUNS) -> list[int]:
-    """The next ``count`` ticks after ``now_ms`` (fewer past the schedule's end)."""
-    out, tick = [], now_ms
-    for _ in range(count):
-        tick = schedule.next_after(tick)
-        if tick >= NEVER:
-            break
-        out.append(tick)
-    return out
 
 
 def schedules_view(
