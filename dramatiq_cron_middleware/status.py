@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from .leader.candidates import SEMANTICS_ID
 from .monitoring.health import Policy
-from .monitoring.read import CheckReport, every_schedule, read_health
+from .monitoring.read import CheckReport, HealthApp, every_schedule, read_health
 from .monitoring.records import HEALTH_STATES, PROBLEMS, ScheduleHealth
 from .schedules.schedule import NEVER, BoundSchedule
 from .store.health_reads import HealthReads
@@ -66,20 +66,6 @@ class StatusReads(Protocol):
     def maxmemory_policy(self) -> str | None: ...
 
     def pauses(self) -> dict[str, int | None]: ...
-
-
-class StatusApp(Protocol):
-    """What the status needs of the app's ``CronMiddleware``."""
-
-    @property
-    def lock_ttl(self) -> int: ...
-
-    @property
-    def prefix(self) -> str: ...
-
-    def all_schedules(self) -> list[BoundSchedule]: ...
-
-    def health_policy(self, schedule: BoundSchedule) -> Policy: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,7 +291,7 @@ class Status:
 def read_status(
     reads: StatusReads,
     health_reads: HealthReads,
-    cron: StatusApp,
+    cron: HealthApp,
     *,
     runtime: Any,
     declares: Callable[[str], bool],

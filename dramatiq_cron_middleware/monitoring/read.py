@@ -43,10 +43,16 @@ PolicyOf = Callable[[BoundSchedule], Policy]
 
 
 class HealthApp(Protocol):
-    """What the health read needs of the app's ``CronMiddleware``."""
+    """What the operators' reads need of the app's ``CronMiddleware``."""
 
     @property
     def keys(self) -> Keys: ...
+
+    @property
+    def lock_ttl(self) -> int: ...
+
+    @property
+    def prefix(self) -> str: ...
 
     @property
     def runtime(self) -> Any: ...
@@ -139,11 +145,11 @@ def check_report(cron: HealthApp, broker: Broker) -> CheckReport:
         cron.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
     )
     try:
-        seconds, micros = client.time()  # first: an unreachable Redis fails here
-        now = int(seconds) * 1000 + int(micros) // 1000
+        reads = HealthReads(client, cron.keys)
+        now = reads.server_ms()  # first: an unreachable Redis fails here
         runtime = runtime_of(cron)
         schedules = every_schedule(cron.all_schedules(), runtime)
-        report = read_health(HealthReads(client, cron.keys), schedules, now_ms=now, policy=cron.health_policy)
+        report = read_health(reads, schedules, now_ms=now, policy=cron.health_policy)
         return dataclasses.replace(report, stored=[] if runtime is None else runtime.recheck())
     finally:
         client.close()

@@ -31,6 +31,11 @@ class HealthReads:
         self.client = client
         self.keys = keys
 
+    def server_ms(self) -> int:
+        """The server's time in epoch ms (the scheduler's clock)."""
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
     def rows(self, schedule_ids: Sequence[str]) -> list[HealthRow]:
         """The stored facts, ledger entry and last run of each schedule, in
         their order: three HMGETs in one round trip (no transaction)."""

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..audit import ACTIONS, Action
+from ..monitoring.read import every_schedule
 from ..monitoring.records import HEALTH_STATES
 from ..ops.control import (
     Control,
@@ -219,13 +220,7 @@ class RuntimeIndex:
         version = self.runtime.version()
         known, schedules = self._schedules
         if known != version:
-            schedules, cursor = [], None
-            while True:
-                page = self.runtime.list(cursor=cursor, limit=10_000)
-                schedules += [r.schedule for r in page.items]
-                if page.cursor is None:
-                    break
-                cursor = page.cursor
+            schedules = list(every_schedule((), self.runtime))
             self._schedules = (version, schedules)
         return schedules
 
