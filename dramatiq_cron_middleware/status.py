@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -81,7 +82,7 @@ class Problem:
     level: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "text": self.text, "details": list(self.details), "level": self.level}
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,7 +339,7 @@ def read_status(
         runtime_by_actor=dict(sorted(by_actor.items())),
         undeclared={a: n for a, n in sorted(by_actor.items()) if not declares(a)},
         descriptions=dict(
-            list({s.id: s.description for s in health.schedules.values() if s.description}.items())[:DESCRIBED]
+            itertools.islice(((s.id, s.description) for s in health.schedules.values() if s.description), DESCRIBED)
         ),
         health=health,
         problems=[],
