@@ -25,6 +25,7 @@ from dramatiq.logging import get_logger
 from ..audit import Action, check_who
 from ..errors import CronScheduleError, CronUnavailableError
 from ..middleware import find_middleware
+from ..monitoring.read import runtime_of
 from ..monitoring.records import ScheduleHealth
 from ..ops.control import (
     AmbiguousTarget,
@@ -160,13 +161,6 @@ class CronDashboard:
         other host gets 400, which stops DNS rebinding.  Defaults to None,
         meaning this machine's loopback names only (``localhost``,
         ``127.0.0.1``, ``[::1]``).
-      redis(str|redis.Redis): Where the scheduler's keys live.  Defaults to
-        None, meaning the middleware's (see ``CronMiddleware.redis_source``:
-        its ``redis=``, ``DRAMATIQ_CRON_REDIS_URL``, the RedisBroker's client).
-      runtime: The runtime schedules, as a
-        :class:`~dramatiq_cron_middleware.web.pages.RuntimeCatalogue` that
-        can also add and remove.  Defaults to None, meaning the middleware's
-        own when it has them.
       refresh_ms(int): How often the overview refreshes itself when
         JavaScript is on, in milliseconds; 0 turns it off.  Defaults to 5000.
 
@@ -186,8 +180,6 @@ class CronDashboard:
         token: str | None = None,
         unauthenticated: bool = False,
         allowed_hosts: Sequence[str] | None = None,
-        redis: Any = None,
-        runtime: Any = None,
         refresh_ms: int = 5000,
     ) -> None:
         from ..errors import CronConfigurationError
@@ -226,13 +218,14 @@ class CronDashboard:
         self.read_only = read_only
         self.access = Access(auth=auth, token=token)
         self.refresh_ms = refresh_ms
-        source = redis if redis is not None else middleware.redis_source(broker)
+        # The Redis and the runtime schedules the middleware uses, as the
+        # command reads them: the two cannot tell different stories.
+        source = middleware.redis_source(broker)
         client, _ = scheduler_clients(source, op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0)
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)
-        self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)
-        browsable = all(hasattr(self.runtime, m) for m in ("version", "ids", "get_many"))
-        self.runtime_index = pages.RuntimeIndex(self.runtime) if browsable else None
+        self.runtime = runtime_of(middleware)
+        self.runtime_index = None if self.runtime is None else pages.RuntimeIndex(self.runtime)
         self.health_cache = health_pages.ReportCache(
             lambda: health_pages.read_all(
                 self.control, middleware.all_schedules(), self.runtime_index, policy=middleware.health_policy
