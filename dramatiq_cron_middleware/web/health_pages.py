@@ -30,7 +30,7 @@ from ..status import Health, read_every_health
 from ..store.health_reads import HealthReads
 from .pages import Filters, RuntimeIndex, SchedulesView, matches, natural_key, paged, rows_of
 
-__all__ = ["HealthReport", "ReportCache", "Runs", "filtered_view", "health_of", "read_all", "schedule_runs"]
+__all__ = ["ReportCache", "Runs", "filtered_view", "health_of", "read_all", "schedule_runs"]
 
 #: Runs shown on a schedule's page.
 RUNS_SHOWN = 50
@@ -40,10 +40,6 @@ _FRESH_S = 2.0
 _FRESH_FACTOR = 10
 
 PolicyOf = Callable[[BoundSchedule], Policy]
-
-
-#: Every schedule's health with the schedules (the status's).
-HealthReport = Health
 
 
 def read_all(
