@@ -92,3 +92,30 @@ def test_status_and_the_overview_report_the_same_problems_and_count_every_schedu
     text = dramatiq_cron(env, "status", APP).stdout
     assert "maxmemory-policy is allkeys-lru" in text and "No candidate was seen recently" in text, text
     assert "1 failing" in text, text
+
+
+def test_check_and_the_dashboards_health_report_the_same_stored_definitions(redis_server: RedisServer) -> None:
+    """Given a runtime schedule whose stored expression this version cannot
+    read (written under other rules) and one it reads differently, When a
+    probe asks ``/health`` and an operator runs ``check``, Then both list
+    the same two stored definitions and both say critical (503, exit 2).
+    Before, only ``check`` read the stored definitions again."""
+    broker = StubBroker()
+    middleware = CronMiddleware(redis=redis_server.url)
+    broker.add_middleware(middleware)
+    dramatiq.actor(lambda *a, **k: None, actor_name="tick_0", broker=broker, cron="0 3 * * *")
+    for name in ("good", "february", "quarterly"):
+        middleware.add("tick_0", "0 3 * * *", name=name)
+    client = redis_server.client()
+    for schedule_id, expression in (("tick_0:february", "0 0 31 2 0"), ("tick_0:quarterly", "59/15 * * * *")):
+        definition = json.loads(client.hget(middleware.keys.runtime, schedule_id) or "{}")
+        client.hset(middleware.keys.runtime, schedule_id, json.dumps({**definition, "expression": expression}))
+    try:
+        reply = Browser(CronDashboard(broker, unauthenticated=True)).get("/cron/health")
+        checked = dramatiq_cron({"DRAMATIQ_CRON_REDIS_URL": redis_server.url}, "check", APP, "--json")
+        assert checked.returncode == 2, checked.stderr
+        stored = json.loads(checked.stdout)["stored"]
+        assert sorted(p["id"] for p in stored) == ["tick_0:february", "tick_0:quarterly"]
+        assert (reply.status, json.loads(reply.text)["stored"]) == (503, stored)
+    finally:
+        broker.close()

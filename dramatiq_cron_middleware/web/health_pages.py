@@ -47,14 +47,17 @@ def read_all(
 ) -> Health:
     """Every schedule's health, declared and runtime, in the schedules
     page's order (declared ones as declared, then runtime ones in natural
-    order of their ids).
+    order of their ids), and the stored definitions read differently now
+    or not at all, as ``dramatiq-cron check`` reports them.
 
     Raises:
       redis.ConnectionError, redis.TimeoutError: Redis did not answer.
     """
     now = control.server_ms()
     stored = [] if runtime is None else sorted(runtime.schedules(), key=lambda s: natural_key(s.id))
-    return read_every_health(_reads(control), [*code, *stored], now_ms=now, policy=policy)
+    health = read_every_health(_reads(control), [*code, *stored], now_ms=now, policy=policy)
+    problems = [] if runtime is None else runtime.problems()
+    return dataclasses.replace(health, report=dataclasses.replace(health.report, stored=problems))
 
 
 def _reads(control: Control) -> HealthReads:

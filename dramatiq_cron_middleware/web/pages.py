@@ -172,6 +172,9 @@ class BrowsableRuntime(RuntimeCatalogue, Protocol):
     def get_many(self, schedule_ids: Sequence[str]) -> list[Any]:
         """The stored schedules of these ids, in their order."""
 
+    def recheck(self) -> list[Any]:
+        """The stored definitions read differently now, or not at all."""
+
 
 def natural_key(text: str) -> tuple[list[Any], str]:
     """Sorts names as people read them: ``tenant-9`` before ``tenant-10``
@@ -200,6 +203,7 @@ class RuntimeIndex:
         self.runtime = runtime
         self._ids: tuple[int, list[str]] = (-1, [])
         self._schedules: tuple[int, list[BoundSchedule]] = (-1, [])
+        self._problems: tuple[int, list[Any]] = (-1, [])
 
     def ids(self) -> list[str]:
         """Every id, in natural order (the version is read first, so a write
@@ -214,6 +218,16 @@ class RuntimeIndex:
     def read(self, ids: Sequence[str]) -> list[BoundSchedule]:
         """The stored schedules of these ids, in their order (one read)."""
         return [r.schedule for r in self.runtime.get_many(ids)]
+
+    def problems(self) -> list[Any]:
+        """The stored definitions this version reads differently or not at
+        all (``RuntimeSchedules.recheck``, as ``dramatiq-cron check``)."""
+        version = self.runtime.version()
+        known, problems = self._problems
+        if known != version:
+            problems = self.runtime.recheck()
+            self._problems = (version, problems)
+        return problems
 
     def schedules(self) -> list[BoundSchedule]:
         """Every stored schedule (for the next-to-run view)."""
