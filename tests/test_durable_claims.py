@@ -21,15 +21,16 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.status import read_status
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability, Unconfirmed, required_replicas
+from dramatiq_cron_middleware.store.health_reads import HealthReads
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Acquired, Held, Lease
 from dramatiq_cron_middleware.store.ledger import Claim
-from dramatiq_cron_middleware.web.pages import overview
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import now_ms, wait_for
 from tests.support.redis_server import RedisServer, replicas_online
@@ -96,8 +97,9 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         control = Control(client=master.client(), keys=app.keys)
         lacking = control.replicas_lacking()
         assert lacking is not None and (lacking.acked, lacking.required) == (0, 1), lacking
-        page = overview(control, where=master.url, schedules=2, runtime=None, lock_ttl=DETACH_TTL_MS)
-        assert any("0 of 1 Redis replica(s)" in w for w in page.warnings), page.warnings
+        reads = HealthReads(control.client, control.keys)
+        status = read_status(control, reads, app.middleware, runtime=None, declares=lambda _: True, where=master.url)
+        assert any("0 of 1 Redis replica(s)" in p.text for p in status.problems), status.problems
 
         replica.client().replicaof("127.0.0.1", master.port)
         wait_for(lambda: linked(replica), timeout=10, what="the replica to sync again")

@@ -57,7 +57,7 @@ def test_with_lead_false_everywhere_but_one_that_one_leads_and_after_it_dies_nob
     assert result.returncode == 1
     status = json.loads(result.stdout)
     assert status["no_eligible_process"] is True and status["leader"] is None
-    assert "no process eligible to lead" in cli(env, "status", APP).stdout
+    assert "No process eligible to lead" in cli(env, "status", APP).stdout
     members = [str(m) for m in client.zrange(f"{KEYS}:candidates", 0, -1)]
     assert not [m for m in members if int(m.split("|")[-2]) in ineligible_pids]
     assert client.get(f"{KEYS}:epoch") == epoch and not client.exists(f"{KEYS}:lease")

@@ -99,7 +99,8 @@ def health_answers(monitored: Monitored) -> None:
     assert [(s["id"], s["health"]) for s in document["schedules"]] == [
         (s["id"], s["health"]) for s in expected["schedules"]
     ]
-    assert set(document) == {"schedules", "stored"}
+    # The schedule sets, as in check --json.
+    assert set(document) == {"schedules", "stored", "mixed_schedule_sets", "schedule_sets"}
     assert document["stored"] == expected["stored"]
     broken = next(s for s in document["schedules"] if s["id"] == "broken")
     assert set(broken) == {"id", "actor", "name", "health", "since", "last_run"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .records import PROBLEMS
@@ -118,23 +119,7 @@ class Facts:
     # -- the stored form ---------------------------------------------------
 
     def dumps(self) -> str:
-        return json.dumps(
-            {
-                "health": self.health,
-                "since": self.since_ms,
-                "fails": self.fails,
-                "late": list(self.late),
-                "long": list(self.long),
-                "missed": self.missed,
-                "ran": self.ran,
-                "last_start": self.last_start,
-                "tick": self.tick_ms,
-                "error": self.error,
-                "announced": self.announced,
-                "trouble_since": self.trouble_since,
-                "ok_since": self.ok_since,
-            }
-        )
+        return json.dumps({_STORED_AS.get(f.name, f.name): getattr(self, f.name) for f in dataclasses.fields(self)})
 
     @classmethod
     def loads(cls, text: str | bytes | None) -> Facts:
@@ -143,24 +128,27 @@ class Facts:
             return cls()
         try:
             data: Any = json.loads(text)
-            return cls(
-                health=str(data["health"]),
-                since_ms=None if data.get("since") is None else int(data["since"]),
-                fails=int(data.get("fails", 0)),
-                late=tuple(int(t) for t in data.get("late", ())),
-                long=tuple(int(t) for t in data.get("long", ())),
-                missed=bool(data.get("missed", False)),
-                ran=bool(data.get("ran", False)),
-                last_start=None if data.get("last_start") is None else int(data["last_start"]),
-                tick_ms=None if data.get("tick") is None else int(data["tick"]),
-                error=data.get("error") if isinstance(data.get("error"), str) else None,
-                # Stored before alerts were damped: what it decided was announced.
-                announced=str(data.get("announced") or data["health"]),
-                trouble_since=_ms(data.get("trouble_since")),
-                ok_since=_ms(data.get("ok_since")),
-            )
+            raw = {f.name: data.get(_STORED_AS.get(f.name, f.name), f.default) for f in dataclasses.fields(cls)}
+            # Stored before alerts were damped: what it decided was announced.
+            raw.update(health=data["health"], announced=data.get("announced") or data["health"])
+            return cls(**{name: _READ.get(name, _ms)(value) for name, value in raw.items()})
         except (ValueError, TypeError, KeyError, AttributeError):
             return cls()
+
+
+# The stored JSON's keys that are not the field's name, and how each field
+# is read back (an instant or None unless said here).
+_STORED_AS = {"since_ms": "since", "tick_ms": "tick"}
+_READ: dict[str, Callable[[Any], Any]] = {
+    "health": str,
+    "announced": str,
+    "fails": int,
+    "late": lambda ticks: tuple(int(t) for t in ticks),
+    "long": lambda ticks: tuple(int(t) for t in ticks),
+    "missed": bool,
+    "ran": bool,
+    "error": lambda error: error if isinstance(error, str) else None,
+}
 
 
 def health_of(facts: Facts, policy: Policy) -> str:

@@ -1,6 +1,7 @@
-"""Reading run monitoring from Redis, for operators: a schedule's runs, and
-every schedule's health as ``dramatiq-cron check`` (and the dashboard's
-``/health``) reports it.
+"""The one read of every schedule's health, for operators: ``dramatiq-cron
+status``, ``check`` and ``list``, the dashboard's overview, health filter and
+``/health`` all count and show what :func:`read_health` decides; and a
+schedule's runs.
 
 The health is the leader's decision (stored under its fenced lease), with
 one fact checked here from the ledger so that it holds without any leader:
@@ -13,8 +14,9 @@ switch for the whole scheduler.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 import redis
 from dramatiq import Broker
@@ -23,19 +25,43 @@ from ..errors import CronConfigurationError, CronScheduleError
 from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.codes import ClaimResult, parse_ledger_value, whole_actor
 from ..store.connection import scheduler_clients
+from ..store.health_reads import HealthReads
 from ..store.keys import Keys
 from ..store.runtime import StoredProblem
 from ..store.timing import Timing
 from .health import Facts, Policy
 from .records import PROBLEMS, RunRecord, ScheduleHealth, parse_run
 
-if TYPE_CHECKING:
-    from ..middleware import CronMiddleware
+__all__ = ["CheckReport", "HealthApp", "check_report", "decide_check", "every_schedule", "read_health", "read_runs"]
 
-__all__ = ["CheckReport", "check_report", "decide_check", "read_health", "read_runs"]
+#: Schedules whose health is read per round trip.
+CHUNK = 1000
+#: Runtime schedules listed per page while reading every schedule.
+RUNTIME_PAGE = 10_000
 
-# Schedules read per pipeline by check_report.
-_CHUNK = 1000
+PolicyOf = Callable[[BoundSchedule], Policy]
+
+
+class HealthApp(Protocol):
+    """What the operators' reads need of the app's ``CronMiddleware``."""
+
+    @property
+    def keys(self) -> Keys: ...
+
+    @property
+    def lock_ttl(self) -> int: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+    @property
+    def runtime(self) -> Any: ...
+
+    def all_schedules(self) -> list[BoundSchedule]: ...
+
+    def health_policy(self, schedule: BoundSchedule) -> Policy: ...
+
+    def redis_source(self, broker: Broker) -> Any: ...
 
 
 def read_runs(client: redis.Redis, keys: Keys, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
@@ -46,11 +72,7 @@ def read_runs(client: redis.Redis, keys: Keys, schedule_id: str, *, limit: int =
     Raises:
       redis.ConnectionError: Redis did not answer.
     """
-    ticks: Any = client.zrevrange(keys.runs_order(schedule_id), 0, max(limit, 1) - 1)
-    if not ticks:
-        return []
-    values: Any = client.hmget(keys.runs(schedule_id), list(ticks))
-    runs = (parse_run(schedule_id, v) for v in values)
+    runs = (parse_run(schedule_id, v) for v in HealthReads(client, keys).runs(schedule_id, limit=limit))
     return [run for run in runs if run is not None]
 
 
@@ -91,9 +113,30 @@ class CheckReport:
 _STORED_PROBLEMS = {"unreadable": 2, "changed": 1}
 
 
-def check_report(cron: CronMiddleware, broker: Broker) -> CheckReport:
-    """Every schedule's health (declared and runtime), read from the Redis
-    ``cron`` uses.
+def runtime_of(cron: HealthApp) -> Any:
+    """The app's runtime schedules, or None (a StubBroker without Redis)."""
+    try:
+        return cron.runtime
+    except CronConfigurationError:
+        return None
+
+
+def every_schedule(declared: Iterable[BoundSchedule], runtime: Any) -> Iterator[BoundSchedule]:
+    """The declared schedules, then every runtime one, listed a page at a
+    time (``runtime`` None: none)."""
+    yield from declared
+    cursor: str | None = None
+    while runtime is not None:
+        page = runtime.list(cursor=cursor, limit=RUNTIME_PAGE)
+        yield from (r.schedule for r in page.items)
+        cursor = page.cursor
+        if cursor is None:
+            return
+
+
+def check_report(cron: HealthApp, broker: Broker) -> CheckReport:
+    """Every schedule's health (declared and runtime) and the stored
+    definitions that read differently, read from the Redis ``cron`` uses.
 
     Raises:
       redis.ConnectionError, redis.TimeoutError: Redis did not answer.
@@ -102,31 +145,27 @@ def check_report(cron: CronMiddleware, broker: Broker) -> CheckReport:
         cron.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
     )
     try:
-        seconds, micros = client.time()  # first: an unreachable Redis fails here
-        now = int(seconds) * 1000 + int(micros) // 1000
-        schedules = [*cron.all_schedules(), *_runtime_schedules(cron)]
-        report = read_health(client, cron.keys, schedules, now_ms=now, policy=cron.health_policy)
-        return dataclasses.replace(report, stored=_stored_problems(cron))
+        reads = HealthReads(client, cron.keys)
+        now = reads.server_ms()  # first: an unreachable Redis fails here
+        runtime = runtime_of(cron)
+        schedules = every_schedule(cron.all_schedules(), runtime)
+        report = read_health(reads, schedules, now_ms=now, policy=cron.health_policy)
+        return dataclasses.replace(report, stored=[] if runtime is None else runtime.recheck())
     finally:
         client.close()
 
 
 def read_health(
-    client: redis.Redis, keys: Keys, schedules: Sequence[BoundSchedule], *, now_ms: int, policy: Any
+    reads: HealthReads, schedules: Iterable[BoundSchedule], *, now_ms: int, policy: PolicyOf
 ) -> CheckReport:
-    """The health of ``schedules`` at ``now_ms``; ``policy(schedule)`` gives
-    each one's :class:`Policy`."""
+    """The health of ``schedules`` at ``now_ms``, read :data:`CHUNK` at a
+    time however many there are; ``policy(schedule)`` gives each one's
+    :class:`Policy`."""
     out: list[ScheduleHealth] = []
-    paused: Any = client.smembers(keys.paused)
-    for start in range(0, len(schedules), _CHUNK):
-        chunk = schedules[start : start + _CHUNK]
-        ids = [s.id for s in chunk]
-        pipe = client.pipeline(transaction=False)
-        pipe.hmget(keys.health, ids)
-        pipe.hmget(keys.ticks, ids)
-        pipe.hmget(keys.runs_last, ids)
-        stored, ledger, last = pipe.execute()
-        for s, facts, entry, run in zip(chunk, stored, ledger, last, strict=True):
+    paused = reads.pauses(now_ms)
+    it = iter(schedules)
+    while chunk := list(itertools.islice(it, CHUNK)):
+        for s, (facts, entry, run) in zip(chunk, reads.rows([s.id for s in chunk]), strict=True):
             is_paused = s.id in paused or whole_actor(s.actor_name) in paused
             health, since = decide_check(
                 s, Facts.loads(facts), entry, now_ms=now_ms, policy=policy(s), paused=is_paused
@@ -182,24 +221,5 @@ def _last_tick_before(schedule: BoundSchedule, instant_ms: int) -> int | None:
         return None
 
 
-def _stored_problems(cron: CronMiddleware) -> list[StoredProblem]:
-    try:
-        runtime = cron.runtime
-    except CronConfigurationError:  # a StubBroker without Redis: none there
-        return []
-    return runtime.recheck()
-
-
-def _runtime_schedules(cron: CronMiddleware) -> list[BoundSchedule]:
-    try:
-        runtime = cron.runtime
-    except CronConfigurationError:  # a StubBroker without Redis: none there
-        return []
-    out: list[BoundSchedule] = []
-    cursor: str | None = None
-    while True:
-        page = runtime.list(cursor=cursor, limit=10_000)
-        out.extend(r.schedule for r in page.items)
-        cursor = page.cursor
-        if cursor is None:
-            return out
+def schedules_by_id(schedules: Sequence[BoundSchedule]) -> dict[str, BoundSchedule]:
+    return {s.id: s for s in schedules}

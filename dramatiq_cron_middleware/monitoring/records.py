@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from ..ops.format import iso
+from ..times import iso
 
 __all__ = ["HEALTH_STATES", "PROBLEMS", "RUN_OUTCOMES", "Alert", "RunRecord", "ScheduleHealth", "parse_run"]
 

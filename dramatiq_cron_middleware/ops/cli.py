@@ -25,11 +25,7 @@ import dataclasses
 import datetime as dt
 import importlib
 import json
-import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -38,16 +34,17 @@ import redis
 from dramatiq.brokers.stub import StubBroker
 
 from ..errors import CronConfigurationError, CronError, CronScheduleError
-from ..leader.candidates import SEMANTICS_ID
 from ..middleware import CronMiddleware, find_middleware
-from ..monitoring.read import check_report, read_health
+from ..monitoring.read import read_health, runtime_of
 from ..monitoring.records import PROBLEMS
 from ..schedules.ids import format_id, parse_id
 from ..schedules.instants import instant_ms as parse_instant
-from ..schedules.schedule import NEVER, BoundSchedule, Schedule, of_actor
+from ..schedules.schedule import BoundSchedule, Schedule, of_actor
 from ..service import Cron
+from ..status import Problem, Status, pause_end, read_status, status_sets_json, upcoming
 from ..store.codes import Outcome
 from ..store.connection import credentials_refused, describe, redact, scheduler_clients
+from ..store.health_reads import HealthReads
 from ..store.runtime import RuntimeSchedule, RuntimeSchedules, split_id
 from ..store.timing import Timing
 from .backfill import DEFAULT_MAX_TICKS, instant_ms
@@ -161,6 +158,20 @@ class _App:
         found = find_runtime(self.runtime, schedule_id)
         return [] if found is None else [found]
 
+    @property
+    def health_reads(self) -> HealthReads:
+        return HealthReads(self.control.client, self.middleware.keys)
+
+    def status(self) -> Status:
+        return read_status(
+            self.control,
+            self.health_reads,
+            self.middleware,
+            runtime=runtime_of(self.middleware),
+            declares=self.declares,
+            where=self.where,
+        )
+
 
 # -- loading --------------------------------------------------------------
 
@@ -254,6 +265,11 @@ def _list(app: _App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _health_of(app: _App, schedules: Sequence[BoundSchedule], now: int) -> dict[str, str]:
+    report = read_health(app.health_reads, schedules, now_ms=now, policy=app.middleware.health_policy)
+    return {h.schedule_id: h.health for h in report.schedules}
+
+
 # Runtime schedules read and printed per page by ``list``.
 _PAGE = 1000
 _LIST_HEADERS = [
@@ -281,12 +297,7 @@ def _listed(
     health: dict[str, str],
 ) -> tuple[dict[str, Any], list[str]]:
     """One schedule of ``list``: its JSON record and its table row."""
-    upcoming, tick = [], now
-    for _ in range(count):
-        tick = s.next_after(tick)
-        if tick >= NEVER:  # past the schedule's end
-            break
-        upcoming.append(tick)
+    ticks = upcoming(s, now, count)
     decision = last.get(s.id)
     is_paused = paused_by(s, paused) is not None
     record = {
@@ -302,12 +313,12 @@ def _listed(
         "queue": s.queue_name,
         "catch_up": s.catch_up,
         "overlap": s.overlap,
-        "next": [iso(t, s.zone) for t in upcoming],
+        "next": [iso(t, s.zone) for t in ticks],
         "last_tick": iso(decision.tick_ms, s.zone) if decision else None,
         "last_outcome": decision.outcome if decision else None,
         "last_epoch": decision.epoch if decision else None,
         "paused": is_paused,
-        "paused_until": _paused_until(s, paused, iso),
+        "paused_until": None if (end := pause_end(s, paused)) is None else iso(end),
         "description": s.description or None,
         "at": None if s.at is None else iso(s.at, s.zone),
         "done": _done(s, decision.tick_ms if decision else None),
@@ -319,7 +330,7 @@ def _listed(
         s.source if record["declared"] else f"{s.source} (actor not declared)",
         s.expression,
         s.timezone,
-        ", ".join(when(t, s.zone) for t in upcoming) or _ended(s, decision),
+        ", ".join(when(t, s.zone) for t in ticks) or _ended(s, decision),
         when(decision.tick_ms, s.zone) if decision else "-",
         decision.outcome if decision else "-",
         health.get(s.id, "-"),
@@ -379,18 +390,10 @@ def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
-def _paused_until(schedule: BoundSchedule, pauses: dict[str, int | None], show: Any) -> Any:
-    """When the pause that stops ``schedule`` ends (shown by ``show``), or
-    None: running, or paused until resumed."""
-    blocker = paused_by(schedule, pauses)
-    expiry = None if blocker is None else pauses.get(blocker.member)
-    return None if expiry is None else show(expiry)
-
-
 def _paused_text(schedule: BoundSchedule, pauses: dict[str, int | None], now: int) -> str:
     if paused_by(schedule, pauses) is None:
         return "no"
-    expiry = _paused_until(schedule, pauses, int)
+    expiry = pause_end(schedule, pauses)
     return "yes" if expiry is None else f"until {when(expiry)} ({span(expiry - now)} left)"
 
 
@@ -408,188 +411,66 @@ def _ended(schedule: BoundSchedule, decision: Any) -> str:
 
 
 def _status(app: _App, args: argparse.Namespace) -> int:
-    sent = time.monotonic()
-    now = app.control.server_ms()
-    ping_ms = (time.monotonic() - sent) * 1000
-    leader = app.control.leader()
-    ttl = leader.ttl_ms if leader else app.middleware.lock_ttl
-    listed_ms = Timing.for_lease(ttl).candidate_listed_ms
-    candidates = app.control.candidates(since_ms=now - listed_ms)
-    healthy = leader is not None and now - leader.renewed_ms <= leader.ttl_ms
-    data: dict[str, Any] = {
-        "redis": {"url": app.where, "reachable": True, "round_trip_ms": round(ping_ms, 2)},
-        "now": iso(now),
-        "healthy": healthy,
-        "leader": None,
-        "candidates": [
-            {
-                "host": c.host,
-                "pid": c.pid,
-                "candidate": c.candidate_id,
-                "last_seen": iso(c.seen_ms),
-                "leader": leader is not None and c.candidate_id == leader.candidate.rsplit("|", 1)[-1],
-                "fingerprint": c.fingerprint,
-                "version": c.version,
-            }
-            for c in candidates
-        ],
-    }
-    lines = [f"Redis:      {app.where} reachable ({ping_ms:.1f} ms round trip)"]
+    status = app.status()
+    _emit(args, status.to_json(), "\n".join(_status_lines(status)))
+    return EXIT_OK if status.healthy else EXIT_NO_LEADER
+
+
+# Each problem's label in ``status``'s text; None: the Leader and Status
+# lines say it.
+_PROBLEM_LABELS = {"no_leader": None, "stale_lease": None, "replicas_lacking": "Replicas:"}
+_CANDIDATE_HEADERS = ["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"]
+
+
+def _status_lines(s: Status) -> list[str]:
+    now, leader = s.now_ms, s.leader
+    lines = [f"Redis:      {s.where} reachable ({s.round_trip_ms:.1f} ms round trip)"]
     if leader is None:
-        lines.append(f"Leader:     none (no process holds the lease; lease length {span(ttl)})")
+        lines.append(f"Leader:     none (no process holds the lease; lease length {span(s.lease_ms)})")
     else:
-        data["leader"] = {
-            "host": leader.host,
-            "pid": leader.pid,
-            "epoch": leader.epoch,
-            "since": iso(leader.since_ms),
-            "renewed": iso(leader.renewed_ms),
-            "lease_ms": leader.ttl_ms,
-            "remaining_ms": leader.remaining_ms,
-        }
         lines += [
             f"Leader:     {leader.host} pid {leader.pid}, epoch {leader.epoch}",
             f"Since:      {when(leader.since_ms)} ({span(now - leader.since_ms)} ago)",
             f"Lease:      renewed {span(now - leader.renewed_ms)} ago, "
             f"{span(leader.remaining_ms)} of {span(leader.ttl_ms)} left",
         ]
-    rows = [
-        [
-            c["host"],
-            c["pid"],
-            c["candidate"],
-            c["fingerprint"] or "-",
-            c["version"] or "-",
-            span(now - c_ms) + " ago",
-            "yes" if c["leader"] else "",
-        ]
-        for c, c_ms in zip(data["candidates"], (c.seen_ms for c in candidates), strict=True)
+    listed = span(s.listed_ms)
+    lines.append(f"Candidates: {len(s.candidates)} seen in the last {listed}")
+    seen = [
+        [c.host, c.pid, c.candidate_id, c.fingerprint or "-", c.version or "-", f"{span(now - c.seen_ms)} ago", mark]
+        for c, mark in ((c, "yes" if s.is_leader(c) else "") for c in s.candidates)
     ]
-    lines.append(f"Candidates: {len(candidates)} seen in the last {span(listed_ms)}")
-    if rows:
-        lines.append(_table(["HOST", "PID", "CANDIDATE", "SCHEDULES", "VERSION", "LAST SEEN", "LEADER"], rows))
-    ineligible = app.control.ineligible(since_ms=now - listed_ms)
-    data["not_eligible"] = [
-        {"host": c.host, "pid": c.pid, "candidate": c.candidate_id, "last_seen": iso(c.seen_ms)} for c in ineligible
-    ]
-    if ineligible:
-        lines.append(f"Not eligible: {len(ineligible)} process(es) with lead=False seen in the last {span(listed_ms)}")
+    lines += [_table(_CANDIDATE_HEADERS, seen)] if seen else []
+    if s.ineligible:
         lines.append(
-            _table(
-                ["HOST", "PID", "CANDIDATE", "LAST SEEN"],
-                [[c.host, c.pid, c.candidate_id, span(now - c.seen_ms) + " ago"] for c in ineligible],
-            )
+            f"Not eligible: {len(s.ineligible)} process(es) with lead=False seen in the last {span(s.listed_ms)}"
         )
-    live_ms = Timing.for_lease(ttl).candidate_live_ms
-    data["no_eligible_process"] = bool(ineligible) and not any(now - c.seen_ms <= live_ms for c in candidates)
-    if data["no_eligible_process"]:
-        lines.append(
-            f"Warning:    no process eligible to lead was seen in the last {span(live_ms)}; "
-            "every live process runs with lead=False, so no schedule fires"
-        )
-    sets, warning = _schedule_sets(app, now, leader)
-    data["mixed_schedule_sets"] = bool(sets)
-    data["schedule_sets"] = sets
-    lines += warning
-    by_actor = app.runtime.count_by_actor()
-    undeclared = {a: n for a, n in by_actor.items() if not app.declares(a)}
-    data["runtime"] = {"total": sum(by_actor.values()), "by_actor": by_actor, "undeclared": undeclared}
-    line = f"Runtime:    {sum(by_actor.values())} runtime schedule(s) for {len(by_actor)} actor(s)"
-    if undeclared:
-        line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in sorted(undeclared.items()))
+        rows = [[c.host, c.pid, c.candidate_id, span(now - c.seen_ms) + " ago"] for c in s.ineligible]
+        lines.append(_table(["HOST", "PID", "CANDIDATE", "LAST SEEN"], rows))
+    line = f"Runtime:    {s.runtime_total} runtime schedule(s) for {len(s.runtime_by_actor)} actor(s)"
+    if s.undeclared:
+        line += "; actors this app does not declare: " + ", ".join(f"{a} ({n})" for a, n in s.undeclared.items())
     lines.append(line)
-    # One read of the runtime schedules, for the descriptions (the first
-    # 1,000) and the health counts.
-    runtime = [r.schedule for r in app.runtime.list(limit=10_000).items]
-    described = [s for s in [*app.schedules, *runtime[:1000]] if s.description]
-    data["descriptions"] = {s.id: s.description for s in described}
-    if described:
-        lines.append("Schedules:")
-        lines += [f"  {s.id}: {s.description}" for s in described]
-    report = read_health(
-        app.control.client,
-        app.middleware.keys,
-        [*app.schedules, *runtime],
-        now_ms=now,
-        policy=app.middleware.health_policy,
-    )
-    counts = report.counts()
-    data["health"] = counts
-    lines.append("Health:     " + (", ".join(f"{n} {state}" for state, n in counts.items()) or "no schedules"))
-    lacking = app.control.replicas_lacking()
-    data["replicas_lacking"] = None
-    if lacking is not None:
-        data["replicas_lacking"] = {
-            "host": lacking.host,
-            "pid": lacking.pid,
-            "acked": lacking.acked,
-            "required": lacking.required,
-            "sentinels": lacking.sentinels,
-            "since": iso(lacking.since_ms),
-        }
-        lines.append(f"Replicas:   {lacking.describe(now)}")
-    if not healthy:
+    lines += ["Schedules:", *(f"  {i}: {text}" for i, text in s.descriptions.items())] if s.descriptions else []
+    counts = ", ".join(f"{n} {state}" for state, n in s.health.report.counts().items())
+    lines.append("Health:     " + (counts or "no schedules"))
+    lines.append(f"Paused:     {len(s.pauses)} actor(s) or schedule(s)")
+    for problem in s.problems:
+        label = _PROBLEM_LABELS.get(problem.kind, "Warning:")
+        lines += [] if label is None else _problem_lines(label, problem)
+    if not s.healthy:
         lines.append("Status:     NO LEADER - no process renewed the lease within its length")
-    _emit(args, data, "\n".join(lines))
-    return EXIT_OK if healthy else EXIT_NO_LEADER
+    return lines
 
 
-def _health_of(app: _App, schedules: Sequence[BoundSchedule], now: int) -> dict[str, str]:
-    report = read_health(
-        app.control.client, app.middleware.keys, schedules, now_ms=now, policy=app.middleware.health_policy
-    )
-    return {h.schedule_id: h.health for h in report.schedules}
-
-
-def _schedule_sets(app: _App, now: int, leader: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """Live candidates that declare different schedule sets (two apps on one
-    prefix, or a rolling deploy): each set as JSON, and the lines that say
-    which and what to do; nothing when they agree."""
-    ttl = leader.ttl_ms if leader else app.middleware.lock_ttl
-    live = app.control.candidates(since_ms=now - Timing.for_lease(ttl).candidate_live_ms)
-    groups: dict[str, list[Any]] = {}
-    for candidate in live:
-        if candidate.fingerprint:
-            groups.setdefault(candidate.fingerprint, []).append(candidate)
-    if len(groups) < 2:
-        return [], []
-    published = app.control.schedule_sets(sorted(groups))
-    leading = leader.candidate.rsplit("|", 1)[-1] if leader else None
-    sets: list[dict[str, Any]] = [
-        {
-            "fingerprint": fingerprint,
-            "processes": len(group),
-            "versions": sorted({c.version for c in group if c.version}),
-            "leader": any(c.candidate_id == leading for c in group),
-            "schedules": sorted(s for s in (published.get(fingerprint) or {}) if s != SEMANTICS_ID),
-            "semantics": (published.get(fingerprint) or {}).get(SEMANTICS_ID),
-        }
-        for fingerprint, group in sorted(groups.items())
-    ]
-    if len({c.version for group in groups.values() for c in group}) > 1:
-        why = (
-            "the app versions differ: a rolling deploy looks under way; this clears when every process runs "
-            "the same code"
-        )
-    else:
-        why = (
-            f"their versions do not tell them apart: two apps may share the prefix {app.middleware.prefix!r}, and "
-            "only the leading app's schedules fire; give each app its own CronMiddleware(prefix=...)"
-        )
-    lines = [f"Warning:    candidates declare {len(sets)} different schedule sets: {why}"]
-    for entry in sets:
-        ids = entry["schedules"]
-        shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "") if ids else "unpublished"
-        lines.append(
-            f"            set {entry['fingerprint']}{' (the leader)' if entry['leader'] else ''}: "
-            f"{entry['processes']} process(es), version {', '.join(entry['versions']) or 'none'}: {shown}"
-        )
-    return sets, lines
+def _problem_lines(label: str, problem: Problem) -> list[str]:
+    return [f"{label:<11} {problem.text}", *(f"{'':<11} {line}" for line in problem.details)]
 
 
 def _check(app: _App, args: argparse.Namespace) -> int:
-    report = check_report(app.middleware, app.broker)
-    sets, warning = _schedule_sets(app, app.control.server_ms(), app.control.leader())
+    status = app.status()
+    runtime = runtime_of(app.middleware)
+    report = dataclasses.replace(status.health.report, stored=[] if runtime is None else runtime.recheck())
     rows = [
         [
             h.schedule_id,
@@ -608,13 +489,14 @@ def _check(app: _App, args: argparse.Namespace) -> int:
             f"\n{unregistered} missed schedule(s) were never registered by any process: no worker of this app "
             "runs against this Redis and prefix, or every process has lead=False (see dramatiq-cron status)."
         )
-    text += (f"\n{counts}" if counts else "") + "".join(f"\n{line}" for line in warning)
+    warnings = [line for p in status.problems if p.level for line in _problem_lines("Warning:", p)]
+    text += (f"\n{counts}" if counts else "") + "".join(f"\n{line}" for line in warnings)
     if report.stored:
         stored = [[p.schedule_id, p.kind, p.detail] for p in report.stored]
         text += "\n\nStored runtime definitions:\n" + _table(["SCHEDULE", "PROBLEM", "DETAIL"], stored)
-    _emit(args, {**report.to_json(), "mixed_schedule_sets": bool(sets), "schedule_sets": sets}, text)
+    _emit(args, {**report.to_json(), **status_sets_json(status)}, text)
     # Schedules of the app that does not lead never fire: at least a warning.
-    return max(report.exit_code, 1) if sets else report.exit_code
+    return max(report.exit_code, status.check_level)
 
 
 def _runs(app: _App, args: argparse.Namespace) -> int:
@@ -755,16 +637,6 @@ def _pause(app: _App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _web_credential(flag_value: str | None, flag: str, variable: str, wanted: str) -> tuple[str | None, str]:
-    """A credential of ``web`` from its flag, else from its environment
-    variable (which ``ps`` does not show); returns it and where it came
-    from.  An empty one is refused: it would silently serve without it."""
-    value, source = (flag_value, flag) if flag_value is not None else (os.environ.get(variable), variable)
-    if value is not None and not value.strip():
-        raise _Failure(f"{source} is empty: give {wanted}, or leave it out")
-    return value, source
-
-
 def _backfill(app: _App, args: argparse.Namespace) -> int:
     if args.start is None or args.end is None:
         raise _Failure(
@@ -903,70 +775,13 @@ def _progress_bar(label: str) -> Any:
 
 
 def _web(app: _App, args: argparse.Namespace) -> int:
-    from ..web import CronDashboard
-    from ..web.security import LOOPBACK_HOSTS
-    from ..web.server import Unsafe, configure_logging, is_loopback, parse_bind, start
+    from ..web.server import serve
 
+    options = {"read_only": args.read_only, "insecure": args.insecure_bind, "allowed_hosts": args.allowed_host or []}
     try:
-        host, port = parse_bind(args.bind)
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        serve(app.broker, bind=args.bind, auth=args.auth, token=args.token, **options)
     except ValueError as exc:
         raise _Failure(str(exc)) from None
-    except OSError:
-        raise _Failure(
-            f"--bind {args.bind!r}: no such host {host!r} here; give HOST:PORT, for example 127.0.0.1:8080"
-        ) from None
-    auth_text, auth_from = _web_credential(args.auth, "--auth", "DRAMATIQ_CRON_WEB_AUTH", "USER:PASSWORD")
-    token, _ = _web_credential(args.token, "--token", "DRAMATIQ_CRON_WEB_TOKEN", "a token")
-    auth = None
-    if auth_text is not None:
-        user, sep, password = auth_text.partition(":")
-        if not sep or not user or not password:
-            raise _Failure(f"{auth_from} wants USER:PASSWORD")
-        auth = (user, password)
-    # Answer for this machine's loopback names, the bound address, and the
-    # names the operator reaches it by.
-    hosts = [*LOOPBACK_HOSTS, *(args.allowed_host or [])]
-    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
-        hosts.append(f"[{host}]" if ":" in host else host)
-    authenticated = bool(auth or token)
-    try:
-        dashboard = CronDashboard(
-            app.broker,
-            prefix="",
-            read_only=args.read_only,
-            auth=auth,
-            token=token,
-            # start() below refuses a non-loopback bind without credentials
-            # unless --insecure-bind says a proxy in front authenticates.
-            unauthenticated=not authenticated,
-            allowed_hosts=hosts,
-        )
-    except CronConfigurationError as exc:  # the web extra is missing
-        raise _Failure(str(exc)) from None
-    try:
-        server = start(dashboard, host, port, authenticated=authenticated, insecure=args.insecure_bind)
-    except Unsafe as exc:
-        raise _Failure(str(exc)) from None
-    except OSError as exc:
-        raise _Failure(f"cannot listen on {args.bind}: {exc.strerror or exc}") from None
-    # The app is loaded: if it configured logging, its own setup stands.
-    configure_logging()
-    shown = f"[{host}]" if ":" in host else host
-    mode = " (read-only)" if args.read_only else ""
-    print(
-        f"Serving the cron dashboard{mode} on http://{shown}:{server.server_port}/ for the hosts "
-        f"{', '.join(hosts)} (Ctrl+C stops it)",
-        flush=True,
-    )
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        server.server_close()
-        dashboard.control.client.close()
     return EXIT_OK
 
 

@@ -26,6 +26,7 @@ from dramatiq.logging import get_logger
 from ..audit import check_who
 from ..errors import CronScheduleError, CronUnavailableError
 from ..middleware import find_middleware
+from ..monitoring.read import runtime_of
 from ..monitoring.records import ScheduleHealth
 from ..ops.control import (
     AmbiguousTarget,
@@ -35,13 +36,15 @@ from ..ops.control import (
     UnknownTarget,
     find_runtime,
 )
-from ..ops.format import iso, short_when, span, when
 from ..schedules.outcome import Outcome
 from ..schedules.schedule import BoundSchedule
 from ..service import Cron
+from ..status import Status, read_status, status_sets_json
 from ..store.connection import describe as describe_client
 from ..store.connection import redact, scheduler_clients
+from ..store.health_reads import HealthReads
 from ..store.timing import Timing
+from ..times import iso, short_when, span, when
 from . import forms, health_pages, pages
 from .chart import OUTCOME_COLOURS, RUN_COLOURS, duration_chart
 from .security import (
@@ -158,13 +161,6 @@ class CronDashboard:
         other host gets 400, which stops DNS rebinding.  Defaults to None,
         meaning this machine's loopback names only (``localhost``,
         ``127.0.0.1``, ``[::1]``).
-      redis(str|redis.Redis): Where the scheduler's keys live.  Defaults to
-        None, meaning the middleware's (see ``CronMiddleware.redis_source``:
-        its ``redis=``, ``DRAMATIQ_CRON_REDIS_URL``, the RedisBroker's client).
-      runtime: The runtime schedules, as a
-        :class:`~dramatiq_cron_middleware.web.pages.RuntimeCatalogue` that
-        can also add and remove.  Defaults to None, meaning the middleware's
-        own when it has them.
       refresh_ms(int): How often the overview refreshes itself when
         JavaScript is on, in milliseconds; 0 turns it off.  Defaults to 5000.
 
@@ -184,8 +180,6 @@ class CronDashboard:
         token: str | None = None,
         unauthenticated: bool = False,
         allowed_hosts: Sequence[str] | None = None,
-        redis: Any = None,
-        runtime: Any = None,
         refresh_ms: int = 5000,
     ) -> None:
         from ..errors import CronConfigurationError
@@ -224,13 +218,14 @@ class CronDashboard:
         self.read_only = read_only
         self.access = Access(auth=auth, token=token)
         self.refresh_ms = refresh_ms
-        source = redis if redis is not None else middleware.redis_source(broker)
+        # The Redis and the runtime schedules the middleware uses, as the
+        # command reads them: the two cannot tell different stories.
+        source = middleware.redis_source(broker)
         client, _ = scheduler_clients(source, op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0)
         self.control = Control(client=client, keys=middleware.keys, history_length=middleware.history_length)
         self.where = describe_client(client)
-        self.runtime = runtime if runtime is not None else forms.runtime_of(middleware)
-        browsable = all(hasattr(self.runtime, m) for m in ("version", "ids", "get_many"))
-        self.runtime_index = pages.RuntimeIndex(self.runtime) if browsable else None
+        self.runtime = runtime_of(middleware)
+        self.runtime_index = None if self.runtime is None else pages.RuntimeIndex(self.runtime)
         self.health_cache = health_pages.ReportCache(
             lambda: health_pages.read_all(
                 self.control, middleware.all_schedules(), self.runtime_index, policy=middleware.health_policy
@@ -357,15 +352,27 @@ class CronDashboard:
     # -- pages ----------------------------------------------------------------
 
     def _overview(self, request: _Request) -> _Response:
-        health = self._health_or_none()  # read before the overview's now: its age is never negative
-        view = pages.overview(
+        context: dict[str, Any] = {"refresh_ms": self.refresh_ms, "lock_ttl": self.middleware.lock_ttl}
+        try:
+            context["status"] = self._status()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            declared = len(self.middleware.all_schedules())
+            context.update(status=None, error=type(exc).__name__, declared=declared)
+        return self._page(request, "overview.html", context)
+
+    def _status(self) -> Status:
+        """The status, with the kept health of every schedule (read first:
+        its age is never negative)."""
+        health = self.health_cache.get()
+        return read_status(
             self.control,
-            where=self.where,
-            schedules=len(self.middleware.all_schedules()),
+            HealthReads(self.control.client, self.control.keys),
+            self.middleware,
             runtime=self.runtime,
-            lock_ttl=self.middleware.lock_ttl,
+            declares=lambda actor: actor in self.broker.actors,
+            where=self.where,
+            health=health,
         )
-        return self._page(request, "overview.html", {"view": view, "refresh_ms": self.refresh_ms, "health": health})
 
     def _schedules(self, request: _Request) -> _Response:
         filters = pages.Filters.parse(request.query)
@@ -425,19 +432,13 @@ class CronDashboard:
         act on a backed-up queue; ``dramatiq-cron check`` exits 1 for them.
         The report is the dashboard's kept one (see ``ReportCache``)."""
         try:
-            self.control.server_ms()  # reachable now, whatever the report kept says
-            report = self.health_cache.get().report
+            status = self._status()
         except redis.RedisError as exc:
             error = f"Redis at {self.where} cannot be reached or refused the request ({type(exc).__name__})."
             return self._json("503 Service Unavailable", {"error": error})
-        return self._json("503 Service Unavailable" if report.exit_code >= 2 else "200 OK", report.to_json())
-
-    def _health_or_none(self) -> health_pages.HealthReport | None:
-        """For the overview, which shows an unreachable Redis instead of failing."""
-        try:
-            return self.health_cache.get()
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return None
+        report = status.health.report
+        document = {**report.to_json(), **status_sets_json(status)}
+        return self._json("503 Service Unavailable" if report.exit_code >= 2 else "200 OK", document)
 
     # -- actions --------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from ..monitoring.records import RunRecord
 from ..ops.control import HistoryEntry
-from ..ops.format import span, when
 from ..store.codes import Outcome
+from ..times import span, when
 
 __all__ = ["OUTCOME_COLOURS", "RUN_COLOURS", "duration_chart", "lag_chart"]
 

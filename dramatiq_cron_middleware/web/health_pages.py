@@ -3,7 +3,7 @@ counts, the schedules that need attention, the health filter, ``/health``)
 and one schedule's runs.
 
 The health of every schedule is read as ``dramatiq-cron check`` reads it
-(``monitoring.read.read_health``: the leader's stored decision, and
+(``monitoring.read.read_health``, the one read: the leader's stored decision, and
 ``missed`` worked out from the ledger, so it holds without a leader): one
 pipeline per thousand schedules, the runtime ones as the schedules pages
 know them (:class:`~.pages.RuntimeIndex`, listed again only when they
@@ -22,13 +22,15 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..monitoring.health import Policy
-from ..monitoring.read import CheckReport, read_health, read_runs
-from ..monitoring.records import HEALTH_STATES, PROBLEMS, RunRecord, ScheduleHealth
+from ..monitoring.read import read_health, read_runs
+from ..monitoring.records import RunRecord, ScheduleHealth
 from ..ops.control import Control, paused_by
 from ..schedules.schedule import BoundSchedule
+from ..status import Health, read_every_health
+from ..store.health_reads import HealthReads
 from .pages import Filters, RuntimeIndex, SchedulesView, matches, natural_key, paged, rows_of
 
-__all__ = ["HealthReport", "ReportCache", "Runs", "filtered_view", "health_of", "read_all", "schedule_runs"]
+__all__ = ["ReportCache", "Runs", "filtered_view", "health_of", "read_all", "schedule_runs"]
 
 #: Runs shown on a schedule's page.
 RUNS_SHOWN = 50
@@ -40,56 +42,26 @@ _FRESH_FACTOR = 10
 PolicyOf = Callable[[BoundSchedule], Policy]
 
 
-@dataclasses.dataclass(frozen=True)
-class HealthReport:
-    """Every schedule's health, with the schedules themselves."""
-
-    report: CheckReport
-    schedules: dict[str, BoundSchedule]
-
-    def problems(self) -> list[ScheduleHealth]:
-        """The schedules in ``late``, ``running_long``, ``failing`` or
-        ``missed``: the critical ones first, then the longest in trouble."""
-        found = [s for s in self.report.schedules if s.health in PROBLEMS]
-        return sorted(found, key=lambda s: (-PROBLEMS[s.health], s.since_ms or 0, s.schedule_id))
-
-    def matching(self, health: str) -> list[ScheduleHealth]:
-        """The schedules the health filter ``health`` keeps, problems first."""
-        if health == "problems":
-            return self.problems()
-        if health not in HEALTH_STATES:
-            return list(self.report.schedules)
-        return [s for s in self.report.schedules if s.health == health]
-
-    def counts(self) -> list[tuple[str, int]]:
-        """``(health, how many)`` for every health some schedule has, the
-        problems first (critical, then warning), then the others in
-        ``HEALTH_STATES`` order."""
-        counts = self.report.counts()
-        order = sorted(HEALTH_STATES, key=lambda h: (-PROBLEMS.get(h, 0), HEALTH_STATES.index(h)))
-        return [(h, counts[h]) for h in order if counts.get(h)]
-
-    def summary(self) -> str:
-        """In words: ``"2 failing, 1 late"``, or ``"no problems"``."""
-        problems = [f"{n} {h.replace('_', ' ')}" for h, n in self.counts() if h in PROBLEMS]
-        return ", ".join(problems) or "no problems"
-
-
 def read_all(
     control: Control, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, policy: PolicyOf
-) -> HealthReport:
+) -> Health:
     """Every schedule's health, declared and runtime, in the schedules
     page's order (declared ones as declared, then runtime ones in natural
-    order of their ids).
+    order of their ids), and the stored definitions read differently now
+    or not at all, as ``dramatiq-cron check`` reports them.
 
     Raises:
       redis.ConnectionError, redis.TimeoutError: Redis did not answer.
     """
     now = control.server_ms()
     stored = [] if runtime is None else sorted(runtime.schedules(), key=lambda s: natural_key(s.id))
-    schedules = [*code, *stored]
-    report = read_health(control.client, control.keys, schedules, now_ms=now, policy=policy)
-    return HealthReport(report=report, schedules={s.id: s for s in schedules})
+    health = read_every_health(_reads(control), [*code, *stored], now_ms=now, policy=policy)
+    problems = [] if runtime is None else runtime.problems()
+    return dataclasses.replace(health, report=dataclasses.replace(health.report, stored=problems))
+
+
+def _reads(control: Control) -> HealthReads:
+    return HealthReads(control.client, control.keys)
 
 
 class ReportCache:
@@ -113,7 +85,7 @@ class ReportCache:
 
     def __init__(
         self,
-        read: Callable[[], HealthReport],
+        read: Callable[[], Health],
         *,
         monotonic: Callable[[], float] = time.monotonic,
         background: Callable[[Callable[[], None]], None] | None = None,
@@ -126,11 +98,11 @@ class ReportCache:
         self._monotonic = monotonic
         self._background = background or _thread
         self._lock = threading.Lock()
-        self._report: HealthReport | None = None
+        self._report: Health | None = None
         self._until = 0.0
         self._refreshing = False
 
-    def get(self) -> HealthReport:
+    def get(self) -> Health:
         """The report, read now (the first time) or recently.
 
         Raises:
@@ -175,11 +147,11 @@ def health_of(control: Control, schedules: Sequence[BoundSchedule], *, policy: P
     """The health of a page's schedules, by id."""
     if not schedules:
         return {}
-    report = read_health(control.client, control.keys, schedules, now_ms=control.server_ms(), policy=policy)
+    report = read_health(_reads(control), schedules, now_ms=control.server_ms(), policy=policy)
     return {s.schedule_id: s for s in report.schedules}
 
 
-def filtered_view(control: Control, report: HealthReport, filters: Filters) -> SchedulesView:
+def filtered_view(control: Control, report: Health, filters: Filters) -> SchedulesView:
     """The schedules page with a health filter: the schedules in that
     health (``problems``: the worst first), also filtered by search, source
     and paused state, one page of them (a page past the last shows the

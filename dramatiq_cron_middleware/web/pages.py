@@ -15,27 +15,24 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-import redis
-
 from ..audit import ACTIONS, Action
+from ..monitoring.read import every_schedule
 from ..monitoring.records import HEALTH_STATES
 from ..ops.control import (
-    Candidate,
     Control,
     HistoryEntry,
     HistoryPage,
     LastDecision,
-    LeaderInfo,
     RuntimeCatalogue,
     Target,
     find_runtime,
     paused_by,
 )
-from ..ops.format import span, when
 from ..schedules.ids import parse_id
 from ..schedules.schedule import NEVER, BoundSchedule
+from ..status import pause_end, upcoming
 from ..store.codes import whole_actor
-from ..store.timing import Timing
+from ..times import span, when
 from .chart import lag_chart, lag_ms
 from .describe import describe
 
@@ -45,7 +42,6 @@ __all__ = [
     "Filters",
     "HistoryView",
     "NextRun",
-    "Overview",
     "Row",
     "RuntimeCatalogue",
     "RuntimeIndex",
@@ -56,7 +52,6 @@ __all__ = [
     "matches",
     "natural_key",
     "next_to_run",
-    "overview",
     "paged",
     "rows_of",
     "schedules_view",
@@ -178,6 +173,9 @@ class BrowsableRuntime(RuntimeCatalogue, Protocol):
     def get_many(self, schedule_ids: Sequence[str]) -> list[Any]:
         """The stored schedules of these ids, in their order."""
 
+    def recheck(self) -> list[Any]:
+        """The stored definitions read differently now, or not at all."""
+
 
 def natural_key(text: str) -> tuple[list[Any], str]:
     """Sorts names as people read them: ``tenant-9`` before ``tenant-10``
@@ -206,6 +204,7 @@ class RuntimeIndex:
         self.runtime = runtime
         self._ids: tuple[int, list[str]] = (-1, [])
         self._schedules: tuple[int, list[BoundSchedule]] = (-1, [])
+        self._problems: tuple[int, list[Any]] = (-1, [])
 
     def ids(self) -> list[str]:
         """Every id, in natural order (the version is read first, so a write
@@ -221,18 +220,22 @@ class RuntimeIndex:
         """The stored schedules of these ids, in their order (one read)."""
         return [r.schedule for r in self.runtime.get_many(ids)]
 
+    def problems(self) -> list[Any]:
+        """The stored definitions this version reads differently or not at
+        all (``RuntimeSchedules.recheck``, as ``dramatiq-cron check``)."""
+        version = self.runtime.version()
+        known, problems = self._problems
+        if known != version:
+            problems = self.runtime.recheck()
+            self._problems = (version, problems)
+        return problems
+
     def schedules(self) -> list[BoundSchedule]:
         """Every stored schedule (for the next-to-run view)."""
         version = self.runtime.version()
         known, schedules = self._schedules
         if known != version:
-            schedules, cursor = [], None
-            while True:
-                page = self.runtime.list(cursor=cursor, limit=10_000)
-                schedules += [r.schedule for r in page.items]
-                if page.cursor is None:
-                    break
-                cursor = page.cursor
+            schedules = list(every_schedule((), self.runtime))
             self._schedules = (version, schedules)
         return schedules
 
@@ -247,13 +250,6 @@ def matches(schedule: BoundSchedule, needle: str) -> bool:
     )
 
 
-def pause_end(schedule: BoundSchedule, pauses: Mapping[str, int | None]) -> int | None:
-    """When the pause that stops ``schedule`` ends by itself (None: it runs,
-    or it is paused until resumed)."""
-    blocker = paused_by(schedule, pauses)
-    return None if blocker is None else pauses.get(blocker.member)
-
-
 def words(schedule: BoundSchedule) -> str:
     """The schedule's timing in words."""
     if schedule.at is not None:
@@ -262,17 +258,6 @@ def words(schedule: BoundSchedule) -> str:
         text = f"Every {span(schedule.every)}"
         return text + (f", {span(schedule.offset)} into each interval" if schedule.offset else "")
     return describe(schedule.expression, hash_id=schedule.cadence.hash_id)
-
-
-def upcoming(schedule: BoundSchedule, now_ms: int, count: int = NEXT_RUNS) -> list[int]:
-    """The next ``count`` ticks after ``now_ms`` (fewer past the schedule's end)."""
-    out, tick = [], now_ms
-    for _ in range(count):
-        tick = schedule.next_after(tick)
-        if tick >= NEVER:
-            break
-        out.append(tick)
-    return out
 
 
 def schedules_view(
@@ -401,118 +386,6 @@ def next_to_run(
         for t, _, s in soonest
         if t < NEVER
     ]
-
-
-@dataclasses.dataclass(frozen=True)
-class Overview:
-    """The overview page: leader, candidates, Redis, warnings."""
-
-    where: str
-    reachable: bool
-    error: str | None
-    round_trip_ms: float | None
-    now_ms: int | None
-    leader: LeaderInfo | None
-    healthy: bool
-    candidates: list[Candidate]
-    show_fingerprint: bool
-    show_version: bool
-    warnings: list[str]
-    schedules: int
-    runtime_schedules: int | None
-    paused: int
-    lock_ttl: int
-    #: Processes that may not lead (``lead=False``), seen recently.
-    ineligible: list[Candidate] = dataclasses.field(default_factory=list)
-
-    def is_leader(self, candidate: Candidate) -> bool:
-        """Whether this candidate holds the lease."""
-        return self.leader is not None and candidate.candidate_id == self.leader.candidate.rsplit("|", 1)[-1]
-
-
-def overview(
-    control: Control, *, where: str, schedules: int, runtime: RuntimeCatalogue | None, lock_ttl: int
-) -> Overview:
-    """The overview page; an unreachable Redis is shown, not raised."""
-    runtime_count: int | None = None
-    try:
-        if runtime is not None:
-            runtime_count = runtime.list(limit=1).total
-        round_trip = control.round_trip_ms()
-        now = control.server_ms()
-        leader = control.leader()
-        ttl = leader.ttl_ms if leader else lock_ttl
-        candidates = control.candidates(since_ms=now - Timing.for_lease(ttl).candidate_listed_ms)
-        ineligible = control.ineligible(since_ms=now - Timing.for_lease(ttl).candidate_listed_ms)
-        paused = len(control.paused())
-        policy = control.maxmemory_policy()
-        lacking = control.replicas_lacking()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        return Overview(
-            where=where,
-            reachable=False,
-            error=type(exc).__name__,
-            round_trip_ms=None,
-            now_ms=None,
-            leader=None,
-            healthy=False,
-            candidates=[],
-            show_fingerprint=False,
-            show_version=False,
-            warnings=[f"Redis at {where} cannot be reached: nothing below is current."],
-            schedules=schedules,
-            runtime_schedules=None,
-            paused=0,
-            lock_ttl=lock_ttl,
-        )
-    healthy = leader is not None and now - leader.renewed_ms <= leader.ttl_ms
-    fingerprints = {getattr(c, "fingerprint", None) for c in candidates} - {None, ""}
-    versions = {getattr(c, "version", None) for c in candidates} - {None, ""}
-    warnings = []
-    if leader is None:
-        warnings.append("No process holds the lease: no tick fires until one does.")
-    elif not healthy:
-        warnings.append("The leader has not renewed its lease within its length.")
-    live_ms = Timing.for_lease(ttl).candidate_live_ms
-    if ineligible and not any(now - c.seen_ms <= live_ms for c in candidates):
-        warnings.append(
-            f"No process eligible to lead was seen in the last {span(live_ms)}: every live process runs with "
-            "lead=False (or DRAMATIQ_CRON_LEAD=0), so no schedule fires."
-        )
-    elif not candidates:
-        warnings.append("No candidate was seen recently: are the workers running?")
-    if lacking is not None:
-        warnings.append(lacking.describe(now) + ".")
-    if len(fingerprints) > 1:
-        warnings.append(
-            f"Candidates declare different schedule sets ({len(fingerprints)} fingerprints): "
-            "a deploy is under way, or some workers run other code."
-        )
-    if len(versions) > 1:
-        warnings.append(f"Candidates run different versions: {', '.join(sorted(map(str, versions)))}.")
-    if policy is not None and policy.startswith("allkeys-"):
-        warnings.append(
-            f"maxmemory-policy is {policy}: Redis can evict the ledger and the epoch counter (schedules then "
-            "restart from now and ticks can be lost). Use noeviction."
-        )
-    return Overview(
-        where=where,
-        reachable=True,
-        error=None,
-        round_trip_ms=round_trip,
-        now_ms=now,
-        leader=leader,
-        healthy=healthy,
-        candidates=candidates,
-        show_fingerprint=bool(fingerprints),
-        show_version=bool(versions),
-        warnings=warnings,
-        schedules=schedules,
-        runtime_schedules=runtime_count,
-        paused=paused,
-        lock_ttl=lock_ttl,
-        ineligible=ineligible,
-    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import socket
 import sys
 import threading
@@ -18,7 +19,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-__all__ = ["DEFAULT_BIND", "LOG_FORMAT", "Unsafe", "configure_logging", "is_loopback", "parse_bind", "start"]
+__all__ = ["DEFAULT_BIND", "LOG_FORMAT", "Unsafe", "configure_logging", "is_loopback", "parse_bind", "serve", "start"]
 
 #: Where ``dramatiq-cron web`` listens unless ``--bind`` says otherwise.
 DEFAULT_BIND = "127.0.0.1:8080"
@@ -104,3 +105,80 @@ def start(app: Any, host: str, port: int, *, authenticated: bool, insecure: bool
     server = make_server(host, port, app, server_class=server_class, handler_class=_Handler)
     threading.Thread(target=server.serve_forever, name="cron-dashboard", daemon=True).start()
     return server
+
+
+def serve(broker: Any, *, bind: str, auth: str | None, token: str | None, **options: Any) -> None:
+    """``dramatiq-cron web``: serve the dashboard of ``broker``'s app on
+    ``bind`` until Ctrl+C.  ``auth`` (``USER:PASSWORD``) and ``token``
+    default to ``$DRAMATIQ_CRON_WEB_AUTH`` and ``$DRAMATIQ_CRON_WEB_TOKEN``;
+    ``options``: ``read_only``, ``insecure`` (a non-loopback bind without
+    credentials), ``allowed_hosts`` (names besides the loopback ones and
+    the bound address).
+
+    Raises:
+      ValueError: naming what is wrong with the arguments, or why it cannot
+        listen.
+    """
+    from .app import CronDashboard
+    from .security import LOOPBACK_HOSTS
+
+    host, port = parse_bind(bind)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        raise ValueError(
+            f"--bind {bind!r}: no such host {host!r} here; give HOST:PORT, for example 127.0.0.1:8080"
+        ) from None
+    auth_text, auth_from = _credential(auth, "--auth", "DRAMATIQ_CRON_WEB_AUTH", "USER:PASSWORD")
+    token, _ = _credential(token, "--token", "DRAMATIQ_CRON_WEB_TOKEN", "a token")
+    user, sep, password = (auth_text or "").partition(":")
+    if auth_text is not None and not (sep and user and password):
+        raise ValueError(f"{auth_from} wants USER:PASSWORD")
+    # Answer for this machine's loopback names, the bound address, and the
+    # names the operator reaches it by.
+    hosts = [*LOOPBACK_HOSTS, *options.get("allowed_hosts", ())]
+    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
+        hosts.append(f"[{host}]" if ":" in host else host)
+    authenticated = bool(auth_text or token)
+    read_only = bool(options.get("read_only"))
+    dashboard = CronDashboard(
+        broker,
+        prefix="",
+        read_only=read_only,
+        auth=(user, password) if auth_text is not None else None,
+        token=token,
+        # start() below refuses a non-loopback bind without credentials
+        # unless insecure says a proxy in front authenticates.
+        unauthenticated=not authenticated,
+        allowed_hosts=hosts,
+    )
+    try:
+        server = start(dashboard, host, port, authenticated=authenticated, insecure=bool(options.get("insecure")))
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {bind}: {exc.strerror or exc}") from None
+    # The app is loaded: if it configured logging, its own setup stands.
+    configure_logging()
+    shown = f"[{host}]" if ":" in host else host
+    print(
+        f"Serving the cron dashboard{' (read-only)' if read_only else ''} on http://{shown}:{server.server_port}/ "
+        f"for the hosts {', '.join(hosts)} (Ctrl+C stops it)",
+        flush=True,
+    )
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        dashboard.control.client.close()
+
+
+def _credential(flag_value: str | None, flag: str, variable: str, wanted: str) -> tuple[str | None, str]:
+    """A credential from its flag, else from its environment variable
+    (which ``ps`` does not show); returns it and where it came from.  An
+    empty one is refused: it would silently serve without it."""
+    value, source = (flag_value, flag) if flag_value is not None else (os.environ.get(variable), variable)
+    if value is not None and not value.strip():
+        raise ValueError(f"{source} is empty: give {wanted}, or leave it out")
+    return value, source
