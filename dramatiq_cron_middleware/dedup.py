@@ -20,7 +20,6 @@ import threading
 from typing import Any
 
 import dramatiq
-import redis
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import SkipMessage
@@ -29,7 +28,7 @@ from .errors import CronConfigurationError
 from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
 from .store.codes import decode, load_script
-from .store.connection import close_clients, redact, scheduler_clients, unrelaxed
+from .store.connection import close_clients, redact
 from .store.keys import Keys
 
 __all__ = ["DEFAULT_QUEUE_WAIT", "CronDeduplication"]
@@ -207,14 +206,10 @@ class CronDeduplication(Middleware):
         with self._lock:
             if self._script is None:
                 cron = self._cron_middleware(broker)
-                # The CronMiddleware's Redis, so the marks sit beside its ledger.
-                client = _pooled(
-                    scheduler_clients(
-                        cron.redis_source(broker), op_timeout_ms=cron.timing.op_timeout_ms, block_timeout_ms=0
-                    )[0],
-                    threads=self._threads,
-                    timeout_ms=cron.timing.op_timeout_ms,
-                )
+                # The CronMiddleware's Redis, so the marks sit beside its ledger;
+                # a pool that waits for a free connection: every worker thread may claim at once.
+                connections = cron.connections(broker)
+                client = connections.for_workers(cron.timing.op_timeout_ms, threads=self._threads)
                 self._ttl_ms = self.effective_ttl(broker)
                 self._script = load_script(client, "dedup_claim")
             assert self._keys is not None
@@ -229,21 +224,3 @@ class CronDeduplication(Middleware):
             )
         else:
             self.logger.debug("Cron deduplication still failing: %s", redact(f"{type(exc).__name__}: {exc}"))
-
-
-def _pooled(client: redis.Redis, *, threads: int, timeout_ms: int) -> redis.Redis:
-    """The client with a pool that waits for a free connection instead of
-    failing: every worker thread may claim at once, and the scheduler's
-    plain pools allow only eight connections.  Sentinel and Cluster pools
-    are unbounded and kept."""
-    pool = getattr(client, "connection_pool", None)
-    if type(pool) is not redis.ConnectionPool:
-        return client
-    blocking = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
-        connection_class=pool.connection_class,
-        max_connections=max(threads, 8),
-        timeout=timeout_ms / 1000,
-        **pool.connection_kwargs,
-        **unrelaxed(),
-    )
-    return redis.Redis(connection_pool=blocking)
