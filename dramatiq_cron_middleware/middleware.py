@@ -4,10 +4,11 @@ that start and stop the leader thread in every worker process."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import datetime as dt
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,20 +20,15 @@ from dramatiq.middleware import TimeLimit
 from redis import Redis
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who, log_actions
-from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, CronConfig
+from .config import CronConfig, CronOptions, check_options
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import (
-    DEFAULT_ALERT_FOR,
-    DEFAULT_FAILURE_THRESHOLD,
-    DEFAULT_GRACE,
-    DEFAULT_RUN_HISTORY,
     RUNTIME_SLACK,
     MonitorConfig,
 )
 from .monitoring.health import Policy
 from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, RunSink
-from .monitoring.records import Alert
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
 from .overlap import RunningMarks
 from .schedules.ids import parse_id
@@ -69,9 +65,14 @@ from .targets import Target, resolve_target
 from .wiring import Running, Wiring, boot, redis_source, stub_without_redis
 
 if TYPE_CHECKING:  # ops sits above the middleware: imported where used
+    from typing_extensions import Unpack
+
     from .ops.backfill import BackfillPlan, BackfillReport
 
 __all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
+
+#: The keywords that are run monitoring's (``MonitorConfig``).
+_MONITOR_OPTIONS = tuple(f.name for f in dataclasses.fields(MonitorConfig))
 
 
 class CronMiddleware(Middleware):
@@ -169,55 +170,14 @@ class CronMiddleware(Middleware):
         on a single Redis.
     """
 
-    def __init__(
-        self,
-        *,
-        redis: Any = None,
-        lock_ttl: int = DEFAULT_LOCK_TTL,
-        catch_up: CatchUp = "each",
-        catch_up_window: int = DEFAULT_CATCH_UP_WINDOW,
-        timezone: str = "UTC",
-        prefix: str = "dramatiq-cron",
-        history_length: int = 10_000,
-        fast_takeover: int | None = None,
-        app_version: str | None = None,
-        lead: bool = True,
-        one_shot_retention: int = 86_400_000,
-        grace: int = DEFAULT_GRACE,
-        max_runtime: int | None = None,
-        failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
-        run_history: int = DEFAULT_RUN_HISTORY,
-        on_alert: Callable[[Alert], object] | None = None,
-        alert_webhook: str | None = None,
-        alert_for: int = DEFAULT_ALERT_FOR,
-        replicas: int | None = None,
-    ) -> None:
+    def __init__(self, *, redis: Any = None, **options: Unpack[CronOptions]) -> None:
+        given: dict[str, Any] = dict(options)
+        check_options(given)
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
-        #: The checked arguments; read them through the properties below.
-        self.config = CronConfig(
-            redis=redis,
-            lock_ttl=lock_ttl,
-            catch_up=catch_up,
-            catch_up_window=catch_up_window,
-            timezone=timezone,
-            prefix=prefix,
-            history_length=history_length,
-            fast_takeover=fast_takeover,
-            app_version=app_version,
-            lead=lead,
-            one_shot_retention=one_shot_retention,
-            replicas=replicas,
-        )
         #: The run monitoring arguments, checked.
-        self.monitor_config = MonitorConfig(
-            grace=grace,
-            max_runtime=max_runtime,
-            failure_threshold=failure_threshold,
-            run_history=run_history,
-            on_alert=on_alert,
-            alert_webhook=alert_webhook,
-            alert_for=alert_for,
-        )
+        self.monitor_config = MonitorConfig(**{k: given.pop(k) for k in _MONITOR_OPTIONS if k in given})
+        #: The checked arguments; read them through the properties below.
+        self.config = CronConfig(redis=redis, **given)
         self.schedules: dict[str, list[BoundSchedule]] = {}
         self._running = Running()
         self._observer: LeaderObserver | None = None
