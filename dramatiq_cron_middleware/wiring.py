@@ -13,6 +13,7 @@ what runs and stops it.  The middleware's hooks call these.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 import socket
 import threading
@@ -28,7 +29,7 @@ from .config import ENV_LEAD
 from .errors import CronBootError, CronConfigurationError, shown
 from .leader.candidates import fingerprint
 from .leader.ineligible import IneligibleWatch
-from .leader.thread import LeaderObserver, LeaderThread
+from .leader.thread import Declared, LeaderObserver, LeaderThread, ServerChecks
 from .monitoring.thread import MonitorThreads
 from .schedules.schedule import BoundSchedule
 from .shutdown import HandOver, register
@@ -185,20 +186,22 @@ class Wiring:
         # The signal path releases on a connection of its own, outside
         # any pool: the leader thread may be mid-command on the pooled ones.
         shutdown_connection = self.connections.shutdown(self.keys.lease)
+        timing = self.timing
+        if lease.presence_client is None:  # fast takeover off, or it cannot work here
+            timing = dataclasses.replace(timing, fast_takeover_ms=None)
         leader: LeaderThread[HandOver] = LeaderThread(
             store=RedisStore(lease=lease, ledger=ledger, runtime=runtime),
             boundary=BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms()),
-            schedules=self.schedules,
-            timing=self.timing,
+            declared=Declared.of(self.schedules, broker.actors),
+            timing=timing,
             logger=self.logger,
             observer=observer,
-            fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
-            identify_server=lambda: identify(client),
-            boot_check=lambda: self._boot_check(client, durability, where=where),
-            declared_actors=lambda name: name in broker.actors,
-            hand_over=lambda thread: register(HandOver(leader=thread, connection=shutdown_connection)),
-            one_shot_retention_ms=self.config.one_shot_retention,
+            server=ServerChecks(
+                identify=lambda: identify(client),
+                at_boot=lambda: self._boot_check(client, durability, where=where),
+            ),
         )
+        leader.hand_over = register(HandOver(leader=leader, connection=shutdown_connection))
         self._log_start(client, f"{where} (lease {self.config.lock_ttl} ms, enqueue {mode.value.replace('_', ' ')})")
         return leader
 

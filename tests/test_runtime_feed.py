@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.leader.declared import Declared
 from dramatiq_cron_middleware.leader.reports import OnceReports
 from dramatiq_cron_middleware.leader.runtime_feed import RUNTIME_POLL, RuntimeFeed
 from dramatiq_cron_middleware.leader.tick_queue import TickQueue
@@ -35,6 +36,16 @@ class Monotonic:
 
     def __call__(self) -> float:
         return self.now
+
+
+class _Known:
+    """The actors a predicate accepts."""
+
+    def __init__(self, accepts: Callable[[str], bool]) -> None:
+        self.accepts = accepts
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.accepts(name)
 
 
 def leading_feed(
@@ -57,8 +68,7 @@ def leading_feed(
         keys=app.store.keys,
         queue=queue,
         ledger=ledger,
-        declared=declared,
-        declared_actor=declared_actor,
+        declared=Declared(declared, _Known(declared_actor)),
         clock=clock,
         report_once=OnceReports(logging.getLogger("test.feed")),
     )

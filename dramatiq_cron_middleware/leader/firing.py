@@ -14,10 +14,9 @@ process's to enqueue.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -28,15 +27,16 @@ from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
 from ..store.abc import Store
 from ..store.boundary import Boundary, BrokerBoundary, Payload
-from ..store.codes import ClaimResult, Corrupt, Outcome, SyncCode
+from ..store.codes import ClaimResult, Outcome, SyncCode
 from ..store.collector import collector_paused
 from ..store.ledger import BadRequest, NotLeader, SyncEntry
 from ..store.timing import Timing
 from .batch_size import MARGIN, BatchSize
 from .candidates import ScheduleSets
+from .declared import Declared
 from .leadership import Leadership
 from .owed import Owed, OwedQueue, names_of
-from .reports import Flapping, OnceReports
+from .reports import Reports
 from .runtime_feed import RuntimeFeed
 from .tick_queue import Planned, TickQueue
 
@@ -98,35 +98,26 @@ class Firing:
 
     Parameters:
       store: The lease, ledger, runtime reads, clock and keys.
-      declared: The declared schedules by id.
+      declared: The declared schedules and actors.
       boundary: How granted ticks reach the broker.
       owed: Granted ticks whose enqueue is to be retried.
-      schedule_sets: Checked against the candidates at every renewal.
-      timing: Every duration.
+      timing: Every duration (a decided one-shot's retention too).
+      reports: The leader's reports.
       observer: Told about renewals and decided ticks.
-      report_once, report_corrupt, losses: The leader's reports.
       stopping: The thread's stop request (ends a batch loop or a sleep).
-      declared_actor: Whether this process's code declares an actor.
-      one_shot_retention_ms: See :class:`~.runtime_feed.RuntimeFeed`.
     """
 
     def __init__(
         self,
         *,
         store: Store,
-        declared: Mapping[str, BoundSchedule],
+        declared: Declared,
         boundary: BrokerBoundary,
         owed: OwedQueue,
-        schedule_sets: ScheduleSets,
         timing: Timing,
-        logger: logging.Logger,
+        reports: Reports,
         observer: LeaderObserver,
-        report_once: OnceReports,
-        report_corrupt: Callable[[Corrupt], None],
-        losses: Flapping,
         stopping: StopRequest,
-        declared_actor: Callable[[str], bool],
-        one_shot_retention_ms: int = 86_400_000,
     ) -> None:
         self.lease = store.lease
         self.ledger = store.ledger
@@ -134,17 +125,21 @@ class Firing:
         self.keys = store.keys
         self.boundary = boundary
         self.owed = owed
-        self.schedule_sets = schedule_sets
+        #: This process's schedule set, checked against the candidates'
+        #: at every renewal.
+        self.schedule_sets = ScheduleSets(
+            declared.schedules, lease=store.lease, ledger=store.ledger, keys=store.keys, logger=reports.logger
+        )
         self.timing = timing
-        self.logger = logger
+        self.logger = reports.logger
         self.observer = observer
-        self.report_once = report_once
-        self.report_corrupt = report_corrupt
-        self.losses = losses
+        self.report_once = reports.once
+        self.report_corrupt = reports.corrupt
+        self.losses = reports.losses
         self.stopping = stopping
         self.monotonic = store.clock.monotonic
         self.queue = TickQueue(
-            declared,
+            declared.schedules,
             prefix=store.keys.prefix,
             now_ms=store.clock.now_ms,
             encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
@@ -156,10 +151,9 @@ class Firing:
                 queue=self.queue,
                 ledger=store.ledger,
                 declared=declared,
-                declared_actor=declared_actor,
                 clock=store.clock,
-                report_once=report_once,
-                one_shot_retention_ms=one_shot_retention_ms,
+                report_once=reports.once,
+                one_shot_retention_ms=timing.one_shot_retention_ms,
             )
             if store.runtime is not None
             else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -12,7 +13,7 @@ from ..store.codes import Corrupt
 from ..store.connection import credentials_refused
 from ..store.keys import Keys
 
-__all__ = ["Episode", "Flapping", "OnceReports", "credentials_problem", "report_corrupt"]
+__all__ = ["Episode", "Flapping", "OnceReports", "Reports", "credentials_problem"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -101,12 +102,28 @@ _KEY_NAMES = {
 }
 
 
-def report_corrupt(report_once: OnceReports, keys: Keys, corrupt: Corrupt) -> None:
-    """One WARNING per key a reply flagged as holding an unusable value."""
-    for flag, name in _KEY_NAMES.items():
-        if corrupt & flag:
-            key = getattr(keys, name) if name != "batch" else f"{keys.tag}:batch:*"
-            report_once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)
+@dataclasses.dataclass(frozen=True)
+class Reports:
+    """What the leader's parts report through, shared by them: the logger,
+    one WARNING per finding (``once``), the flapping of losses, and the
+    keys a corrupt reply is reported by."""
+
+    logger: logging.Logger
+    keys: Keys
+    once: OnceReports
+    losses: Flapping
+
+    @classmethod
+    def to(cls, logger: logging.Logger, keys: Keys, *, losses: Flapping | None = None) -> Reports:
+        """Fresh reports into ``logger``."""
+        return cls(logger=logger, keys=keys, once=OnceReports(logger), losses=losses or Flapping())
+
+    def corrupt(self, corrupt: Corrupt) -> None:
+        """One WARNING per key a reply flagged as holding an unusable value."""
+        for flag, name in _KEY_NAMES.items():
+            if corrupt & flag:
+                key = getattr(self.keys, name) if name != "batch" else f"{self.keys.tag}:batch:*"
+                self.once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)
 
 
 def credentials_problem(exc: BaseException) -> str | None:

@@ -15,6 +15,7 @@ retry.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -27,22 +28,21 @@ from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
-from ..store.codes import Corrupt
 from ..store.connection import ENV_URL, redact, refusal, scripting_missing
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
 from ..store.timing import Timing
-from .candidates import ScheduleSets
+from .declared import Declared
 from .firing import BATCH_LIMIT, Firing, LeaderObserver
 from .following import Follower
 from .leadership import Expired, Leadership, State
 from .owed import OwedQueue
-from .reports import Episode, Flapping, OnceReports, credentials_problem, report_corrupt
+from .reports import Episode, Reports, credentials_problem
 from .runtime_feed import RUNTIME_POLL
 from .tick_queue import TickQueue
 
-__all__ = ["BATCH_LIMIT", "RUNTIME_POLL", "LeaderObserver", "LeaderThread", "ReleaseReport"]
+__all__ = ["BATCH_LIMIT", "RUNTIME_POLL", "Declared", "LeaderObserver", "LeaderThread", "ReleaseReport", "ServerChecks"]
 
 _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -71,36 +71,43 @@ class ReleaseReport(Protocol):
 H = TypeVar("H", bound=ReleaseReport)
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerChecks:
+    """What the leader asks of the Redis server beyond the store."""
+
+    #: Asks the server who it is, to tell a failover from an eviction
+    #: (None: every data loss counts as a suspected failover).
+    identify: Callable[[], ServerIdentity | None] | None = None
+    #: Run once, at the first turn that reaches Redis (the eviction
+    #: policy check, the replicas a write needs).
+    at_boot: Callable[[], object] | None = None
+
+
 class LeaderThread(threading.Thread, Generic[H]):
     """Competes for the lease and, while leading, fires due ticks.
 
     Parameters:
       store: The lease, ledger, runtime reads, clock and keys.
       boundary: How granted ticks reach the broker (see boundary.py).
-      schedules: Every schedule declared on the broker.
-      timing: Every duration, derived from the lease length.
+      declared: The schedules declared on the broker, and the actors this
+        process's code declares (a runtime schedule of another actor fires
+        too, with one WARNING).  A sequence of schedules: every actor
+        counts as declared.
+      timing: Every duration, derived from the lease length (the fast
+        takeover's interval and a decided one-shot's retention too).
       logger: Where state changes are reported.
       observer: Told about leadership, renewals and decided ticks.
         Defaults to None, meaning nobody listens.
-      fast_takeover_ms: Check every this many ms whether the leader's
-        process is gone.  Defaults to None (wait for the lease).
-      identify_server: Asks the server who it is (to tell a failover from
-        an eviction).  Defaults to None: every data loss counts as a
+      server: What the leader asks of the Redis server beyond the store.
+        Defaults to None: no boot check, and every data loss counts as a
         suspected failover.
-      boot_check: Run once, at the first turn that reaches Redis (the
-        eviction policy check).
-      declared_actors: Whether an actor name is declared by this process's
-        code (a runtime schedule of another actor fires too, with one
-        WARNING).
-      hand_over: Makes this thread's hand-over at shutdown (see
-        shutdown.py).  Defaults to None: a signal only stops the thread,
-        which then releases.
       pace: Whether a turn waits (for the next tick, a renewal or a
         retry).  Defaults to True; False when a fake clock drives
         :meth:`step` by hand (``testing.CronSimulator``).
-      one_shot_retention_ms: How long a decided one-shot stays listed as
-        done after its instant before the leader removes it.  Defaults to
-        one day.
+
+    Its shutdown hand-over (see shutdown.py), when it has one, is set as
+    :attr:`hand_over` before it starts; without one a signal only stops
+    the thread, which then releases.
     """
 
     def __init__(
@@ -108,17 +115,12 @@ class LeaderThread(threading.Thread, Generic[H]):
         *,
         store: Store,
         boundary: BrokerBoundary,
-        schedules: Sequence[BoundSchedule],
+        declared: Declared | Sequence[BoundSchedule],
         timing: Timing,
         logger: logging.Logger,
         observer: LeaderObserver | None = None,
-        fast_takeover_ms: int | None = None,
-        identify_server: Callable[[], ServerIdentity | None] | None = None,
-        boot_check: Callable[[], object] | None = None,
-        declared_actors: Callable[[str], bool] | None = None,
-        hand_over: Callable[[LeaderThread[H]], H] | None = None,
+        server: ServerChecks | None = None,
         pace: bool = True,
-        one_shot_retention_ms: int = 86_400_000,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.store = store
@@ -129,7 +131,8 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.pace = pace
         #: The current term; None while following.
         self.leadership: Leadership | None = None
-        self._boot_check = boot_check
+        server = server or ServerChecks()
+        self._boot_check = server.at_boot
         self._release_lock = threading.Lock()
         self._released = False
         self._stopped = False
@@ -144,8 +147,9 @@ class LeaderThread(threading.Thread, Generic[H]):
         # 5 s by default, before sending it) is the expected cause of writes
         # not acknowledged yet, said at INFO; a WARNING only once it lasts.
         self._booting_until: float | None = store.clock.monotonic() + timing.lease_ms / 1000
-        declared = {s.id: s for s in schedules}
-        reports, losses = OnceReports(logger), Flapping()
+        if not isinstance(declared, Declared):
+            declared = Declared.of(declared)
+        reports = Reports.to(logger, store.keys)
         self.owed = OwedQueue(
             boundary=boundary,
             logger=logger,
@@ -154,20 +158,13 @@ class LeaderThread(threading.Thread, Generic[H]):
             enqueued=self._report_enqueued,
             drop_stale=store.runtime.drop_stale if store.runtime is not None else None,
         )
-        self.schedule_sets = ScheduleSets(
-            declared, lease=store.lease, ledger=store.ledger, keys=store.keys, logger=logger
-        )
-        corrupt = self._reporter(reports)
         self.follower = Follower(
             lease=store.lease,
             timing=timing,
-            logger=logger,
+            reports=reports,
             owed=self.owed,
             stopping=self.stopping,
-            report_corrupt=corrupt,
-            losses=losses,
-            identify_server=identify_server,
-            fast_takeover_ms=fast_takeover_ms,
+            identify_server=server.identify,
             monotonic=store.clock.monotonic,
         )
         self.firing = Firing(
@@ -175,23 +172,18 @@ class LeaderThread(threading.Thread, Generic[H]):
             declared=declared,
             boundary=boundary,
             owed=self.owed,
-            schedule_sets=self.schedule_sets,
             timing=timing,
-            logger=logger,
+            reports=reports,
             observer=self.observer,
-            report_once=reports,
-            report_corrupt=corrupt,
-            losses=losses,
             stopping=self.stopping,
-            declared_actor=declared_actors or (lambda name: True),
-            one_shot_retention_ms=one_shot_retention_ms,
         )
-        self._losses = losses
+        self.schedule_sets = self.firing.schedule_sets
+        self._losses = reports.losses
         #: The process the lease is this thread's in: a forked child
         #: inherits the object, never the lease.
         self._pid = os.getpid()
         #: What a signal handler or ``atexit`` calls (see shutdown.py).
-        self.hand_over = hand_over(self) if hand_over is not None else None
+        self.hand_over: H | None = None
 
     # -- what others read -----------------------------------------------------
 
@@ -527,7 +519,3 @@ class LeaderThread(threading.Thread, Generic[H]):
 
     def _report_enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.observer.enqueued(schedule_id=schedule_id, tick_ms=tick_ms, lag_ms=lag_ms)
-
-    def _reporter(self, reports: OnceReports) -> Callable[[Corrupt], None]:
-        keys = self.store.keys
-        return lambda corrupt: report_corrupt(reports, keys, corrupt)
