@@ -17,7 +17,7 @@ import dataclasses
 import os
 import socket
 import threading
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import redis
 from dramatiq import Broker
@@ -26,7 +26,7 @@ from redis import Redis
 from redis.sentinel import SentinelConnectionPool
 
 from .config import ENV_LEAD
-from .errors import CronBootError, CronConfigurationError, shown
+from .errors import CronBootError, CronConfigurationError, CronError, shown
 from .leader.candidates import fingerprint
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import Declared, LeaderObserver, LeaderThread, ServerChecks
@@ -202,7 +202,7 @@ class Wiring:
             ),
         )
         leader.hand_over = register(HandOver(leader=leader, connection=shutdown_connection))
-        self._log_start(client, f"{where} (lease {self.config.lock_ttl} ms, enqueue {mode.value.replace('_', ' ')})")
+        self._log_start(runtime, f"{where} (lease {self.config.lock_ttl} ms, enqueue {mode.value.replace('_', ' ')})")
         return leader
 
     def _declared(self, schedules: builtins.list[BoundSchedule]) -> builtins.list[BoundSchedule]:
@@ -270,25 +270,23 @@ class Wiring:
         windows = [s.catch_up_window for s in self.schedules] or [self.config.catch_up_window]
         return max(windows) + 600_000
 
-    def _log_start(self, client: Redis, where: str) -> None:
+    def _log_start(self, runtime: RuntimeSchedules, where: str) -> None:
         """The start log, its runtime count read off the main thread: a
         worker's boot never waits on Redis for a log line."""
         started = f"Cron scheduler started on {where}: {len(self.schedules)} declared schedule(s)"
         table = schedule_table(self.schedules)
         threading.Thread(
-            target=lambda: self.logger.info(
-                "%s, %s runtime schedule(s)%s", started, _runtime_count(client, self.keys), table
-            ),
+            target=lambda: self.logger.info("%s, %s runtime schedule(s)%s", started, _runtime_count(runtime), table),
             name="cron-start-log",
             daemon=True,
         ).start()
 
 
-def _runtime_count(client: Redis, keys: Keys) -> str:
+def _runtime_count(runtime: RuntimeSchedules) -> str:
     """How many runtime schedules there are, for the start log."""
     try:
-        return str(int(cast(Any, client.zcard(keys.runtime_ids))))
-    except redis.RedisError:
+        return str(runtime.list(limit=1).total)
+    except (CronError, redis.RedisError):
         return "an unknown number of (Redis did not answer)"
 
 
