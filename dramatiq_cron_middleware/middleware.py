@@ -168,6 +168,10 @@ class CronMiddleware(Middleware):
         fire a tick twice).  Defaults to None, meaning 1 on Sentinel or on
         a master that has replicas connected when the worker starts, and 0
         on a single Redis.
+
+    Every keyword but ``redis`` is listed once, with its type, in
+    :class:`~.config.CronOptions`; a misspelt one raises ``TypeError`` at
+    once, naming it.
     """
 
     def __init__(self, *, redis: Any = None, **options: Unpack[CronOptions]) -> None:
@@ -192,6 +196,8 @@ class CronMiddleware(Middleware):
         #: drained, not under a message being processed.
         self._connections: Connections | None = None
         self._connections_lock = threading.Lock()
+        # Clients still built outside connections() (the runtime API's, the
+        # run records' and running marks'), closed with the rest.
         self._owned: list[Redis] = []
         self._owned_by_workers: list[Redis] = []
         self._broker: Broker | None = None  # runtime schedules check actors against it
