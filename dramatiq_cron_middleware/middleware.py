@@ -514,7 +514,8 @@ class CronMiddleware(Middleware):
             wiring = Wiring(self, broker)
             if not self.config.eligible:
                 alive = running.watch is not None and running.watch.is_alive()
-                self._running = Running(watch=running.watch if alive else wiring.watch()).start()
+                self._running = Running(watch=running.watch if alive else wiring.watch())
+                self._running.start()
                 return None
             client, blocking = wiring.connections.scheduler()
             monitoring = self._monitoring_for(client, blocking)
@@ -522,7 +523,9 @@ class CronMiddleware(Middleware):
                 runtime=self._runtime_store(client, broker),
                 observer=HealthObserver(monitoring.monitor, self._observer),
             )
-            self._running = Running(leader=leader, monitoring=monitoring).start()
+            # Set before the threads start: monitoring reads self.leader.
+            self._running = Running(leader=leader, monitoring=monitoring)
+            self._running.start()
             return leader
 
     def _monitoring_for(self, client: Redis, blocking: Redis) -> MonitorThreads:

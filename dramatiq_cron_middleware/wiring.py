@@ -106,15 +106,14 @@ class Running:
         self.monitoring = monitoring
         self.watch = watch
 
-    def start(self) -> Running:
-        """Start the threads (the leader first); returns itself."""
+    def start(self) -> None:
+        """Start the threads (the leader first)."""
         if self.leader is not None:
             self.leader.start()
         if self.monitoring is not None:
             self.monitoring.start()
         if self.watch is not None and not self.watch.is_alive():
             self.watch.start()
-        return self
 
     def retire(self) -> None:
         """Of a leader thread that died: close its hand-over (its
