@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import os
-import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +36,7 @@ from .store.clock import ServerClock
 from .store.connection import ENV_URL, Connections, describe, same_server, url_from_environment
 from .store.durability import Durability, SentinelQuorum, required_replicas
 from .store.keys import Keys
-from .store.lease import Lease
+from .store.lease import Candidate, Lease
 from .store.ledger import Ledger
 from .store.redis_store import RedisStore
 from .store.runtime import RuntimeSchedules
@@ -239,10 +237,7 @@ class Wiring:
             keys=self.keys,
             ttl_ms=self.config.lock_ttl,
             clock=ServerClock(on_step=lambda step: self.logger.warning("%s", step.describe())),
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            fingerprint=fingerprint(self.schedules),
-            version=self.config.version.replace("|", "/"),
+            candidate=Candidate(fingerprint=fingerprint(self.schedules), version=self.config.version.replace("|", "/")),
             presence_client=self.connections.presence() if self.config.fast_takeover else None,
             durability=durability,
         )

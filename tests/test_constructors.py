@@ -14,7 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NOT_YET = {
     "store/in_memory.InMemoryStore",
     "store/in_memory._MemoryLease",
-    "store/lease.Lease",
     "web/app.CronDashboard",
 }
 
