@@ -21,7 +21,6 @@ import redis
 from dramatiq import Broker
 from dramatiq.brokers.stub import StubBroker
 from redis import Redis
-from redis.sentinel import SentinelConnectionPool
 
 from .config import ENV_LEAD
 from .errors import CronBootError, CronConfigurationError, CronError, shown
@@ -247,7 +246,7 @@ class Wiring:
         eviction policy, and how many replicas must confirm a write."""
         check_eviction_policy(client, self.logger, where=where)
         if self.config.replicas is None:
-            sentinel = isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
+            sentinel = self.connections.sentinels() is not None
             durability.replicas = required_replicas(client, sentinel=sentinel, key=self.keys.lease)
         if durability.on:
             self.logger.info(
