@@ -88,20 +88,14 @@ def boot(cron: CronMiddleware, broker: Broker) -> None:
         raise CronBootError(str(exc)) from None
 
 
+@dataclasses.dataclass
 class Running:
     """What runs in a process for one middleware: the leader thread and
     run monitoring's threads, or the ineligible watch."""
 
-    def __init__(
-        self,
-        *,
-        leader: LeaderThread[HandOver] | None = None,
-        monitoring: MonitorThreads | None = None,
-        watch: IneligibleWatch | None = None,
-    ) -> None:
-        self.leader = leader
-        self.monitoring = monitoring
-        self.watch = watch
+    leader: LeaderThread[HandOver] | None = None
+    monitoring: MonitorThreads | None = None
+    watch: IneligibleWatch | None = None
 
     def start(self) -> None:
         """Start the threads (the leader first)."""
