@@ -34,6 +34,7 @@ from .store.boundary import BrokerBoundary, boundary_for
 from .store.clock import ServerClock
 from .store.connection import ENV_URL, Connections, describe, same_server, url_from_environment
 from .store.durability import Durability, SentinelQuorum, required_replicas
+from .store.ineligible import IneligibleSet
 from .store.keys import Keys
 from .store.lease import Candidate, Lease
 from .store.ledger import Ledger
@@ -151,7 +152,8 @@ class Wiring:
             "Cron scheduler: this process is not eligible to lead (lead=False or %s=0); it never takes the lease.",
             ENV_LEAD,
         )
-        return IneligibleWatch(client=client, keys=self.keys, timing=self.timing, logger=self.logger)
+        entry = IneligibleSet(client, self.keys, self.timing)
+        return IneligibleWatch(entry=entry, timing=self.timing, logger=self.logger)
 
     def leader(self, *, runtime: RuntimeSchedules, observer: LeaderObserver) -> LeaderThread[HandOver]:
         """The leader thread over this process's store and broker boundary,
