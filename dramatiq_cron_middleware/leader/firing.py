@@ -27,7 +27,7 @@ from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
 from ..store.abc import Store
 from ..store.boundary import Boundary, BrokerBoundary, Payload
-from ..store.codes import ClaimResult, Outcome, SyncCode
+from ..store.codes import ClaimResult, Outcome
 from ..store.collector import collector_paused
 from ..store.ledger import BadRequest, NotLeader, SyncEntry
 from ..store.timing import Timing
@@ -35,7 +35,7 @@ from .batch_size import MARGIN, BatchSize
 from .candidates import ScheduleSets
 from .declared import Declared
 from .leadership import Leadership
-from .owed import Owed, OwedQueue, names_of
+from .owed import Owed, OwedQueue
 from .reports import Reports
 from .runtime_feed import RuntimeFeed
 from .tick_queue import Planned, TickQueue
@@ -133,9 +133,7 @@ class Firing:
         self.timing = timing
         self.logger = reports.logger
         self.observer = observer
-        self.report_once = reports.once
-        self.report_corrupt = reports.corrupt
-        self.losses = reports.losses
+        self.reports = reports
         self.stopping = stopping
         self.monotonic = store.clock.monotonic
         self.queue = TickQueue(
@@ -227,34 +225,7 @@ class Firing:
             expect_ledger=term.expect_ledger,
             on_chunk=self.queue.load_part,  # next ticks computed while Redis reads the next chunks
         )
-        self.report_corrupt(reply.corrupt)
-        if reply.ledger_lost and self.losses.first():
-            self.logger.warning(
-                "The cron ledger was gone (evicted, flushed or a restart without data): every schedule "
-                "restarts from now; recorded in the history."
-            )
-        reshaped = [sid for sid, code in reply.codes.items() if code == SyncCode.RESHAPED]
-        if reshaped:
-            self.logger.info(
-                "Cron schedules changed under the same identity start from now (no catch-up of the new "
-                "shape's ticks): %s.",
-                names_of(reshaped),
-            )
-        for sid, code in reply.codes.items():
-            if code == SyncCode.CORRUPT:
-                self.report_once(
-                    f"corrupt:{sid}",
-                    "the ledger entry of %s in %s is unparsable; replaced by a baseline at now",
-                    sid,
-                    self.keys.ticks,
-                )
-            elif code == SyncCode.FUTURE:
-                self.report_once(
-                    f"future:{sid}",
-                    "the ledger entry of %s in %s lay in the future (a stepped clock); replaced by a baseline at now",
-                    sid,
-                    self.keys.ticks,
-                )
+        self.reports.synced(reply)
         self.queue.end_load()
 
     def _fire_due(self, term: Leadership) -> None:
@@ -289,7 +260,7 @@ class Firing:
             self._unsettled = None  # refused before writing anything
             raise
         self._unsettled = None
-        self.report_corrupt(reply.corrupt)
+        self.reports.corrupt(reply.corrupt)
         self._apply(batch, reply.results, reply.server_ms, unsettled.payloads)
 
     def _payloads(self, batch: list[Planned]) -> list[Payload | None] | None:
@@ -300,29 +271,21 @@ class Firing:
         if self.boundary.mode != Boundary.IN_CLAIM:
             return None
         now = self.clock.now_ms()  # a jittered message's eta: the consumers' shared clock
-        boundary = self.boundary
         out: list[Payload | None] = []
         for item in batch:
             message = item.message
             if message is None:
                 out.append(None)
-            elif item.payload is not None:
-                out.append(item.payload)
-            else:
-                schedule = item.schedule
-                out.append(
-                    boundary.payload(
-                        message, jitter_ms(schedule, message.message_id), now_ms=now, template=(schedule.id, schedule)
-                    )
-                )
+            else:  # built ahead, else encoded now (a Payload is never falsy)
+                out.append(item.payload or self._encode_ahead(item.schedule, message, now))
         # Only the middleware that define ``before_enqueue`` run, per batch.
-        return boundary.before_many(out)
+        return self.boundary.before_many(out)
 
-    def _encode_ahead(self, schedule: BoundSchedule, message: Any, tick_ms: int) -> Payload:
-        """A message built ahead, encoded for the claim script; a jittered
-        one is due its jitter after its tick."""
+    def _encode_ahead(self, schedule: BoundSchedule, message: Any, now_ms: int) -> Payload:
+        """A message encoded for the claim script (built ahead: ``now_ms`` is
+        its tick); a jittered one is due its jitter after ``now_ms``."""
         return self.boundary.payload(
-            message, jitter_ms(schedule, message.message_id), now_ms=tick_ms, template=(schedule.id, schedule)
+            message, jitter_ms(schedule, message.message_id), now_ms=now_ms, template=(schedule.id, schedule)
         )
 
     def _apply(
@@ -415,7 +378,7 @@ class Firing:
             unsettled.batch_id, epoch=unsettled.epoch, claims=[p.claim for p in unsettled.batch]
         )
         if settled.record_corrupt:
-            self.report_once(
+            self.reports.once(
                 f"batch:{unsettled.batch_id}",
                 "the result record %s of a claim whose reply was lost was unusable; its results were read back "
                 "from the ledger",

@@ -28,17 +28,18 @@ from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
-from ..store.connection import ENV_URL, redact, refusal, scripting_missing
+from ..store.connection import redact, refusal
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
 from ..store.timing import Timing
 from .declared import Declared
+from .faults import Faults
 from .firing import BATCH_LIMIT, Firing, LeaderObserver
 from .following import Follower
 from .leadership import Expired, Leadership, State
 from .owed import OwedQueue
-from .reports import Episode, Reports, credentials_problem
+from .reports import Reports
 from .runtime_feed import RUNTIME_POLL
 from .tick_queue import TickQueue
 
@@ -136,17 +137,9 @@ class LeaderThread(threading.Thread, Generic[H]):
         self._release_lock = threading.Lock()
         self._released = False
         self._stopped = False
-        self._fault: Episode[str] = Episode()
-        #: Writes too few replicas acknowledged: reported apart from the
-        #: faults above.  A turn that completes after one made a confirmed
-        #: write (the renewal retried, the settle, or a follower's
-        #: acquisition, which always writes), so it ends the episode.
-        self._unconfirmed: Episode[str] = Episode()
-        # Until a first turn completes, and for one lease after the start:
-        # a fresh replica's initial sync (Redis waits repl-diskless-sync-delay,
-        # 5 s by default, before sending it) is the expected cause of writes
-        # not acknowledged yet, said at INFO; a WARNING only once it lasts.
-        self._booting_until: float | None = store.clock.monotonic() + timing.lease_ms / 1000
+        self.faults = Faults(
+            lease=store.lease, timing=timing, logger=logger, observer=self.observer, monotonic=store.clock.monotonic
+        )
         if not isinstance(declared, Declared):
             declared = Declared.of(declared)
         reports = Reports.to(logger, store.keys)
@@ -265,7 +258,7 @@ class LeaderThread(threading.Thread, Generic[H]):
             replies = self.store.clock.observations
             self._turn()
             if self.store.clock.observations != replies:  # Redis answered this turn
-                self._healthy()
+                self.faults.healthy()
         except Unconfirmed as exc:
             self._faulty(exc, unconfirmed=exc)
         except NotLeader:
@@ -403,27 +396,6 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.lease.forget()
         self.firing.forget()
 
-    def _healthy(self) -> None:
-        self._booting_until = None
-        unconfirmed = self._unconfirmed.recovered()
-        if unconfirmed is not None:
-            if unconfirmed == "boot":
-                self.logger.info("The cron scheduler's first writes are confirmed durable: it fires from now.")
-            else:
-                self.logger.warning("The cron scheduler's writes are confirmed durable again.")
-            self.observer.replicas_confirmed(confirmed=True)
-            self.lease.report_replicas(None)
-        fault = self._fault.recovered()
-        if fault is not None:
-            if fault == "unreachable":
-                self.logger.warning("Cron scheduler reaches Redis again.")
-            elif fault.startswith("refused:"):
-                self.logger.warning("Redis accepts the cron scheduler's commands again.")
-            elif fault.startswith("credentials:"):
-                self.logger.warning("Redis accepts the cron scheduler's password again.")
-            else:
-                self.logger.warning("Cron leader loop works again.")
-
     def _faulty(self, exc: BaseException, *, refused: str | None = "", unconfirmed: Unconfirmed | None = None) -> None:
         """Report a fault once per state change and wait before the next
         turn.  ``refused``: "" for an unreachable Redis, the refusal for a
@@ -435,9 +407,9 @@ class LeaderThread(threading.Thread, Generic[H]):
             # closed): the release reports how the stop went, in one line.
             return
         if unconfirmed is not None:
-            self._report_unconfirmed(unconfirmed)
+            self.faults.unconfirmed(unconfirmed)
         else:
-            self._report_fault(exc, refused)
+            self.faults.fault(exc, refused)
         leadership = self.leadership
         if leadership is not None:
             try:
@@ -450,72 +422,6 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.owed.pay_quietly()
         if self.pace:
             self.stopping.wait(self.timing.retry_interval)
-
-    def _report_unconfirmed(self, unconfirmed: Unconfirmed) -> None:
-        try:
-            self.lease.report_replicas(unconfirmed)  # refreshed at each retry, for operators
-        except (*_FAULTS, redis.RedisError):
-            pass  # a replica answered, or Redis went away: the WARNING below still says it
-        booting = self._booting_until is not None and self.store.clock.monotonic() < self._booting_until
-        if booting and self._unconfirmed.failing("boot"):
-            self.logger.info(
-                "Waiting for the cron scheduler's first writes to be confirmed durable (%s), as after a "
-                "replica's initial sync: nothing fires until they are; a WARNING if it lasts past %d ms.",
-                unconfirmed,
-                self.timing.lease_ms,
-            )
-            self.observer.replicas_confirmed(confirmed=False)
-        elif not booting and self._unconfirmed.failing("unconfirmed"):
-            self.logger.warning(
-                "The cron scheduler's writes are not confirmed durable (%s): nothing fires until they are (a "
-                "claim made meanwhile is settled then); a leader steps down after %d ms; retrying every %d ms.",
-                unconfirmed,
-                int(self.timing.fire_deadline * 1000),
-                int(self.timing.retry_interval * 1000),
-            )
-            self.observer.replicas_confirmed(confirmed=False)
-
-    def _report_fault(self, exc: BaseException, refused: str | None) -> None:
-        credentials = credentials_problem(exc) if refused == "" else None
-        if refused is None:
-            key = f"{type(exc).__name__}: {exc}"
-        elif credentials is not None:
-            key = f"credentials:{credentials}"
-        else:
-            key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
-        no_scripting = scripting_missing(exc)
-        if self._fault.failing(key):
-            if credentials is not None:
-                self.logger.warning(
-                    "%s: nothing is scheduled by this process until Redis accepts it; retrying every %d ms "
-                    "(fix redis= or %s and restart the workers).",
-                    credentials,
-                    int(self.timing.retry_interval * 1000),
-                    ENV_URL,
-                )
-            elif refused is None and no_scripting is not None:
-                # A setting of the server, not a bug: no traceback.
-                self.logger.error(
-                    "Redis cannot run the cron scheduler's Lua scripts (%s): the scheduler needs EVAL, EVALSHA and "
-                    "SCRIPT (Redis 6.2 or later, or Valkey with its Lua scripting engine loaded; were they renamed "
-                    "or disabled?); nothing fires from this process; retrying every %d ms.",
-                    redact(no_scripting),
-                    int(self.timing.retry_interval * 1000),
-                )
-            elif refused is None:
-                self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
-            elif refused:
-                self.logger.warning(
-                    "Redis refuses the cron scheduler's commands (%s): nothing fires meanwhile; retrying every %d ms.",
-                    redact(refused),
-                    int(self.timing.retry_interval * 1000),
-                )
-            else:
-                self.logger.warning(
-                    "Cron scheduler cannot reach Redis (%s); retrying every %d ms.",
-                    redact(f"{type(exc).__name__}: {exc}"),
-                    int(self.timing.retry_interval * 1000),
-                )
 
     def _report_enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.observer.enqueued(schedule_id=schedule_id, tick_ms=tick_ms, lag_ms=lag_ms)
