@@ -6,12 +6,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .errors import CronConfigurationError
 from .schedules.schedule import DEFAULT_CATCH_UP_WINDOW, CatchUp, parse_timezone
 from .store.keys import Keys
 from .store.timing import Timing
+
+if TYPE_CHECKING:
+    from .monitoring.records import Alert
 
 __all__ = [
     "DEFAULT_CATCH_UP_WINDOW",
@@ -54,7 +57,7 @@ class CronOptions(TypedDict, total=False):
     max_runtime: int | None
     failure_threshold: int
     run_history: int
-    on_alert: Callable[[Any], object] | None
+    on_alert: Callable[[Alert], object] | None
     alert_webhook: str | None
     alert_for: int
 
