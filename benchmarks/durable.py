@@ -35,7 +35,7 @@ from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
@@ -53,8 +53,7 @@ def measure(master: RedisServer, *, replicas: int, size: int, rounds: int) -> di
         keys=keys,
         ttl_ms=600_000,
         clock=clock,
-        host="bench",
-        pid=os.getpid(),
+        candidate=Candidate("bench", os.getpid()),
         durability=durability,
     )
     ledger = Ledger(client=client, keys=keys, clock=clock, durability=durability)

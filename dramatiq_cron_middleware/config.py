@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .errors import CronConfigurationError
 from .schedules.schedule import DEFAULT_CATCH_UP_WINDOW, CatchUp, parse_timezone
 from .store.keys import Keys
 from .store.timing import Timing
 
-__all__ = ["DEFAULT_CATCH_UP_WINDOW", "DEFAULT_LOCK_TTL", "ENV_LEAD", "ENV_VERSION", "CronConfig"]
+if TYPE_CHECKING:
+    from .monitoring.records import Alert
+
+__all__ = [
+    "DEFAULT_CATCH_UP_WINDOW",
+    "DEFAULT_LOCK_TTL",
+    "ENV_LEAD",
+    "ENV_VERSION",
+    "OPTIONS",
+    "CronConfig",
+    "CronOptions",
+    "check_options",
+]
 
 #: The lease length when ``lock_ttl`` is omitted (Kubernetes' lease).
 DEFAULT_LOCK_TTL = 15_000
@@ -23,14 +36,12 @@ ENV_LEAD = "DRAMATIQ_CRON_LEAD"
 _LEAD_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
-@dataclass(frozen=True)
-class CronConfig:
-    """The middleware's arguments, checked once when it is built: a bad one
-    raises :class:`CronConfigurationError` naming the argument and the
-    value.  See :class:`CronMiddleware` for what each one means and its
-    default."""
+class CronOptions(TypedDict, total=False):
+    """Every keyword of :class:`~dramatiq_cron_middleware.CronMiddleware`
+    but ``redis``, with its type (what each means and its default: the
+    class's docstring).  The first twelve are :class:`CronConfig`'s, the
+    rest run monitoring's (``monitoring.config.MonitorConfig``)."""
 
-    redis: Any
     lock_ttl: int
     catch_up: CatchUp
     catch_up_window: int
@@ -39,6 +50,46 @@ class CronConfig:
     history_length: int
     fast_takeover: int | None
     app_version: str | None
+    lead: bool
+    one_shot_retention: int
+    replicas: int | None
+    grace: int
+    max_runtime: int | None
+    failure_threshold: int
+    run_history: int
+    on_alert: Callable[[Alert], object] | None
+    alert_webhook: str | None
+    alert_for: int
+
+
+#: The names of every keyword of ``CronMiddleware`` (``redis`` too).
+OPTIONS = frozenset(CronOptions.__optional_keys__) | {"redis"}
+
+
+def check_options(options: dict[str, Any], *, who: str = "CronMiddleware()") -> None:
+    """Refuse an unknown keyword at once, naming it (a ``TypeError``, as
+    Python's own for a misspelt argument)."""
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise TypeError(f"{who} got an unexpected keyword argument {unknown[0]!r}")
+
+
+@dataclass(frozen=True)
+class CronConfig:
+    """The middleware's arguments, checked once when it is built: a bad one
+    raises :class:`CronConfigurationError` naming the argument and the
+    value.  See :class:`CronMiddleware` for what each one means and its
+    default."""
+
+    redis: Any = None
+    lock_ttl: int = DEFAULT_LOCK_TTL
+    catch_up: CatchUp = "each"
+    catch_up_window: int = DEFAULT_CATCH_UP_WINDOW
+    timezone: str = "UTC"
+    prefix: str = "dramatiq-cron"
+    history_length: int = 10_000
+    fast_takeover: int | None = None
+    app_version: str | None = None
     #: Replicas that must hold a claim before it is enqueued (None: decided
     #: per topology when the worker starts; see store/durability.py).
     replicas: int | None = None
@@ -85,8 +136,11 @@ class CronConfig:
 
     @cached_property
     def timing(self) -> Timing:
-        """Every duration, derived once from ``lock_ttl``."""
-        return Timing.for_lease(self.lock_ttl)
+        """Every duration, derived once from ``lock_ttl`` (and the fast
+        takeover's interval and a one-shot's retention, as given)."""
+        return Timing.for_lease(
+            self.lock_ttl, fast_takeover_ms=self.fast_takeover, one_shot_retention_ms=self.one_shot_retention
+        )
 
 
 def _is_int(value: object, minimum: int) -> bool:

@@ -15,12 +15,9 @@ attempt already holds it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from typing import Any
 
 import dramatiq
-import redis
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import SkipMessage
@@ -28,9 +25,8 @@ from dramatiq.middleware import SkipMessage
 from .errors import CronConfigurationError
 from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
-from .store.codes import decode, load_script
-from .store.connection import close_clients, redact, scheduler_clients, unrelaxed
-from .store.keys import Keys
+from .store.connection import close_clients, redact
+from .store.dedup_marks import DedupMarks
 
 __all__ = ["DEFAULT_QUEUE_WAIT", "CronDeduplication"]
 
@@ -113,9 +109,7 @@ class CronDeduplication(Middleware):
         self.ttl = ttl
         self._lock = threading.Lock()
         self._cron: CronMiddleware | None = None
-        self._keys: Keys | None = None
-        self._script: Any = None
-        self._ttl_ms = 0
+        self._marks: DedupMarks | None = None
         self._threads = 8
         self._failing: Episode[str] = Episode()
         self._reported_duplicate = False
@@ -130,15 +124,14 @@ class CronDeduplication(Middleware):
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Close the marks' connections (the client reconnects if used again)."""
-        script = self._script
-        if script is not None:
-            close_clients([script.registered_client])
+        marks = self._marks
+        if marks is not None:
+            close_clients([marks.client])
 
     def _cron_middleware(self, broker: Broker) -> CronMiddleware:
         if self._cron is None:
             # Its marks live in the CronMiddleware's Redis, under its prefix.
             self._cron = find_middleware(broker, needed_by="CronDeduplication")
-            self._keys = self._cron.keys
         return self._cron
 
     def effective_ttl(self, broker: Broker) -> int:
@@ -164,8 +157,7 @@ class CronDeduplication(Middleware):
         if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
             attempt = 0
         try:
-            script, keys, ttl = self._claim_script(broker)
-            claimed = decode(script(keys=[keys.dedup(message.message_id)], args=[attempt, os.urandom(8).hex(), ttl])).ok
+            claimed = self._marks_of(broker).claim(message.message_id, attempt)
         except Exception as exc:  # Redis down, a bad URL...: run it unchecked
             self._report_failure(exc)
             return
@@ -203,22 +195,15 @@ class CronDeduplication(Middleware):
 
     # -- Redis ----------------------------------------------------------------
 
-    def _claim_script(self, broker: Broker) -> tuple[Any, Keys, int]:
+    def _marks_of(self, broker: Broker) -> DedupMarks:
         with self._lock:
-            if self._script is None:
+            if self._marks is None:
                 cron = self._cron_middleware(broker)
-                # The CronMiddleware's Redis, so the marks sit beside its ledger.
-                client = _pooled(
-                    scheduler_clients(
-                        cron.redis_source(broker), op_timeout_ms=cron.timing.op_timeout_ms, block_timeout_ms=0
-                    )[0],
-                    threads=self._threads,
-                    timeout_ms=cron.timing.op_timeout_ms,
-                )
-                self._ttl_ms = self.effective_ttl(broker)
-                self._script = load_script(client, "dedup_claim")
-            assert self._keys is not None
-            return self._script, self._keys, self._ttl_ms
+                # The CronMiddleware's Redis, so the marks sit beside its ledger;
+                # a pool that waits for a free connection: every worker thread may claim at once.
+                client = cron.connections(broker).for_workers(cron.timing.op_timeout_ms, threads=self._threads)
+                self._marks = DedupMarks(client, cron.keys, ttl_ms=self.effective_ttl(broker))
+            return self._marks
 
     def _report_failure(self, exc: Exception) -> None:
         if self._failing.failing("unreachable"):
@@ -229,21 +214,3 @@ class CronDeduplication(Middleware):
             )
         else:
             self.logger.debug("Cron deduplication still failing: %s", redact(f"{type(exc).__name__}: {exc}"))
-
-
-def _pooled(client: redis.Redis, *, threads: int, timeout_ms: int) -> redis.Redis:
-    """The client with a pool that waits for a free connection instead of
-    failing: every worker thread may claim at once, and the scheduler's
-    plain pools allow only eight connections.  Sentinel and Cluster pools
-    are unbounded and kept."""
-    pool = getattr(client, "connection_pool", None)
-    if type(pool) is not redis.ConnectionPool:
-        return client
-    blocking = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
-        connection_class=pool.connection_class,
-        max_connections=max(threads, 8),
-        timeout=timeout_ms / 1000,
-        **pool.connection_kwargs,
-        **unrelaxed(),
-    )
-    return redis.Redis(connection_pool=blocking)

@@ -21,10 +21,10 @@ settings are configured.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from .config import OPTIONS
 from .errors import CronConfigurationError
 from .middleware import CronMiddleware
 
@@ -52,8 +52,7 @@ class DjangoCronMiddleware(CronMiddleware):
             raise CronConfigurationError(
                 f"settings.{SETTING} must be a dict of CronMiddleware arguments, got {type(configured).__name__}"
             )
-        allowed = set(inspect.signature(CronMiddleware.__init__).parameters) - {"self"}
-        unknown = sorted(set(configured) - allowed)
+        unknown = sorted(set(configured) - OPTIONS)
         if unknown:
-            raise CronConfigurationError(f"settings.{SETTING} has unknown keys {unknown}; allowed: {sorted(allowed)}")
+            raise CronConfigurationError(f"settings.{SETTING} has unknown keys {unknown}; allowed: {sorted(OPTIONS)}")
         super().__init__(**{**configured, **overrides})

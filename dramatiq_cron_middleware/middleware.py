@@ -4,39 +4,28 @@ that start and stop the leader thread in every worker process."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import datetime as dt
-import os
-import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import dramatiq
-import redis
 from dramatiq import Broker, Middleware, Worker
-from dramatiq.brokers.stub import StubBroker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import TimeLimit
 from redis import Redis
-from redis.sentinel import SentinelConnectionPool
 
 from .audit import Changed, Triggered
-from .config import DEFAULT_CATCH_UP_WINDOW, DEFAULT_LOCK_TTL, ENV_LEAD, CronConfig
-from .errors import CronBootError, CronConfigurationError, CronScheduleError, shown
-from .leader.candidates import fingerprint
-from .leader.ineligible import IneligibleWatch
+from .config import CronConfig, CronOptions, check_options
+from .errors import CronConfigurationError, CronScheduleError
 from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import (
-    DEFAULT_ALERT_FOR,
-    DEFAULT_FAILURE_THRESHOLD,
-    DEFAULT_GRACE,
-    DEFAULT_RUN_HISTORY,
     RUNTIME_SLACK,
     MonitorConfig,
 )
 from .monitoring.health import Policy
 from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, RunSink
-from .monitoring.records import Alert
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
 from .overlap import RunningMarks
 from .schedules.ids import parse_id
@@ -49,25 +38,16 @@ from .schedules.schedule import (
     schedules_for_actor,
 )
 from .service import Cron
-from .shutdown import HandOver, dedicated_connection, install, register
-from .store.boundary import BrokerBoundary, boundary_for
-from .store.clock import ServerClock
+from .shutdown import HandOver, install
 from .store.connection import (
     ENV_URL,
+    Connections,
     close_clients,
     describe,
-    presence_client,
-    same_server,
     scheduler_clients,
-    sentinels_of,
-    url_from_environment,
 )
-from .store.durability import Durability, SentinelQuorum, required_replicas
 from .store.keys import Keys
-from .store.lease import Lease
-from .store.ledger import Ledger
 from .store.operator import RedisOperator
-from .store.redis_store import RedisStore
 from .store.runs import RedisRuns
 from .store.runtime import (
     ActorInfo,
@@ -75,13 +55,18 @@ from .store.runtime import (
     RuntimeSchedule,
     RuntimeSchedules,
 )
-from .store.server_identity import check_eviction_policy, identify
 from .store.timing import Timing
+from .wiring import Running, Wiring, boot, redis_source, stub_without_redis
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # ops sits above the middleware: imported where used
+    from typing_extensions import Unpack
+
     from .ops.backfill import BackfillPlan, BackfillReport
 
 __all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
+
+#: The keywords that are run monitoring's (``MonitorConfig``).
+_MONITOR_OPTIONS = tuple(f.name for f in dataclasses.fields(MonitorConfig))
 
 
 class CronMiddleware(Middleware):
@@ -177,72 +162,36 @@ class CronMiddleware(Middleware):
         fire a tick twice).  Defaults to None, meaning 1 on Sentinel or on
         a master that has replicas connected when the worker starts, and 0
         on a single Redis.
+
+    Every keyword but ``redis`` is listed once, with its type, in
+    :class:`~.config.CronOptions`; a misspelt one raises ``TypeError`` at
+    once, naming it.
     """
 
-    def __init__(
-        self,
-        *,
-        redis: Any = None,
-        lock_ttl: int = DEFAULT_LOCK_TTL,
-        catch_up: CatchUp = "each",
-        catch_up_window: int = DEFAULT_CATCH_UP_WINDOW,
-        timezone: str = "UTC",
-        prefix: str = "dramatiq-cron",
-        history_length: int = 10_000,
-        fast_takeover: int | None = None,
-        app_version: str | None = None,
-        lead: bool = True,
-        one_shot_retention: int = 86_400_000,
-        grace: int = DEFAULT_GRACE,
-        max_runtime: int | None = None,
-        failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
-        run_history: int = DEFAULT_RUN_HISTORY,
-        on_alert: Callable[[Alert], object] | None = None,
-        alert_webhook: str | None = None,
-        alert_for: int = DEFAULT_ALERT_FOR,
-        replicas: int | None = None,
-    ) -> None:
+    def __init__(self, *, redis: Any = None, **options: Unpack[CronOptions]) -> None:
+        given: dict[str, Any] = dict(options)
+        check_options(given)
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
-        #: The checked arguments; read them through the properties below.
-        self.config = CronConfig(
-            redis=redis,
-            lock_ttl=lock_ttl,
-            catch_up=catch_up,
-            catch_up_window=catch_up_window,
-            timezone=timezone,
-            prefix=prefix,
-            history_length=history_length,
-            fast_takeover=fast_takeover,
-            app_version=app_version,
-            lead=lead,
-            one_shot_retention=one_shot_retention,
-            replicas=replicas,
-        )
         #: The run monitoring arguments, checked.
-        self.monitor_config = MonitorConfig(
-            grace=grace,
-            max_runtime=max_runtime,
-            failure_threshold=failure_threshold,
-            run_history=run_history,
-            on_alert=on_alert,
-            alert_webhook=alert_webhook,
-            alert_for=alert_for,
-        )
+        self.monitor_config = MonitorConfig(**{k: given.pop(k) for k in _MONITOR_OPTIONS if k in given})
+        #: The checked arguments; read them through the properties below.
+        self.config = CronConfig(redis=redis, **given)
         self.schedules: dict[str, list[BoundSchedule]] = {}
-        self.leader: LeaderThread[HandOver] | None = None
-        self._watch: IneligibleWatch | None = None
+        self._running = Running()
         self._observer: LeaderObserver | None = None
         self._simulator: Any = None
         self._off_logged = False
         self._start_lock = threading.Lock()
         self._marks: RunningMarks | None = None
         self._recorder: RunRecorder | None = None
-        self._monitoring: MonitorThreads | None = None
-        self._built: tuple[Redis, Redis] | None = None
-        #: Every Redis client this middleware built: their connections are
-        #: closed when it stops (each reconnects if used again); those of
-        #: the worker threads (run records, running marks) once the worker
-        #: has drained, not under a message being processed.
+        #: Every Redis client this middleware makes (wiring.py): closed
+        #: when it stops (each reconnects if used again); the worker
+        #: threads' (run records, running marks) once the worker has
+        #: drained, not under a message being processed.
+        self._connections: Connections | None = None
+        self._connections_lock = threading.Lock()
+        # Clients still built outside connections() (the runtime API's, the
+        # run records' and running marks'), closed with the rest.
         self._owned: list[Redis] = []
         self._owned_by_workers: list[Redis] = []
         self._broker: Broker | None = None  # runtime schedules check actors against it
@@ -491,7 +440,7 @@ class CronMiddleware(Middleware):
         """Every declared schedule, in declaration order."""
         return [s for schedules in self.schedules.values() for s in schedules]
 
-    # -- worker life cycle ----------------------------------------------------
+    # -- worker life cycle (the parts: wiring.py) -------------------------------
 
     def before_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Resolve and parse the Redis connection, failing the boot with one
@@ -509,14 +458,7 @@ class CronMiddleware(Middleware):
                     ENV_URL,
                 )
             return
-        try:
-            self._clients(broker)
-        except CronConfigurationError as exc:
-            # One block, no traceback: dramatiq prints the traceback of any
-            # other exception that stops a worker process.
-            self.logger.error("Cron scheduler cannot start, so this worker process stops: %s", exc)
-            self.logger.debug("The boot error was raised here.", exc_info=True)
-            raise CronBootError(str(exc)) from None
+        boot(self, broker)
 
     def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Start the leader thread (once per process, however often called),
@@ -532,9 +474,7 @@ class CronMiddleware(Middleware):
         self.start(broker)
 
     def _stub_without_redis(self, broker: Broker) -> bool:
-        """A ``StubBroker`` and no Redis configured: a test of the app, where
-        nothing could be scheduled across processes anyway."""
-        return isinstance(broker, StubBroker) and self.redis is None and url_from_environment() is None
+        return stub_without_redis(self.redis, broker)
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the leader thread and release the lease, so a follower takes
@@ -545,7 +485,15 @@ class CronMiddleware(Middleware):
         """Close the connections of the worker threads, drained by now (run
         records, running marks)."""
         self.stop()
+        if self._connections is not None:
+            self._connections.close_workers()
         close_clients(self._owned_by_workers)
+
+    @property
+    def leader(self) -> LeaderThread[HandOver] | None:
+        """This process's leader thread (None before the start, after the
+        stop, and in a process that may not lead)."""
+        return self._running.leader
 
     def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
@@ -554,129 +502,26 @@ class CronMiddleware(Middleware):
         lead (``lead=False``) it starts the ineligible watch instead and
         returns None."""
         with self._start_lock:
-            if self.leader is not None and self.leader.is_alive():
-                return self.leader
-            if self.leader is not None and self.leader.hand_over is not None:
-                self.leader.hand_over.close()  # of a leader thread that died: its connection goes with it
+            running = self._running
+            if running.leader is not None and running.leader.is_alive():
+                return running.leader
+            running.retire()  # of a leader thread that died
+            wiring = Wiring(self, broker)
             if not self.config.eligible:
-                self._start_watch(broker)
+                alive = running.watch is not None and running.watch.is_alive()
+                self._running = Running(watch=running.watch if alive else wiring.watch())
+                self._running.start()
                 return None
-            schedules = self._declared_on(broker)
-            client, blocking = self._clients(broker)
-            timing = self.timing
-            where = describe(client)
-            clock = ServerClock(on_step=lambda step: self.logger.warning("%s", step.describe()))
-            durability = Durability(replicas=self.config.replicas or 0, wait_ms=timing.replica_wait_ms)
-            sentinels = sentinels_of(client, timeout_ms=timing.replica_wait_ms)
-            if sentinels is not None:  # a replica's acknowledgement is not enough: see durability.py
-                for sentinel in sentinels[0]:
-                    self._own_one(sentinel)
-                durability.sentinels = SentinelQuorum(sentinels[0], service=sentinels[1])
-            lease = Lease(
-                client=client,
-                blocking_client=blocking,
-                keys=self.keys,
-                ttl_ms=self.lock_ttl,
-                clock=clock,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                fingerprint=fingerprint(schedules),
-                version=self.config.version.replace("|", "/"),
-                presence_client=(
-                    self._own_one(presence_client(self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms))
-                    if self.config.fast_takeover
-                    else None
-                ),
-                durability=durability,
-            )
-            ledger = Ledger(
-                client=client, keys=self.keys, clock=clock, history_length=self.history_length, durability=durability
-            )
-            # The signal path releases on a connection of its own, outside
-            # any pool: the leader thread may be mid-command on the pooled ones.
-            shutdown_client = self._own(
-                scheduler_clients(
-                    self.redis_source(broker),
-                    op_timeout_ms=min(timing.op_timeout_ms, Timing.HAND_OVER_ATTEMPT_MS),
-                    block_timeout_ms=0,
-                )
-            )[0]
-            # The scheduler's client and the broker's: the same server means
-            # the claim script can enqueue in the same atomic step.
-            broker_client = getattr(broker, "client", None)
-            mode = boundary_for(broker, lease_client=client, same_server=same_server(client, broker_client))
-            boundary = BrokerBoundary(broker, mode, keys=self.keys, mark_ms=self._mark_ms())
-            shutdown_connection = dedicated_connection(shutdown_client, self.keys.lease)
+            client, blocking = wiring.connections.scheduler()
             monitoring = self._monitoring_for(client, blocking)
-            self.leader = LeaderThread(
-                store=RedisStore(
-                    lease=lease,
-                    ledger=ledger,
-                    runtime=self._runtime_store(client, broker),
-                ),
-                boundary=boundary,
-                schedules=schedules,
-                timing=timing,
-                logger=self.logger,
+            leader = wiring.leader(
+                runtime=self._runtime_store(client, broker),
                 observer=HealthObserver(monitoring.monitor, self._observer),
-                fast_takeover_ms=self.config.fast_takeover if lease.presence_client is not None else None,
-                identify_server=lambda: identify(client),
-                boot_check=lambda: self._boot_check(client, durability, where=where),
-                declared_actors=lambda name: name in broker.actors,
-                hand_over=lambda leader: register(HandOver(leader=leader, connection=shutdown_connection)),
-                one_shot_retention_ms=self.config.one_shot_retention,
             )
-            started = (
-                f"Cron scheduler started on {where} (lease {self.lock_ttl} ms, enqueue "
-                f"{mode.value.replace('_', ' ')}): {len(schedules)} declared schedule(s)"
-            )
-            # The runtime count is read off the main thread: a worker's boot
-            # never waits on Redis for a log line.
-            table = schedule_table(schedules)
-            threading.Thread(
-                target=lambda: self.logger.info(
-                    "%s, %s runtime schedule(s)%s", started, _runtime_count(client, self.keys), table
-                ),
-                name="cron-start-log",
-                daemon=True,
-            ).start()
-            self.leader.start()
-            if self._monitoring is not None:  # of a leader thread that died
-                self._monitoring.stop(0)
-            monitoring.start()
-            self._monitoring = monitoring
-            return self.leader
-
-    def _declared_on(self, broker: Broker) -> list[BoundSchedule]:
-        """The declared schedules whose actor the broker still has, as the
-        runtime ones are checked: an actor removed from ``broker.actors``
-        after it was declared (a test fixture that clears them, as
-        django_dramatiq's does) would only send messages the worker moves to
-        the dead-letter queue, one ERROR each.  One WARNING names those
-        skipped."""
-        schedules = self.all_schedules()
-        missing = sorted({s.actor_name for s in schedules if s.actor_name not in broker.actors})
-        if missing:
-            self.logger.warning(
-                "Declared cron schedules of %d actor(s) not on the broker any more are skipped: %s "
-                "(removed from broker.actors after they were declared); they fire again once declared again",
-                len(missing),
-                ", ".join(shown(name) for name in missing[:10]) + (", ..." if len(missing) > 10 else ""),
-            )
-        return [s for s in schedules if s.actor_name in broker.actors]
-
-    def _start_watch(self, broker: Broker) -> None:
-        """In a process that may not lead: start the thread that says it is
-        alive and warns when nobody may lead (once)."""
-        if self._watch is not None and self._watch.is_alive():
-            return
-        client, _ = self._clients(broker)
-        self._watch = IneligibleWatch(client=client, keys=self.keys, timing=self.timing, logger=self.logger)
-        self.logger.info(
-            "Cron scheduler: this process is not eligible to lead (lead=False or %s=0); it never takes the lease.",
-            ENV_LEAD,
-        )
-        self._watch.start()
+            # Set before the threads start: monitoring reads self.leader.
+            self._running = Running(leader=leader, monitoring=monitoring)
+            self._running.start()
+            return leader
 
     def _monitoring_for(self, client: Redis, blocking: Redis) -> MonitorThreads:
         """Run monitoring's threads for the leader about to start: health
@@ -700,51 +545,19 @@ class CronMiddleware(Middleware):
             logger=self.logger,
         )
 
-    def _boot_check(self, client: Redis, durability: Durability, *, where: str) -> None:
-        """At the first turn that reaches Redis, before any write: the
-        eviction policy, and how many replicas must confirm a write."""
-        check_eviction_policy(client, self.logger, where=where)
-        if self.config.replicas is None:
-            sentinel = isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
-            durability.replicas = required_replicas(client, sentinel=sentinel, key=self.keys.lease)
-        if durability.on:
-            self.logger.info(
-                "Cron claims and renewals wait for %d Redis replica(s) to acknowledge them (up to %d ms each)%s; "
-                "a granted message is enqueued only then.",
-                durability.replicas,
-                durability.wait_ms,
-                " and for a majority of the sentinels to name their master" if durability.sentinels else "",
-            )
-
-    def _mark_ms(self) -> int:
-        """How long an idempotent enqueue's mark is kept: longer than any
-        retry of an owed tick (the longest catch-up window) can last."""
-        windows = [s.catch_up_window for s in self.all_schedules()] or [self.catch_up_window]
-        return max(windows) + 600_000
-
-    def _clients(self, broker: Broker) -> tuple[Redis, Redis]:
-        """The scheduler's command and blocking clients, built (and the
-        source parsed) once."""
-        if self._built is None:
-            self._built = self._own(
-                scheduler_clients(
-                    self.redis_source(broker),
-                    op_timeout_ms=self.timing.op_timeout_ms,
-                    block_timeout_ms=self.timing.block_timeout_ms,
-                )
-            )
-        return self._built
+    def connections(self, broker: Broker) -> Connections:
+        """Every Redis client of this scheduler, built from
+        :meth:`redis_source` (resolved once) in one place
+        (``store.connection.Connections``)."""
+        with self._connections_lock:
+            if self._connections is None:
+                self._connections = Connections(self.redis_source(broker), timing=self.timing)
+            return self._connections
 
     def _own(self, clients: tuple[Redis, Redis]) -> tuple[Redis, Redis]:
-        """Note clients this middleware built, to close when it stops."""
-        for client in clients:
-            self._own_one(client)
+        """Note clients built outside :meth:`connections`, to close when it stops."""
+        self._owned.extend(clients)
         return clients
-
-    def _own_one(self, client: Redis | None) -> Redis | None:
-        if client is not None and all(client is not c for c in self._owned):
-            self._owned.append(client)
-        return client
 
     def _own_for_workers(self, clients: tuple[Redis, Redis]) -> tuple[Redis, Redis]:
         self._owned_by_workers.extend(clients)  # built once each (under the start lock)
@@ -758,24 +571,15 @@ class CronMiddleware(Middleware):
         unresponsive this gives up within about two seconds, whatever the
         lease (see shutdown.py)."""
         with self._start_lock:
-            leader, self.leader = self.leader, None
-            watch, self._watch = self._watch, None
-            monitoring, self._monitoring = self._monitoring, None
+            running, self._running = self._running, Running()
             recorder = self._recorder
         if recorder is not None:
             recorder.close()
-        if watch is not None:
-            watch.stop(timeout)
-        if monitoring is not None:
-            monitoring.stop(0)  # told first, waited for after the hand-over
-        if leader is not None:
-            leader.stop(timeout)
-            if leader.hand_over is not None:
-                leader.hand_over.close()
-        if monitoring is not None:
-            monitoring.join(0.1)
+        running.stop(timeout)
         # Closing also ends a thread still blocked on one of them (its
         # socket is shut down), so nothing outlives the stop for long.
+        if self._connections is not None:
+            self._connections.close()
         close_clients(self._owned)
 
     def redis_source(self, broker: Broker) -> Any:
@@ -787,18 +591,7 @@ class CronMiddleware(Middleware):
         Raises:
           CronConfigurationError: none of the three is there.
         """
-        if self.redis is not None:
-            return self.redis
-        url = url_from_environment()
-        if url is not None:
-            return url
-        client = getattr(broker, "client", None)
-        if client is not None and type(broker).__name__ == "RedisBroker":
-            return client
-        raise CronConfigurationError(
-            "CronMiddleware: no Redis configured for the cron lease: pass CronMiddleware(redis='redis://...'), "
-            f"set {ENV_URL}, or use a RedisBroker (the broker is {type(broker).__name__})."
-        )
+        return redis_source(self.redis, broker)
 
     # -- runtime schedules (store/runtime.py) ---------------------------------
 
@@ -1161,31 +954,3 @@ def _time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
         return DEFAULT_TIME_LIMIT
     return int(limit)
-
-
-def _runtime_count(client: Redis, keys: Keys) -> str:
-    """How many runtime schedules there are, for the start log."""
-    try:
-        return str(int(cast(Any, client.zcard(keys.runtime_ids))))
-    except redis.RedisError:
-        return "an unknown number of (Redis did not answer)"
-
-
-#: The start log lists at most this many declared schedules.
-_TABLE_ROWS = 50
-
-
-def schedule_table(schedules: builtins.list[BoundSchedule]) -> str:
-    """The declared schedules, briefly, as the start log prints them after
-    its first line: one line each (actor, name, expression, zone), or ""
-    for none."""
-    if not schedules:
-        return ""
-    rows = [("ACTOR", "NAME", "SCHEDULE", "ZONE")] + [
-        (s.actor_name, s.name if s.named else "-", s.expression, s.timezone) for s in schedules[:_TABLE_ROWS]
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    if len(schedules) > _TABLE_ROWS:
-        lines.append(f"  ... and {len(schedules) - _TABLE_ROWS} more (dramatiq-cron list shows them all)")
-    return ":\n" + "\n".join(lines)

@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .store.codes import decode
-from .store.connection import pool_for, redact
+from .store.connection import redact
 from .store.timing import Timing
 
 if TYPE_CHECKING:
     from .leader.thread import LeaderThread
 
-__all__ = ["HandOver", "dedicated_connection", "hand_over_all", "install", "live", "register"]
+__all__ = ["HandOver", "hand_over_all", "install", "live", "register"]
 
 #: The signals whose handlers the hand-over chains.
 HANDLED = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGHUP", "SIGINT")) if s is not None)
@@ -66,7 +66,7 @@ class HandOver:
     Parameters:
       leader: The leader thread.
       connection: A redis-py connection of the hand-over's own (see
-        :func:`dedicated_connection`), or None to leave the release to the
+        ``store.connection.dedicated_connection``), or None to leave the release to the
         leader thread and the lease's expiry.
     """
 
@@ -230,22 +230,6 @@ class HandOver:
                 raise
             self._released = decode(replies[0]).ok
             self._error = None
-
-
-def dedicated_connection(client: Any, key: str) -> Any:
-    """A connection to the server holding ``key``, outside any pool, made
-    (and connected, if Redis answers) now: the shutdown path must not wait
-    for a pool's lock.  None when none can be made."""
-    try:
-        pool = pool_for(client, key)
-        connection = pool.connection_class(**pool.connection_kwargs)
-    except Exception:  # an unusual client: the lease expires on its own
-        return None
-    try:
-        connection.connect()
-    except (redis.RedisError, OSError):
-        pass  # unreachable now: connected at the hand-over
-    return connection
 
 
 # -- the process-wide part: installed once per process --------------------------

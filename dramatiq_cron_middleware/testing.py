@@ -38,6 +38,7 @@ runs``, ``check`` and ``on_alert`` would, for testing thresholds::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -223,12 +224,11 @@ class CronSimulator:
         leader: LeaderThread[Any] = LeaderThread(
             store=store,
             boundary=_Recording(self.broker, store.keys, self._sent, mark_ms=middleware.lock_ttl),
-            schedules=middleware.all_schedules(),
-            timing=middleware.timing,
+            declared=middleware.all_schedules(),
+            timing=dataclasses.replace(middleware.timing, fast_takeover_ms=None),  # one process: nobody to depose
             logger=logger,
             observer=HealthObserver(self._monitor, None),
             pace=False,
-            one_shot_retention_ms=middleware.config.one_shot_retention,
         )
         return leader
 

@@ -81,7 +81,7 @@ def lead(redis_server: RedisServer) -> tuple[Lease, Ledger, int]:
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=500, block_timeout_ms=2000)
     keys = Keys("t")
     clock = ServerClock()
-    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=5000, clock=clock, host="h", pid=1)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=5000, clock=clock)
     ledger = Ledger(client=client, keys=keys, clock=clock)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token

@@ -114,7 +114,7 @@ def test_a_backlog_is_caught_up_under_one_lease_however_long_each_tick_takes(
     leader: LeaderThread[Any] = LeaderThread(
         store=store,
         boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
-        schedules=declared,
+        declared=declared,
         timing=timing,
         logger=logger,
         observer=renewals,

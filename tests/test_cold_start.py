@@ -43,7 +43,7 @@ class Boot:
         self.leader: LeaderThread = LeaderThread(
             store=store,
             boundary=BrokerBoundary(self.broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
-            schedules=[schedule],
+            declared=[schedule],
             timing=Timing.for_lease(LEASE_MS),
             logger=self.logger,
             pace=False,

@@ -23,7 +23,6 @@ from dramatiq.middleware import CurrentMessage
 
 from dramatiq_cron_middleware import CronConfigurationError, CronDeduplication, CronMiddleware, Schedule
 from dramatiq_cron_middleware.dedup import DEFAULT_QUEUE_WAIT
-from dramatiq_cron_middleware.store.codes import decode
 from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import Instance, wait_for
 from tests.support.redis_server import RedisServer, free_port
@@ -161,11 +160,11 @@ def test_a_resent_claim_whose_reply_was_lost_still_runs(redis_server: RedisServe
     # redis-py resends a command that timed out; the first one may have
     # run.  The claimer must recognise its own mark, not skip its message.
     app = App(redis_server.url)
-    script, keys, ttl = app.dedup._claim_script(app.broker)
-    key = keys.dedup("m1")
+    marks = app.dedup._marks_of(app.broker)
+    key = app.cron.keys.dedup("m1")
 
     def claims(attempt: int, token: str) -> bool:
-        return decode(script(keys=[key], args=[attempt, token, ttl])).ok
+        return marks.claim("m1", attempt, token=token)
 
     assert claims(0, "token-a")
     assert claims(0, "token-a")  # the resend
@@ -391,7 +390,7 @@ def test_more_worker_threads_than_the_scheduler_pool_wait_for_a_connection_inste
     # connection at once
     app = App(redis_server.url)
     app.dedup.before_worker_boot(app.broker, Worker(app.broker, worker_threads=16))
-    app.dedup._claim_script(app.broker)
+    app.dedup._marks_of(app.broker)
     messages = [MessageProxy(cron_message()) for _ in range(16)]
     start = threading.Barrier(17)
     claimed: list[str] = []

@@ -29,7 +29,7 @@ from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability, Unconfirmed, required_replicas
 from dramatiq_cron_middleware.store.health_reads import HealthReads
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Acquired, Held, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Held, Lease
 from dramatiq_cron_middleware.store.ledger import Claim
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import now_ms, wait_for
@@ -152,8 +152,7 @@ def test_on_redis_cluster_the_wait_goes_to_the_node_of_the_schedulers_slot(clust
             keys=keys,
             ttl_ms=60_000,
             clock=ServerClock(),
-            host="test",
-            pid=1,
+            candidate=Candidate("test", 1),
             durability=Durability(replicas=replicas, wait_ms=50),
         )
 

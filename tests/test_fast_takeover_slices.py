@@ -14,8 +14,9 @@ import logging
 import pytest
 
 from dramatiq_cron_middleware.leader.following import REDIS_LATE_MS, Follower, fast_slice_ms
-from dramatiq_cron_middleware.leader.reports import Flapping
+from dramatiq_cron_middleware.leader.reports import Flapping, Reports
 from dramatiq_cron_middleware.stop_request import StopRequest
+from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Held
 from dramatiq_cron_middleware.store.timing import Timing
 
@@ -66,14 +67,10 @@ def test_presence_checks_are_at_most_an_interval_apart_when_redis_ends_waits_lat
     lease = _LateLease(clock)
     follower = Follower(
         lease=lease,  # type: ignore[arg-type]
-        timing=Timing.for_lease(2000),
-        logger=logging.getLogger("test"),
+        timing=Timing.for_lease(2000, fast_takeover_ms=interval_ms),
+        reports=Reports.to(logging.getLogger("test"), Keys("test"), losses=Flapping(monotonic=clock)),
         owed=_Owed(),  # type: ignore[arg-type]
         stopping=StopRequest(clock=clock),
-        report_corrupt=lambda corrupt: None,
-        losses=Flapping(monotonic=clock),
-        identify_server=None,
-        fast_takeover_ms=interval_ms,
         monotonic=clock,
     )
     started = clock.now

@@ -13,7 +13,7 @@ from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult, parse_ledger_value, whole_actor
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Acquired, Held, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Held, Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger, NotLeader
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
@@ -32,7 +32,12 @@ def make(server: RedisServer, name: str = "a", prefix: str = "t") -> tuple[Lease
     clock = ServerClock()
     keys = Keys(prefix)
     lease = Lease(
-        client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host=name, pid=os.getpid()
+        client=client,
+        blocking_client=blocking,
+        keys=keys,
+        ttl_ms=TTL,
+        clock=clock,
+        candidate=Candidate(name, os.getpid()),
     )
     return lease, Ledger(client=client, keys=keys, clock=clock)
 
@@ -232,8 +237,7 @@ def make_fast(server: RedisServer, name: str) -> Lease:
         keys=Keys("t"),
         ttl_ms=TTL,
         clock=ServerClock(),
-        host=name,
-        pid=os.getpid(),
+        candidate=Candidate(name, os.getpid()),
         presence_client=presence,
     )
 

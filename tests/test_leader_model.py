@@ -105,7 +105,7 @@ class LeaderModel(RuleBasedStateMachine):
         leader: LeaderThread[Any] = LeaderThread(
             store=store,
             boundary=BrokerBoundary(self.broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
-            schedules=[self.declared],
+            declared=[self.declared],
             timing=Timing.for_lease(LEASE_MS),
             logger=self.logger,
             pace=False,  # the model moves time: a turn never waits

@@ -231,7 +231,7 @@ def test_an_idle_follower_costs_about_two_commands_per_lease(redis_server: Redis
     from dramatiq_cron_middleware.store.clock import ServerClock
     from dramatiq_cron_middleware.store.connection import scheduler_clients
     from dramatiq_cron_middleware.store.keys import Keys
-    from dramatiq_cron_middleware.store.lease import Lease
+    from dramatiq_cron_middleware.store.lease import Candidate, Lease
 
     broker, middleware = new_year_app(redis_server.url, lock_ttl=6000)
 
@@ -243,8 +243,7 @@ def test_an_idle_follower_costs_about_two_commands_per_lease(redis_server: Redis
         keys=Keys("dramatiq-cron"),
         ttl_ms=6000,
         clock=ServerClock(),
-        host="other",
-        pid=1,
+        candidate=Candidate("other", 1),
     )
     holder.acquire()
     middleware.start(broker)

@@ -86,3 +86,32 @@ def test_no_redis_anywhere_is_one_error_saying_where_to_configure_it(monkeypatch
     monkeypatch.delenv("DRAMATIQ_CRON_REDIS_URL", raising=False)
     with pytest.raises(CronConfigurationError, match=r"no Redis configured.*the broker is StubBroker"):
         CronMiddleware().redis_source(StubBroker())
+
+
+def test_a_misspelt_keyword_fails_at_once_naming_it() -> None:
+    # Given the keywords as one TypedDict (config.CronOptions), then a
+    # misspelt one still fails when the middleware is built, named.
+    with pytest.raises(TypeError, match=r"^CronMiddleware\(\) got an unexpected keyword argument 'lock_tll'$"):
+        CronMiddleware(lock_tll=3000)  # type: ignore[call-arg]
+
+
+def test_every_documented_keyword_is_in_the_one_option_list_and_configures_the_middleware() -> None:
+    # The class docstring's Parameters section, the option list and the
+    # two configuration values name the same keywords.
+    import re
+
+    from dramatiq_cron_middleware.config import OPTIONS
+    from dramatiq_cron_middleware.monitoring.config import MonitorConfig
+
+    documented = set(re.findall(r"^      (\w+)\(", CronMiddleware.__doc__ or "", re.M))
+    assert documented == OPTIONS
+    fields = {f.name for f in dataclasses.fields(CronConfig) if f.init}
+    assert fields | {f.name for f in dataclasses.fields(MonitorConfig)} == OPTIONS
+    middleware = CronMiddleware(redis="redis://h:1/0", lock_ttl=900, grace=5, alert_for=0, one_shot_retention=7)
+    assert (middleware.config.redis, middleware.config.lock_ttl, middleware.config.one_shot_retention) == (
+        "redis://h:1/0",
+        900,
+        7,
+    )
+    assert (middleware.monitor_config.grace, middleware.monitor_config.alert_for) == (5, 0)
+    assert middleware.timing.one_shot_retention_ms == 7

@@ -9,7 +9,7 @@ from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult, SyncCode
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from tests.support.inprocess import in_process_app
 from tests.support.instances import wait_for
@@ -29,7 +29,7 @@ def test_the_claim_script_grants_no_tick_after_the_server_time(redis_server: Red
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=500, block_timeout_ms=2000)
     keys = Keys("t")
     clock = ServerClock()
-    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=5000, clock=clock, host="h", pid=1)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=5000, clock=clock)
     ledger = Ledger(client=client, keys=keys, clock=clock)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
@@ -73,7 +73,12 @@ def test_sync_reports_a_future_entry_and_baselines_it_at_the_server_now(redis_se
     keys = Keys("t")
     clock = ServerClock()
     lease = Lease(
-        client=client, blocking_client=blocking, keys=keys, ttl_ms=5000, clock=clock, host="h", pid=os.getpid()
+        client=client,
+        blocking_client=blocking,
+        keys=keys,
+        ttl_ms=5000,
+        clock=clock,
+        candidate=Candidate("h", os.getpid()),
     )
     ledger = Ledger(client=client, keys=keys, clock=clock)
     acquired = lease.acquire()

@@ -22,7 +22,7 @@ from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from tests.support.instances import wait_for
 from tests.support.proxy import Proxy
@@ -43,7 +43,12 @@ def make(url: str, *, op_timeout_ms: int = 500, prefix: str = "t") -> tuple[Leas
     clock = ServerClock()
     keys = Keys(prefix)
     lease = Lease(
-        client=client, blocking_client=blocking, keys=keys, ttl_ms=TTL, clock=clock, host="h", pid=os.getpid()
+        client=client,
+        blocking_client=blocking,
+        keys=keys,
+        ttl_ms=TTL,
+        clock=clock,
+        candidate=Candidate("h", os.getpid()),
     )
     return lease, Ledger(client=client, keys=keys, clock=clock)
 
@@ -193,7 +198,12 @@ def test_a_granted_tick_whose_enqueue_failed_is_still_enqueued_after_losing_the_
     # Another candidate now holds the lease (one atomic write) and keeps it.
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=500, block_timeout_ms=3000)
     other = Lease(
-        client=client, blocking_client=blocking, keys=keys, ttl_ms=3000, clock=ServerClock(), host="other", pid=1
+        client=client,
+        blocking_client=blocking,
+        keys=keys,
+        ttl_ms=3000,
+        clock=ServerClock(),
+        candidate=Candidate("other", 1),
     )
     other.token = "other-token"
     direct.hset(keys.lease, "token", "other-token")

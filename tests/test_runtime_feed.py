@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 
 from dramatiq_cron_middleware import Schedule
+from dramatiq_cron_middleware.leader.declared import Declared
 from dramatiq_cron_middleware.leader.reports import OnceReports
 from dramatiq_cron_middleware.leader.runtime_feed import RUNTIME_POLL, RuntimeFeed
 from dramatiq_cron_middleware.leader.tick_queue import TickQueue
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
-from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Lease
 from dramatiq_cron_middleware.store.ledger import Ledger, SyncEntry
 from tests.support.redis_server import RedisServer
 from tests.support.ticks import load
@@ -37,6 +38,16 @@ class Monotonic:
         return self.now
 
 
+class _Known:
+    """The actors a predicate accepts."""
+
+    def __init__(self, accepts: Callable[[str], bool]) -> None:
+        self.accepts = accepts
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.accepts(name)
+
+
 def leading_feed(
     redis_server: RedisServer, declared_actor: Callable[[str], bool]
 ) -> tuple[Any, Lease, Acquired, Monotonic, Ledger, TickQueue, RuntimeFeed]:
@@ -47,7 +58,7 @@ def leading_feed(
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
     monotonic = Monotonic()
     clock = ServerClock(monotonic=monotonic)
-    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=clock, host="h", pid=1)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=clock)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token
     ledger = Ledger(client=client, keys=keys, clock=clock)
@@ -57,8 +68,7 @@ def leading_feed(
         keys=app.store.keys,
         queue=queue,
         ledger=ledger,
-        declared=declared,
-        declared_actor=declared_actor,
+        declared=Declared(declared, _Known(declared_actor)),
         clock=clock,
         report_once=OnceReports(logging.getLogger("test.feed")),
     )
@@ -174,7 +184,12 @@ def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServ
     keys = make_app(redis_server.url).store.keys
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
     lease = Lease(
-        client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=ServerClock(), host="h", pid=1
+        client=client,
+        blocking_client=blocking,
+        keys=keys,
+        ttl_ms=30_000,
+        clock=ServerClock(),
+        candidate=Candidate("h", 1),
     )
     assert lease.wait_for_push(keys.runtime_notify, 10, bound_ms=1000) is None  # connected, as a leader's is
     stall = threading.Thread(

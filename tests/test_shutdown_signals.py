@@ -27,7 +27,7 @@ from typing import Any
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Lease
 from tests.support.instances import Instance, alive, wait_for
 from tests.support.lease_events import lease_events, lease_gone
 from tests.support.redis_server import RedisServer
@@ -171,8 +171,7 @@ def test_the_hand_over_always_finds_a_token_while_an_acquire_may_have_won(redis_
         keys=Keys("token-window"),
         ttl_ms=2000,
         clock=ServerClock(),
-        host="t",
-        pid=1,
+        candidate=Candidate("t", 1),
     )
     seen: list[tuple[int, object]] = []
     code = Lease.acquire.__code__

@@ -31,7 +31,7 @@ def lead(url: str) -> tuple[redis.Redis, Keys, Lease, Ledger, int]:
     client, blocking = scheduler_clients(url, op_timeout_ms=5000, block_timeout_ms=2000)
     keys = Keys("s")
     clock = ServerClock()
-    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=clock, host="h", pid=1)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=clock)
     ledger = Ledger(client=client, keys=keys, clock=clock)
     acquired = lease.acquire()
     assert isinstance(acquired, Acquired) and lease.token

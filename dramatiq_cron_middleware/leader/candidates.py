@@ -26,8 +26,7 @@ from ..schedules.schedule import BoundSchedule
 from ..store.abc import LeaseStore, LedgerStore
 from ..store.keys import Keys
 from ..store.ledger import SyncEntry
-from .owed import names_of
-from .reports import Episode
+from .reports import Episode, names_of
 
 __all__ = ["SEMANTICS_ID", "ScheduleSets", "fingerprint", "published_set"]
 

@@ -14,10 +14,9 @@ process's to enqueue.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -28,15 +27,16 @@ from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
 from ..store.abc import Store
 from ..store.boundary import Boundary, BrokerBoundary, Payload
-from ..store.codes import ClaimResult, Corrupt, Outcome, SyncCode
+from ..store.codes import ClaimResult, Outcome
 from ..store.collector import collector_paused
 from ..store.ledger import BadRequest, NotLeader, SyncEntry
 from ..store.timing import Timing
 from .batch_size import MARGIN, BatchSize
 from .candidates import ScheduleSets
+from .declared import Declared
 from .leadership import Leadership
-from .owed import Owed, OwedQueue, names_of
-from .reports import Flapping, OnceReports
+from .owed import Owed, OwedQueue
+from .reports import Reports
 from .runtime_feed import RuntimeFeed
 from .tick_queue import Planned, TickQueue
 
@@ -98,35 +98,26 @@ class Firing:
 
     Parameters:
       store: The lease, ledger, runtime reads, clock and keys.
-      declared: The declared schedules by id.
+      declared: The declared schedules and actors.
       boundary: How granted ticks reach the broker.
       owed: Granted ticks whose enqueue is to be retried.
-      schedule_sets: Checked against the candidates at every renewal.
-      timing: Every duration.
+      timing: Every duration (a decided one-shot's retention too).
+      reports: The leader's reports.
       observer: Told about renewals and decided ticks.
-      report_once, report_corrupt, losses: The leader's reports.
       stopping: The thread's stop request (ends a batch loop or a sleep).
-      declared_actor: Whether this process's code declares an actor.
-      one_shot_retention_ms: See :class:`~.runtime_feed.RuntimeFeed`.
     """
 
     def __init__(
         self,
         *,
         store: Store,
-        declared: Mapping[str, BoundSchedule],
+        declared: Declared,
         boundary: BrokerBoundary,
         owed: OwedQueue,
-        schedule_sets: ScheduleSets,
         timing: Timing,
-        logger: logging.Logger,
+        reports: Reports,
         observer: LeaderObserver,
-        report_once: OnceReports,
-        report_corrupt: Callable[[Corrupt], None],
-        losses: Flapping,
         stopping: StopRequest,
-        declared_actor: Callable[[str], bool],
-        one_shot_retention_ms: int = 86_400_000,
     ) -> None:
         self.lease = store.lease
         self.ledger = store.ledger
@@ -134,17 +125,19 @@ class Firing:
         self.keys = store.keys
         self.boundary = boundary
         self.owed = owed
-        self.schedule_sets = schedule_sets
+        #: This process's schedule set, checked against the candidates'
+        #: at every renewal.
+        self.schedule_sets = ScheduleSets(
+            declared.schedules, lease=store.lease, ledger=store.ledger, keys=store.keys, logger=reports.logger
+        )
         self.timing = timing
-        self.logger = logger
+        self.logger = reports.logger
         self.observer = observer
-        self.report_once = report_once
-        self.report_corrupt = report_corrupt
-        self.losses = losses
+        self.reports = reports
         self.stopping = stopping
         self.monotonic = store.clock.monotonic
         self.queue = TickQueue(
-            declared,
+            declared.schedules,
             prefix=store.keys.prefix,
             now_ms=store.clock.now_ms,
             encode=self._encode_ahead if boundary.mode == Boundary.IN_CLAIM else None,
@@ -156,10 +149,9 @@ class Firing:
                 queue=self.queue,
                 ledger=store.ledger,
                 declared=declared,
-                declared_actor=declared_actor,
                 clock=store.clock,
-                report_once=report_once,
-                one_shot_retention_ms=one_shot_retention_ms,
+                report_once=reports.once,
+                one_shot_retention_ms=timing.one_shot_retention_ms,
             )
             if store.runtime is not None
             else None
@@ -233,34 +225,7 @@ class Firing:
             expect_ledger=term.expect_ledger,
             on_chunk=self.queue.load_part,  # next ticks computed while Redis reads the next chunks
         )
-        self.report_corrupt(reply.corrupt)
-        if reply.ledger_lost and self.losses.first():
-            self.logger.warning(
-                "The cron ledger was gone (evicted, flushed or a restart without data): every schedule "
-                "restarts from now; recorded in the history."
-            )
-        reshaped = [sid for sid, code in reply.codes.items() if code == SyncCode.RESHAPED]
-        if reshaped:
-            self.logger.info(
-                "Cron schedules changed under the same identity start from now (no catch-up of the new "
-                "shape's ticks): %s.",
-                names_of(reshaped),
-            )
-        for sid, code in reply.codes.items():
-            if code == SyncCode.CORRUPT:
-                self.report_once(
-                    f"corrupt:{sid}",
-                    "the ledger entry of %s in %s is unparsable; replaced by a baseline at now",
-                    sid,
-                    self.keys.ticks,
-                )
-            elif code == SyncCode.FUTURE:
-                self.report_once(
-                    f"future:{sid}",
-                    "the ledger entry of %s in %s lay in the future (a stepped clock); replaced by a baseline at now",
-                    sid,
-                    self.keys.ticks,
-                )
+        self.reports.synced(reply)
         self.queue.end_load()
 
     def _fire_due(self, term: Leadership) -> None:
@@ -295,7 +260,7 @@ class Firing:
             self._unsettled = None  # refused before writing anything
             raise
         self._unsettled = None
-        self.report_corrupt(reply.corrupt)
+        self.reports.corrupt(reply.corrupt)
         self._apply(batch, reply.results, reply.server_ms, unsettled.payloads)
 
     def _payloads(self, batch: list[Planned]) -> list[Payload | None] | None:
@@ -306,29 +271,21 @@ class Firing:
         if self.boundary.mode != Boundary.IN_CLAIM:
             return None
         now = self.clock.now_ms()  # a jittered message's eta: the consumers' shared clock
-        boundary = self.boundary
         out: list[Payload | None] = []
         for item in batch:
             message = item.message
             if message is None:
                 out.append(None)
-            elif item.payload is not None:
-                out.append(item.payload)
-            else:
-                schedule = item.schedule
-                out.append(
-                    boundary.payload(
-                        message, jitter_ms(schedule, message.message_id), now_ms=now, template=(schedule.id, schedule)
-                    )
-                )
+            else:  # built ahead, else encoded now (a Payload is never falsy)
+                out.append(item.payload or self._encode_ahead(item.schedule, message, now))
         # Only the middleware that define ``before_enqueue`` run, per batch.
-        return boundary.before_many(out)
+        return self.boundary.before_many(out)
 
-    def _encode_ahead(self, schedule: BoundSchedule, message: Any, tick_ms: int) -> Payload:
-        """A message built ahead, encoded for the claim script; a jittered
-        one is due its jitter after its tick."""
+    def _encode_ahead(self, schedule: BoundSchedule, message: Any, now_ms: int) -> Payload:
+        """A message encoded for the claim script (built ahead: ``now_ms`` is
+        its tick); a jittered one is due its jitter after ``now_ms``."""
         return self.boundary.payload(
-            message, jitter_ms(schedule, message.message_id), now_ms=tick_ms, template=(schedule.id, schedule)
+            message, jitter_ms(schedule, message.message_id), now_ms=now_ms, template=(schedule.id, schedule)
         )
 
     def _apply(
@@ -421,7 +378,7 @@ class Firing:
             unsettled.batch_id, epoch=unsettled.epoch, claims=[p.claim for p in unsettled.batch]
         )
         if settled.record_corrupt:
-            self.report_once(
+            self.reports.once(
                 f"batch:{unsettled.batch_id}",
                 "the result record %s of a claim whose reply was lost was unusable; its results were read back "
                 "from the ledger",

@@ -14,21 +14,19 @@ lease after a suspected Redis failover.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import redis
 
 from ..stop_request import StopRequest
 from ..store.abc import LeaseStore
-from ..store.codes import Corrupt
 from ..store.connection import redact
 from ..store.lease import Acquired, Held
 from ..store.server_identity import DataLoss, ServerIdentity, classify_loss
 from ..store.timing import Timing
 from .leadership import Leadership
 from .owed import OwedQueue
-from .reports import Flapping
+from .reports import Reports
 
 __all__ = ["REDIS_LATE_MS", "Follower", "fast_slice_ms"]
 
@@ -52,16 +50,15 @@ class Follower:
 
     Parameters:
       lease: This candidate's lease handle.
-      timing: Every duration.
-      logger: Where state changes are reported.
+      timing: Every duration (``fast_takeover_ms``: check every this many
+        ms whether the leader's process is gone; None: wait for the lease).
+      reports: The leader's reports (the logger, corrupt keys, one
+        WARNING per data loss for a while).
       owed: Granted ticks still to enqueue (paid while following too).
       stopping: The thread's stop request (ends a wait).
-      report_corrupt: Reports the keys a reply flagged as unusable.
-      losses: One WARNING per data loss for a while.
       identify_server: Asks the server who it is (to tell a failover from
         an eviction).  None: every data loss counts as a suspected failover.
-      fast_takeover_ms: Check every this many ms whether the leader's
-        process is gone.  None: wait for the lease.
+      monotonic: The clock of local waits.
     """
 
     def __init__(
@@ -69,23 +66,21 @@ class Follower:
         *,
         lease: LeaseStore,
         timing: Timing,
-        logger: logging.Logger,
+        reports: Reports,
         owed: OwedQueue,
         stopping: StopRequest,
-        report_corrupt: Callable[[Corrupt], None],
-        losses: Flapping,
-        identify_server: Callable[[], ServerIdentity | None] | None,
-        fast_takeover_ms: int | None,
+        identify_server: Callable[[], ServerIdentity | None] | None = None,
         monotonic: Callable[[], float],
     ) -> None:
         self.lease = lease
         self.timing = timing
-        self.logger = logger
+        self.logger = reports.logger
         self.owed = owed
         self.stopping = stopping
-        self.report_corrupt = report_corrupt
-        self.losses = losses
-        self.fast_takeover_ms = fast_takeover_ms
+        self.report_corrupt = reports.corrupt
+        self.losses = reports.losses
+        #: None once fast takeover turned out not to work here (an ACL).
+        self.fast_takeover_ms = timing.fast_takeover_ms
         self.monotonic = monotonic
         self._identify = identify_server
         #: Someone held the lease once, so an epoch exists: if it later

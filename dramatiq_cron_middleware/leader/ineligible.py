@@ -10,17 +10,13 @@ warns once, and once more when one is seen again.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
 
 import redis
 
 from ..stop_request import StopRequest
-from ..store.codes import decode, load_script
 from ..store.connection import redact
-from ..store.keys import Keys
+from ..store.ineligible import IneligibleSet
 from ..store.timing import Timing
 from .reports import Episode, credentials_problem
 
@@ -31,21 +27,17 @@ class IneligibleWatch(threading.Thread):
     """The thread an ineligible process runs instead of a leader thread.
 
     Parameters:
-      client: The scheduler's client (short timeouts).
-      keys: The scheduler's keys.
+      entry: This process's entry among the processes that may not lead.
       timing: Durations from ``lock_ttl``: it reports every ``lease_ms``
         and counts candidates seen within ``candidate_live_ms``.
       logger: Where the two WARNINGs go.
     """
 
-    def __init__(self, *, client: redis.Redis, keys: Keys, timing: Timing, logger: logging.Logger) -> None:
+    def __init__(self, *, entry: IneligibleSet, timing: Timing, logger: logging.Logger) -> None:
         super().__init__(name="dramatiq-cron-ineligible", daemon=True)
-        self.client = client
-        self.keys = keys
+        self.entry = entry
         self.timing = timing
         self.logger = logger
-        self.member = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:12]}"
-        self._observe = load_script(client, "observe")
         self._stop_request = StopRequest()
         self._nobody = Episode[str]()
         self._unreachable = Episode[str]()
@@ -65,12 +57,7 @@ class IneligibleWatch(threading.Thread):
         """Say this process is alive; how many eligible candidates are live
         (None when Redis did not answer, reported once per episode)."""
         try:
-            reply = decode(
-                self._observe(
-                    keys=[self.keys.candidates, self.keys.ineligible],
-                    args=[self.member, self.timing.candidate_live_ms, self.timing.candidate_forgotten_ms],
-                )
-            )
+            live = self.entry.observe()
         except redis.RedisError as exc:
             credentials = credentials_problem(exc)
             if credentials is not None and self._unreachable.failing("credentials"):
@@ -80,7 +67,7 @@ class IneligibleWatch(threading.Thread):
             return None
         if self._unreachable.recovered() is not None:
             self.logger.warning("Cron scheduler (not eligible to lead): reaches Redis again.")
-        return int(reply.payload[0])
+        return live
 
     def judge(self, live: int) -> None:
         """One WARNING when no eligible process is live, one when one is again."""
@@ -100,9 +87,6 @@ class IneligibleWatch(threading.Thread):
         self._stop_request.set()
         if self.is_alive():
             self.join(timeout)
-        try:
-            self.client.zrem(self.keys.ineligible, self.member)
-        except redis.RedisError:
-            pass  # forgotten after ten leases anyway
+        self.entry.leave()
         if not self.is_alive():
             self._stop_request.close()

@@ -29,6 +29,7 @@ from ..schedules.planner import jitter_ms
 from ..schedules.schedule import BoundSchedule
 from ..store.boundary import BrokerBoundary
 from ..store.connection import redact
+from .reports import names_of
 
 __all__ = ["Owed", "OwedQueue"]
 
@@ -206,9 +207,3 @@ class OwedQueue:
             self.pay()
         except Exception:  # retried later
             pass
-
-
-def names_of(ids: Sequence[str] | dict[str, str]) -> str:
-    names = sorted(set(ids))
-    shown = ", ".join(names[:5])
-    return shown if len(names) <= 5 else f"{shown} and {len(names) - 5} more"

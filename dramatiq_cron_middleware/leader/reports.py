@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
-from ..store.codes import Corrupt
+from ..store.codes import Corrupt, SyncCode
 from ..store.connection import credentials_refused
 from ..store.keys import Keys
+from ..store.ledger import SyncReply
 
-__all__ = ["Episode", "Flapping", "OnceReports", "credentials_problem", "report_corrupt"]
+__all__ = ["Episode", "Flapping", "OnceReports", "Reports", "credentials_problem", "names_of"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -101,12 +103,61 @@ _KEY_NAMES = {
 }
 
 
-def report_corrupt(report_once: OnceReports, keys: Keys, corrupt: Corrupt) -> None:
-    """One WARNING per key a reply flagged as holding an unusable value."""
-    for flag, name in _KEY_NAMES.items():
-        if corrupt & flag:
-            key = getattr(keys, name) if name != "batch" else f"{keys.tag}:batch:*"
-            report_once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)
+@dataclasses.dataclass(frozen=True)
+class Reports:
+    """What the leader's parts report through, shared by them: the logger,
+    one WARNING per finding (``once``), the flapping of losses, and the
+    keys a corrupt reply is reported by."""
+
+    logger: logging.Logger
+    keys: Keys
+    once: OnceReports
+    losses: Flapping
+
+    @classmethod
+    def to(cls, logger: logging.Logger, keys: Keys, *, losses: Flapping | None = None) -> Reports:
+        """Fresh reports into ``logger``."""
+        return cls(logger=logger, keys=keys, once=OnceReports(logger), losses=losses or Flapping())
+
+    def synced(self, reply: SyncReply) -> None:
+        """What a sync found: keys flagged as corrupt, a lost ledger (one
+        WARNING for a while), schedules reshaped under their identity
+        (INFO), unparsable or future entries (one WARNING each)."""
+        self.corrupt(reply.corrupt)
+        if reply.ledger_lost and self.losses.first():
+            self.logger.warning(
+                "The cron ledger was gone (evicted, flushed or a restart without data): every schedule "
+                "restarts from now; recorded in the history."
+            )
+        reshaped = [sid for sid, code in reply.codes.items() if code == SyncCode.RESHAPED]
+        if reshaped:
+            self.logger.info(
+                "Cron schedules changed under the same identity start from now (no catch-up of the new "
+                "shape's ticks): %s.",
+                names_of(reshaped),
+            )
+        for sid, code in reply.codes.items():
+            if code == SyncCode.CORRUPT:
+                self.once(
+                    f"corrupt:{sid}",
+                    "the ledger entry of %s in %s is unparsable; replaced by a baseline at now",
+                    sid,
+                    self.keys.ticks,
+                )
+            elif code == SyncCode.FUTURE:
+                self.once(
+                    f"future:{sid}",
+                    "the ledger entry of %s in %s lay in the future (a stepped clock); replaced by a baseline at now",
+                    sid,
+                    self.keys.ticks,
+                )
+
+    def corrupt(self, corrupt: Corrupt) -> None:
+        """One WARNING per key a reply flagged as holding an unusable value."""
+        for flag, name in _KEY_NAMES.items():
+            if corrupt & flag:
+                key = getattr(self.keys, name) if name != "batch" else f"{self.keys.tag}:batch:*"
+                self.once(f"key:{name}", "key %s holds an unusable value; treated as missing", key)
 
 
 def credentials_problem(exc: BaseException) -> str | None:
@@ -121,3 +172,9 @@ def credentials_problem(exc: BaseException) -> str | None:
             "':PASSWORD@', percent-encoded)"
         )
     return "Redis refused the cron scheduler's password (a wrong password, or the user is disabled)"
+
+
+def names_of(ids: Sequence[str] | dict[str, str]) -> str:
+    names = sorted(set(ids))
+    shown = ", ".join(names[:5])
+    return shown if len(names) <= 5 else f"{shown} and {len(names) - 5} more"

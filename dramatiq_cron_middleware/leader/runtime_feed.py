@@ -19,13 +19,14 @@ or after), so ``list`` shows them as done until then.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.abc import LedgerStore, RuntimeReads
 from ..store.clock import ServerClock
 from ..store.keys import Keys
 from ..store.ledger import SyncEntry
+from .declared import Declared
 from .reports import OnceReports
 from .tick_queue import TickQueue
 
@@ -45,9 +46,8 @@ class RuntimeFeed:
       keys: The key names (where runtime writes notify the leader).
       queue: The leader's tick queue.
       ledger: The fenced ledger (an added schedule is synced alone).
-      declared: The declared schedules by id (kept when the runtime set is
-        dropped; runtime ids never collide with them).
-      declared_actor: Whether this process's code declares an actor (a
+      declared: The declared schedules (kept when the runtime set is
+        dropped; runtime ids never collide with them) and actors (a
         runtime schedule of another actor fires too, with one WARNING).
       clock: The leader's clock.
       report_once: The leader's reports (one WARNING per finding).
@@ -63,8 +63,7 @@ class RuntimeFeed:
         keys: Keys,
         queue: TickQueue,
         ledger: LedgerStore,
-        declared: Mapping[str, BoundSchedule],
-        declared_actor: Callable[[str], bool],
+        declared: Declared,
         clock: ServerClock,
         report_once: OnceReports,
         one_shot_retention_ms: int = 86_400_000,
@@ -73,8 +72,8 @@ class RuntimeFeed:
         self.keys = keys
         self.queue = queue
         self.ledger = ledger
-        self.declared = dict(declared)
-        self.declared_actor = declared_actor
+        self.declared = dict(declared.schedules)
+        self._knows = declared.knows
         self.clock = clock
         self.report_once = report_once
         #: The store's version the queue is up to date with; None: read all.
@@ -212,7 +211,7 @@ class RuntimeFeed:
 
     def _report_undeclared(self, schedules: Sequence[BoundSchedule]) -> None:
         for schedule in schedules:
-            if not self.declared_actor(schedule.actor_name):
+            if not self._knows(schedule.actor_name):
                 self.report_once(
                     f"undeclared:{schedule.id}",
                     "runtime schedule %s belongs to actor %r, which this app does not declare; it keeps firing "

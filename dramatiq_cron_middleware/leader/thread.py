@@ -15,6 +15,7 @@ retry.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -27,22 +28,22 @@ from ..schedules.schedule import BoundSchedule
 from ..stop_request import StopRequest
 from ..store.abc import LeaseStore, Store
 from ..store.boundary import BrokerBoundary
-from ..store.codes import Corrupt
-from ..store.connection import ENV_URL, redact, refusal, scripting_missing
+from ..store.connection import redact, refusal
 from ..store.durability import Unconfirmed
 from ..store.ledger import NotLeader
 from ..store.server_identity import ServerIdentity
 from ..store.timing import Timing
-from .candidates import ScheduleSets
+from .declared import Declared
+from .faults import Faults
 from .firing import BATCH_LIMIT, Firing, LeaderObserver
 from .following import Follower
 from .leadership import Expired, Leadership, State
 from .owed import OwedQueue
-from .reports import Episode, Flapping, OnceReports, credentials_problem, report_corrupt
+from .reports import Reports
 from .runtime_feed import RUNTIME_POLL
 from .tick_queue import TickQueue
 
-__all__ = ["BATCH_LIMIT", "RUNTIME_POLL", "LeaderObserver", "LeaderThread", "ReleaseReport"]
+__all__ = ["BATCH_LIMIT", "RUNTIME_POLL", "Declared", "LeaderObserver", "LeaderThread", "ReleaseReport", "ServerChecks"]
 
 _FAULTS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -71,36 +72,43 @@ class ReleaseReport(Protocol):
 H = TypeVar("H", bound=ReleaseReport)
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerChecks:
+    """What the leader asks of the Redis server beyond the store."""
+
+    #: Asks the server who it is, to tell a failover from an eviction
+    #: (None: every data loss counts as a suspected failover).
+    identify: Callable[[], ServerIdentity | None] | None = None
+    #: Run once, at the first turn that reaches Redis (the eviction
+    #: policy check, the replicas a write needs).
+    at_boot: Callable[[], object] | None = None
+
+
 class LeaderThread(threading.Thread, Generic[H]):
     """Competes for the lease and, while leading, fires due ticks.
 
     Parameters:
       store: The lease, ledger, runtime reads, clock and keys.
       boundary: How granted ticks reach the broker (see boundary.py).
-      schedules: Every schedule declared on the broker.
-      timing: Every duration, derived from the lease length.
+      declared: The schedules declared on the broker, and the actors this
+        process's code declares (a runtime schedule of another actor fires
+        too, with one WARNING).  A sequence of schedules: every actor
+        counts as declared.
+      timing: Every duration, derived from the lease length (the fast
+        takeover's interval and a decided one-shot's retention too).
       logger: Where state changes are reported.
       observer: Told about leadership, renewals and decided ticks.
         Defaults to None, meaning nobody listens.
-      fast_takeover_ms: Check every this many ms whether the leader's
-        process is gone.  Defaults to None (wait for the lease).
-      identify_server: Asks the server who it is (to tell a failover from
-        an eviction).  Defaults to None: every data loss counts as a
+      server: What the leader asks of the Redis server beyond the store.
+        Defaults to None: no boot check, and every data loss counts as a
         suspected failover.
-      boot_check: Run once, at the first turn that reaches Redis (the
-        eviction policy check).
-      declared_actors: Whether an actor name is declared by this process's
-        code (a runtime schedule of another actor fires too, with one
-        WARNING).
-      hand_over: Makes this thread's hand-over at shutdown (see
-        shutdown.py).  Defaults to None: a signal only stops the thread,
-        which then releases.
       pace: Whether a turn waits (for the next tick, a renewal or a
         retry).  Defaults to True; False when a fake clock drives
         :meth:`step` by hand (``testing.CronSimulator``).
-      one_shot_retention_ms: How long a decided one-shot stays listed as
-        done after its instant before the leader removes it.  Defaults to
-        one day.
+
+    Its shutdown hand-over (see shutdown.py), when it has one, is set as
+    :attr:`hand_over` before it starts; without one a signal only stops
+    the thread, which then releases.
     """
 
     def __init__(
@@ -108,17 +116,12 @@ class LeaderThread(threading.Thread, Generic[H]):
         *,
         store: Store,
         boundary: BrokerBoundary,
-        schedules: Sequence[BoundSchedule],
+        declared: Declared | Sequence[BoundSchedule],
         timing: Timing,
         logger: logging.Logger,
         observer: LeaderObserver | None = None,
-        fast_takeover_ms: int | None = None,
-        identify_server: Callable[[], ServerIdentity | None] | None = None,
-        boot_check: Callable[[], object] | None = None,
-        declared_actors: Callable[[str], bool] | None = None,
-        hand_over: Callable[[LeaderThread[H]], H] | None = None,
+        server: ServerChecks | None = None,
         pace: bool = True,
-        one_shot_retention_ms: int = 86_400_000,
     ) -> None:
         super().__init__(name="dramatiq-cron-leader", daemon=True)
         self.store = store
@@ -129,23 +132,17 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.pace = pace
         #: The current term; None while following.
         self.leadership: Leadership | None = None
-        self._boot_check = boot_check
+        server = server or ServerChecks()
+        self._boot_check = server.at_boot
         self._release_lock = threading.Lock()
         self._released = False
         self._stopped = False
-        self._fault: Episode[str] = Episode()
-        #: Writes too few replicas acknowledged: reported apart from the
-        #: faults above.  A turn that completes after one made a confirmed
-        #: write (the renewal retried, the settle, or a follower's
-        #: acquisition, which always writes), so it ends the episode.
-        self._unconfirmed: Episode[str] = Episode()
-        # Until a first turn completes, and for one lease after the start:
-        # a fresh replica's initial sync (Redis waits repl-diskless-sync-delay,
-        # 5 s by default, before sending it) is the expected cause of writes
-        # not acknowledged yet, said at INFO; a WARNING only once it lasts.
-        self._booting_until: float | None = store.clock.monotonic() + timing.lease_ms / 1000
-        declared = {s.id: s for s in schedules}
-        reports, losses = OnceReports(logger), Flapping()
+        self.faults = Faults(
+            lease=store.lease, timing=timing, logger=logger, observer=self.observer, monotonic=store.clock.monotonic
+        )
+        if not isinstance(declared, Declared):
+            declared = Declared.of(declared)
+        reports = Reports.to(logger, store.keys)
         self.owed = OwedQueue(
             boundary=boundary,
             logger=logger,
@@ -154,20 +151,13 @@ class LeaderThread(threading.Thread, Generic[H]):
             enqueued=self._report_enqueued,
             drop_stale=store.runtime.drop_stale if store.runtime is not None else None,
         )
-        self.schedule_sets = ScheduleSets(
-            declared, lease=store.lease, ledger=store.ledger, keys=store.keys, logger=logger
-        )
-        corrupt = self._reporter(reports)
         self.follower = Follower(
             lease=store.lease,
             timing=timing,
-            logger=logger,
+            reports=reports,
             owed=self.owed,
             stopping=self.stopping,
-            report_corrupt=corrupt,
-            losses=losses,
-            identify_server=identify_server,
-            fast_takeover_ms=fast_takeover_ms,
+            identify_server=server.identify,
             monotonic=store.clock.monotonic,
         )
         self.firing = Firing(
@@ -175,23 +165,18 @@ class LeaderThread(threading.Thread, Generic[H]):
             declared=declared,
             boundary=boundary,
             owed=self.owed,
-            schedule_sets=self.schedule_sets,
             timing=timing,
-            logger=logger,
+            reports=reports,
             observer=self.observer,
-            report_once=reports,
-            report_corrupt=corrupt,
-            losses=losses,
             stopping=self.stopping,
-            declared_actor=declared_actors or (lambda name: True),
-            one_shot_retention_ms=one_shot_retention_ms,
         )
-        self._losses = losses
+        self.schedule_sets = self.firing.schedule_sets
+        self._losses = reports.losses
         #: The process the lease is this thread's in: a forked child
         #: inherits the object, never the lease.
         self._pid = os.getpid()
         #: What a signal handler or ``atexit`` calls (see shutdown.py).
-        self.hand_over = hand_over(self) if hand_over is not None else None
+        self.hand_over: H | None = None
 
     # -- what others read -----------------------------------------------------
 
@@ -273,7 +258,7 @@ class LeaderThread(threading.Thread, Generic[H]):
             replies = self.store.clock.observations
             self._turn()
             if self.store.clock.observations != replies:  # Redis answered this turn
-                self._healthy()
+                self.faults.healthy()
         except Unconfirmed as exc:
             self._faulty(exc, unconfirmed=exc)
         except NotLeader:
@@ -411,27 +396,6 @@ class LeaderThread(threading.Thread, Generic[H]):
         self.lease.forget()
         self.firing.forget()
 
-    def _healthy(self) -> None:
-        self._booting_until = None
-        unconfirmed = self._unconfirmed.recovered()
-        if unconfirmed is not None:
-            if unconfirmed == "boot":
-                self.logger.info("The cron scheduler's first writes are confirmed durable: it fires from now.")
-            else:
-                self.logger.warning("The cron scheduler's writes are confirmed durable again.")
-            self.observer.replicas_confirmed(confirmed=True)
-            self.lease.report_replicas(None)
-        fault = self._fault.recovered()
-        if fault is not None:
-            if fault == "unreachable":
-                self.logger.warning("Cron scheduler reaches Redis again.")
-            elif fault.startswith("refused:"):
-                self.logger.warning("Redis accepts the cron scheduler's commands again.")
-            elif fault.startswith("credentials:"):
-                self.logger.warning("Redis accepts the cron scheduler's password again.")
-            else:
-                self.logger.warning("Cron leader loop works again.")
-
     def _faulty(self, exc: BaseException, *, refused: str | None = "", unconfirmed: Unconfirmed | None = None) -> None:
         """Report a fault once per state change and wait before the next
         turn.  ``refused``: "" for an unreachable Redis, the refusal for a
@@ -443,9 +407,9 @@ class LeaderThread(threading.Thread, Generic[H]):
             # closed): the release reports how the stop went, in one line.
             return
         if unconfirmed is not None:
-            self._report_unconfirmed(unconfirmed)
+            self.faults.unconfirmed(unconfirmed)
         else:
-            self._report_fault(exc, refused)
+            self.faults.fault(exc, refused)
         leadership = self.leadership
         if leadership is not None:
             try:
@@ -459,75 +423,5 @@ class LeaderThread(threading.Thread, Generic[H]):
         if self.pace:
             self.stopping.wait(self.timing.retry_interval)
 
-    def _report_unconfirmed(self, unconfirmed: Unconfirmed) -> None:
-        try:
-            self.lease.report_replicas(unconfirmed)  # refreshed at each retry, for operators
-        except (*_FAULTS, redis.RedisError):
-            pass  # a replica answered, or Redis went away: the WARNING below still says it
-        booting = self._booting_until is not None and self.store.clock.monotonic() < self._booting_until
-        if booting and self._unconfirmed.failing("boot"):
-            self.logger.info(
-                "Waiting for the cron scheduler's first writes to be confirmed durable (%s), as after a "
-                "replica's initial sync: nothing fires until they are; a WARNING if it lasts past %d ms.",
-                unconfirmed,
-                self.timing.lease_ms,
-            )
-            self.observer.replicas_confirmed(confirmed=False)
-        elif not booting and self._unconfirmed.failing("unconfirmed"):
-            self.logger.warning(
-                "The cron scheduler's writes are not confirmed durable (%s): nothing fires until they are (a "
-                "claim made meanwhile is settled then); a leader steps down after %d ms; retrying every %d ms.",
-                unconfirmed,
-                int(self.timing.fire_deadline * 1000),
-                int(self.timing.retry_interval * 1000),
-            )
-            self.observer.replicas_confirmed(confirmed=False)
-
-    def _report_fault(self, exc: BaseException, refused: str | None) -> None:
-        credentials = credentials_problem(exc) if refused == "" else None
-        if refused is None:
-            key = f"{type(exc).__name__}: {exc}"
-        elif credentials is not None:
-            key = f"credentials:{credentials}"
-        else:
-            key = f"refused:{refused.split(':')[0]}" if refused else "unreachable"
-        no_scripting = scripting_missing(exc)
-        if self._fault.failing(key):
-            if credentials is not None:
-                self.logger.warning(
-                    "%s: nothing is scheduled by this process until Redis accepts it; retrying every %d ms "
-                    "(fix redis= or %s and restart the workers).",
-                    credentials,
-                    int(self.timing.retry_interval * 1000),
-                    ENV_URL,
-                )
-            elif refused is None and no_scripting is not None:
-                # A setting of the server, not a bug: no traceback.
-                self.logger.error(
-                    "Redis cannot run the cron scheduler's Lua scripts (%s): the scheduler needs EVAL, EVALSHA and "
-                    "SCRIPT (Redis 6.2 or later, or Valkey with its Lua scripting engine loaded; were they renamed "
-                    "or disabled?); nothing fires from this process; retrying every %d ms.",
-                    redact(no_scripting),
-                    int(self.timing.retry_interval * 1000),
-                )
-            elif refused is None:
-                self.logger.error("Cron leader loop failed: %s", redact(key), exc_info=True)
-            elif refused:
-                self.logger.warning(
-                    "Redis refuses the cron scheduler's commands (%s): nothing fires meanwhile; retrying every %d ms.",
-                    redact(refused),
-                    int(self.timing.retry_interval * 1000),
-                )
-            else:
-                self.logger.warning(
-                    "Cron scheduler cannot reach Redis (%s); retrying every %d ms.",
-                    redact(f"{type(exc).__name__}: {exc}"),
-                    int(self.timing.retry_interval * 1000),
-                )
-
     def _report_enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.observer.enqueued(schedule_id=schedule_id, tick_ms=tick_ms, lag_ms=lag_ms)
-
-    def _reporter(self, reports: OnceReports) -> Callable[[Corrupt], None]:
-        keys = self.store.keys
-        return lambda corrupt: report_corrupt(reports, keys, corrupt)

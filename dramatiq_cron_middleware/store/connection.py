@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
@@ -31,6 +32,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection
 
 from ..errors import CronConfigurationError
+from .timing import Timing
 
 _MaintConfig: Any
 try:  # redis-py 7 and later
@@ -42,8 +44,10 @@ __all__ = [
     "CLUSTER_SCHEME",
     "ENV_URL",
     "SENTINEL_SCHEME",
+    "Connections",
     "MasterChanged",
     "close_clients",
+    "dedicated_connection",
     "describe",
     "node_client",
     "pool_for",
@@ -537,3 +541,141 @@ def presence_client(source: Any, *, op_timeout_ms: int) -> redis.Redis | None:
     except (redis.ConnectionError, redis.TimeoutError, OSError):
         pass  # unreachable now: checked again by the leader when it follows
     return presence
+
+
+def dedicated_connection(client: Any, key: str) -> Any:
+    """A connection to the server holding ``key``, outside any pool, made
+    (and connected, if Redis answers) now: the shutdown path must not wait
+    for a pool's lock.  None when none can be made."""
+    try:
+        pool = pool_for(client, key)
+        connection = pool.connection_class(**pool.connection_kwargs)
+    except Exception:  # an unusual client: the lease expires on its own
+        return None
+    try:
+        connection.connect()
+    except (redis.RedisError, OSError):
+        pass  # unreachable now: connected at the hand-over
+    return connection
+
+
+def _waiting(client: redis.Redis, *, threads: int, timeout_ms: int) -> redis.Redis:
+    """The client with a pool that waits for a free connection instead of
+    failing (every worker thread may use it at once, and the scheduler's
+    plain pools allow eight connections).  Sentinel and Cluster pools are
+    unbounded and kept."""
+    pool = getattr(client, "connection_pool", None)
+    if type(pool) is not redis.ConnectionPool:
+        return client
+    blocking = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
+        connection_class=pool.connection_class,
+        max_connections=max(threads, 8),
+        timeout=timeout_ms / 1000,
+        **pool.connection_kwargs,
+        **unrelaxed(),
+    )
+    return redis.Redis(connection_pool=blocking)
+
+
+class Connections:
+    """Every Redis client of one scheduler, from one source: the one place
+    they are built, each kind once (when first needed), closed together.
+
+    The kinds: the scheduler's command and blocking clients; the
+    operators' (``Timing.OPERATOR_TIMEOUT_MS``); the worker threads' (run
+    records, running marks, deduplication), closed apart once the worker
+    has drained; the shutdown hand-over's connection outside any pool;
+    the fast takeover's presence connection; one client per sentinel.
+    A closed client reconnects when used again.
+
+    Parameters:
+      source: A URL or a redis-py client (see :func:`scheduler_clients`).
+      timing: The durations every timeout derives from.
+    """
+
+    def __init__(self, source: Any, *, timing: Timing) -> None:
+        self.source = source
+        self.timing = timing
+        self._lock = threading.Lock()
+        self._built: dict[object, Any] = {}
+        self._owned: list[Any] = []
+        self._workers: list[Any] = []
+
+    def _once(self, kind: object, build: Any, *, workers: bool = False) -> Any:
+        """The client(s) of ``kind``, built by ``build`` the first time
+        (a client, a pair, or a sentinels' list and name), noted to close."""
+        with self._lock:
+            if kind not in self._built:
+                built = self._built[kind] = build()
+                clients = built[0] if kind == "sentinels" and built else built
+                if clients is not None:
+                    owner = self._workers if workers else self._owned
+                    owner.extend(clients if isinstance(clients, (tuple, list)) else [clients])
+            return self._built[kind]
+
+    def _clients(self, op_timeout_ms: int, block_timeout_ms: int = 0) -> tuple[redis.Redis, redis.Redis]:
+        return scheduler_clients(self.source, op_timeout_ms=op_timeout_ms, block_timeout_ms=block_timeout_ms)
+
+    def scheduler(self) -> tuple[redis.Redis, redis.Redis]:
+        """``(commands, blocking)``: the lease's, the ledger's and the
+        leader's blocking waits.  Raises :class:`CronConfigurationError`
+        for a source that cannot be used (a malformed URL)."""
+        t = self.timing
+        pair: tuple[redis.Redis, redis.Redis] = self._once(
+            "scheduler", lambda: self._clients(t.op_timeout_ms, t.block_timeout_ms)
+        )
+        return pair
+
+    def operator(self) -> redis.Redis:
+        """The operators' client (the API, the CLI, the dashboard)."""
+        client: redis.Redis = self._once("operator", lambda: self._clients(Timing.OPERATOR_TIMEOUT_MS)[0])
+        return client
+
+    def for_workers(self, timeout_ms: int, *, threads: int = 0) -> redis.Redis:
+        """A client for the worker threads, timing out after ``timeout_ms``
+        (one per timeout); with ``threads``, one whose pool waits for a
+        free connection, of at least that many."""
+
+        def build() -> redis.Redis:
+            client = self._clients(timeout_ms)[0]
+            return _waiting(client, threads=threads, timeout_ms=timeout_ms) if threads else client
+
+        client: redis.Redis = self._once(("workers", timeout_ms, threads), build, workers=True)
+        return client
+
+    def shutdown(self, key: str) -> Any:
+        """A new connection for the shutdown hand-over, to the server
+        holding ``key``, outside any pool (see :func:`dedicated_connection`),
+        each attempt bounded by ``Timing.HAND_OVER_ATTEMPT_MS``."""
+        timeout_ms = min(self.timing.op_timeout_ms, Timing.HAND_OVER_ATTEMPT_MS)
+        return dedicated_connection(self._once("shutdown", lambda: self._clients(timeout_ms)[0]), key)
+
+    def presence(self) -> redis.Redis | None:
+        """A new presence connection for fast takeover (see
+        :func:`presence_client`), closed with the rest."""
+        presence = presence_client(self.source, op_timeout_ms=self.timing.op_timeout_ms)
+        if presence is not None:
+            with self._lock:
+                self._owned.append(presence)
+        return presence
+
+    def sentinels(self) -> tuple[list[redis.Redis], str] | None:
+        """A client per sentinel of a Sentinel-managed source, and the
+        service name; None otherwise (see :func:`sentinels_of`)."""
+        command = self.scheduler()[0]
+        found: tuple[list[redis.Redis], str] | None = self._once(
+            "sentinels", lambda: sentinels_of(command, timeout_ms=self.timing.replica_wait_ms)
+        )
+        return found
+
+    def close(self) -> None:
+        """Close every connection but the worker threads'."""
+        with self._lock:
+            owned = list(self._owned)
+        close_clients(owned)
+
+    def close_workers(self) -> None:
+        """Close the worker threads' connections (once they have drained)."""
+        with self._lock:
+            workers = list(self._workers)
+        close_clients(workers)

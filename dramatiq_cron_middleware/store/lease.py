@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import socket
 import uuid
 from typing import Any
 
@@ -24,7 +26,7 @@ from .durability import Ack, Durability, Unconfirmed
 from .keys import Keys
 from .timing import Timing
 
-__all__ = ["Acquired", "Held", "Lease", "Renewed"]
+__all__ = ["Acquired", "Candidate", "Held", "Lease", "Renewed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,17 @@ def parse_schedule_set(value: str | bytes | None) -> dict[str, str] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """Who a candidate is, as operators see it: its host and process, and
+    what it publishes (its schedule set's fingerprint, the app version)."""
+
+    host: str = dataclasses.field(default_factory=socket.gethostname)
+    pid: int = dataclasses.field(default_factory=os.getpid)
+    fingerprint: str = ""
+    version: str = ""
+
+
 class Lease:
     """One candidate's handle on the shared lease.
 
@@ -77,9 +90,8 @@ class Lease:
       keys: The key names.
       ttl_ms: The lease length in milliseconds.
       clock: Refreshed from the server time every script returns.
-      host, pid: Shown to operators as the leader's identity.
-      fingerprint, version: Published with this candidate (its schedule
-        set's fingerprint and the app version, when given).
+      candidate: Who this candidate is (shown to operators, published
+        with it).  Defaults to this process, with no fingerprint or version.
       presence_client: For fast takeover: a single-connection client whose
         ``CLIENT ID`` is registered in the lease while leading, so followers
         can tell when the leader's process is gone.  None disables it.
@@ -95,10 +107,7 @@ class Lease:
         keys: Keys,
         ttl_ms: int,
         clock: ServerClock,
-        host: str,
-        pid: int,
-        fingerprint: str = "",
-        version: str = "",
+        candidate: Candidate | None = None,
         presence_client: redis.Redis | None = None,
         durability: Durability | None = None,
     ) -> None:
@@ -107,12 +116,13 @@ class Lease:
         self.ttl_ms = ttl_ms
         self._timing = Timing.for_lease(ttl_ms)
         self.clock = clock
-        self.host = host
-        self.pid = pid
-        self.fingerprint = fingerprint
-        self.version = version
+        candidate = candidate or Candidate()
+        self.host = candidate.host
+        self.pid = candidate.pid
+        self.fingerprint = candidate.fingerprint
+        self.version = candidate.version
         self.candidate_id = uuid.uuid4().hex[:12]
-        self.member = f"{host}|{pid}|{self.candidate_id}"
+        self.member = f"{self.host}|{self.pid}|{self.candidate_id}"
         self.token: str | None = None
         self._attempt: str | None = None
         self._client = client

@@ -65,10 +65,19 @@ class Timing:
     #: How long a durable write waits for replicas to acknowledge it
     #: (``WAIT``): half the op timeout, so the reply still arrives in time.
     replica_wait_ms: int = 0
+    #: Fast takeover (opt-in): how often a follower checks whether the
+    #: leader's process is gone; None waits for the lease.
+    fast_takeover_ms: int | None = None
+    #: How long a decided one-shot stays listed as done after its instant
+    #: before the leader removes it.
+    one_shot_retention_ms: int = 86_400_000
 
     @classmethod
-    def for_lease(cls, lease_ms: int) -> Timing:
-        """The durations for a lease of ``lease_ms`` milliseconds."""
+    def for_lease(
+        cls, lease_ms: int, *, fast_takeover_ms: int | None = None, one_shot_retention_ms: int = 86_400_000
+    ) -> Timing:
+        """The durations for a lease of ``lease_ms`` milliseconds (and the
+        two given as they are)."""
         lease = lease_ms / 1000
         op_timeout_ms = max(100, min(lease_ms // 6, 2000))
         return cls(
@@ -84,4 +93,6 @@ class Timing:
             candidate_listed_ms=3 * lease_ms,
             candidate_forgotten_ms=10 * lease_ms,
             replica_wait_ms=op_timeout_ms // 2,
+            fast_takeover_ms=fast_takeover_ms,
+            one_shot_retention_ms=one_shot_retention_ms,
         )

@@ -17,7 +17,7 @@ import redis
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Acquired, Lease
+from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Lease
 from tests.support.instances import wait_for
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer
@@ -42,8 +42,7 @@ def make_lease(url: str, keys: Keys) -> Lease:
         keys=keys,
         ttl_ms=TTL_MS,
         clock=ServerClock(),
-        host="test",
-        pid=os.getpid(),
+        candidate=Candidate("test", os.getpid()),
     )
 
 

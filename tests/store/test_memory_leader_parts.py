@@ -64,6 +64,7 @@ def test_a_runtime_add_whose_fenced_sync_fails_is_read_again_at_the_next_turn() 
 
     import pytest
 
+    from dramatiq_cron_middleware.leader.declared import Declared
     from dramatiq_cron_middleware.leader.reports import OnceReports
     from dramatiq_cron_middleware.leader.runtime_feed import RuntimeFeed
 
@@ -78,8 +79,7 @@ def test_a_runtime_add_whose_fenced_sync_fails_is_read_again_at_the_next_turn() 
         keys=store.keys,
         queue=queue,
         ledger=store.ledger,
-        declared={},
-        declared_actor=lambda name: True,
+        declared=Declared({}),
         clock=store.clock,
         report_once=OnceReports(logging.getLogger("test.feed")),
     )
@@ -133,7 +133,7 @@ def test_a_leader_whose_writes_no_replica_acknowledges_enqueues_nothing_and_step
     leader: LeaderThread = LeaderThread(
         store=store,
         boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=lease_ms),
-        schedules=[schedule],
+        declared=[schedule],
         timing=timing,
         logger=logger,
         pace=False,

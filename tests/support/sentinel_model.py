@@ -304,7 +304,7 @@ class World:
         return LeaderThread(
             store=store,
             boundary=BrokerBoundary(self.broker, Boundary.PLAIN, keys=store.keys, mark_ms=self.lease_ms),
-            schedules=[self.schedule],
+            declared=[self.schedule],
             timing=Timing.for_lease(self.lease_ms),
             logger=self.logger,
             pace=False,

@@ -27,7 +27,7 @@ from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules
 from dramatiq_cron_middleware.store.keys import Keys
-from dramatiq_cron_middleware.store.lease import Lease
+from dramatiq_cron_middleware.store.lease import Candidate, Lease
 from dramatiq_cron_middleware.store.ledger import Claim, Ledger
 from dramatiq_cron_middleware.store.operator import RedisOperator
 from dramatiq_cron_middleware.store.redis_store import RedisStore
@@ -295,10 +295,7 @@ class RedisHarness(StoreHarness):
             keys=self.keys,
             ttl_ms=ttl_ms,
             clock=clock,
-            host=name,
-            pid=os.getpid(),
-            fingerprint=fingerprint,
-            version=version,
+            candidate=Candidate(name, os.getpid(), fingerprint=fingerprint, version=version),
             durability=Durability(replicas=replicas, wait_ms=500),  # half the op timeout, as Timing has it
         )
         ledger = Ledger(client=client, keys=self.keys, clock=clock, durability=lease.durability)
