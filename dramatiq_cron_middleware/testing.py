@@ -53,7 +53,6 @@ from .middleware import CronMiddleware, find_middleware
 from .monitoring.health import Facts, Policy
 from .monitoring.monitor import HealthMonitor
 from .monitoring.read import decide_check
-from .monitoring.recorder import RunRecorder
 from .monitoring.records import Alert, RunRecord, parse_run
 from .monitoring.thread import HealthObserver
 from .schedules.outcome import Outcome
@@ -190,7 +189,6 @@ class CronSimulator:
         self.missed: list[tuple[str, int]] = []
         #: Run monitoring in the simulation's store: workers record runs here.
         self.run_store = MemoryRuns(self.server, run_history=self.middleware.monitor_config.run_history)
-        self.run_sink = RunRecorder(runs_factory=lambda: self.run_store, logger=logging.getLogger(__name__))
         self._monitor = HealthMonitor(store=self.run_store, schedule=self._describe)
         #: Every alert the simulated leader sent, in order (``on_alert`` gets
         #: each too, at once).
@@ -349,7 +347,6 @@ class CronSimulator:
         """Detach from the middleware: workers start leader threads again."""
         self.middleware.attach_simulator(None)
         self._leader.stopping.close()
-        self.run_sink.close()
 
 
 class _Recording(BrokerBoundary):

@@ -45,7 +45,8 @@ class Turn:
     """What a turn decided: the alerts it stored, whether more work was
     left for the next turn (a full batch), and when the next turn is due at
     the latest: the store's time, the events cursor reached, and the
-    earliest deadline still ahead (None: none)."""
+    earliest deadline still ahead (None: none); and the health of every
+    schedule it decided on (what the metrics export)."""
 
     alerts: list[Alert]
     more: bool
@@ -53,6 +54,7 @@ class Turn:
     now_ms: int = 0
     cursor: str = "0-0"
     next_deadline_ms: int | None = None
+    health: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class HealthMonitor:
@@ -170,6 +172,7 @@ class HealthMonitor:
                 marks.append((sid, tick, "lost"))
         alerts: list[Alert] = []
         changed: dict[str, str] = {}
+        decided: dict[str, str] = {}
         for sid, new in facts.items():
             actor, name, policy = self.schedule(sid)
             old = before.get(sid) or Facts()
@@ -197,6 +200,7 @@ class HealthMonitor:
                 open_runs[hold] = wake
             elif old.trouble_since != new.trouble_since or old.announced != new.announced:
                 open_runs.setdefault(hold, None)
+            decided[sid] = new.health
             if new != old:
                 changed[sid] = new.dumps()
         cursor = read.events[-1].entry_id if read.events else None
@@ -218,6 +222,7 @@ class HealthMonitor:
             now_ms=read.now_ms,
             cursor=cursor or read.cursor,
             next_deadline_ms=min(ahead, default=None),
+            health=decided,
         )
         if write.empty:
             return turn
