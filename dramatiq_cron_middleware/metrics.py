@@ -294,6 +294,8 @@ class _Health:
         self._shown: dict[str, str] = {}  # schedule id -> the state at 1 in its series
         self._counts = dict.fromkeys(HEALTH_STATES, 0)  # runtime schedules per state
         self._failing: Episode[str] = Episode()
+        for state in HEALTH_STATES:
+            self.runtime_gauge.labels(state).set(0)
 
     # -- told by the leader and its monitor ----------------------------------
 
