@@ -71,10 +71,12 @@ class CronMetrics(Middleware):
     ``change``: gained, lost), ``ticks_total`` (by ``schedule`` and
     ``outcome``), ``fire_lag_seconds`` (enqueue time minus the tick),
     ``lease_renew_seconds`` and ``last_fire_timestamp_seconds`` (per
-    ``schedule``); from the workers' own hooks, per ``schedule``:
+    ``schedule``); from the ``CronMiddleware``'s run recorder (a sink of
+    it), per ``schedule``:
     ``runs_total`` (by ``outcome``: succeeded, failed, retrying, dropped),
     ``run_duration_seconds`` and ``last_success_timestamp_seconds``; and
-    from the leading process, what ``dramatiq-cron check`` reports: per
+    from the leading process, as its run monitor decides it, what
+    ``dramatiq-cron check`` reports: per
     ``schedule`` and ``state``, ``health`` (1 for the schedule's health, 0
     for the other states; runtime schedules only up to
     ``runtime_health_limit``), per ``state`` ``runtime_health`` (how many

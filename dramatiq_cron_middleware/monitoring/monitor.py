@@ -15,29 +15,18 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from ..store.runs import HealthRead, HealthWrite
+from ..store.abc import RunStore
+from ..store.runs import HealthWrite
 from .health import Facts, Policy, announce, health_of
 from .records import Alert
 
-__all__ = ["HealthMonitor", "HealthStore", "Turn"]
+__all__ = ["HealthMonitor", "Turn"]
 
 #: At most this many events, due deadlines and fired ticks are decided per
 #: turn (a catch-up fires thousands at once); a backlog is worked off over
 #: the next turns, each script kept to milliseconds.
 BATCH = 500
-
-
-class HealthStore(Protocol):
-    """The health half of the run store (``store.runs.RedisRuns`` or the
-    in-memory store's)."""
-
-    def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead: ...
-
-    def write_health(self, token: str, write: HealthWrite) -> bool: ...
-
-    def wait_for_event(self, cursor: str, timeout_ms: int) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +60,7 @@ class HealthMonitor:
     def __init__(
         self,
         *,
-        store: HealthStore,
+        store: RunStore,
         schedule: Callable[[str], tuple[str, str | None, Policy]],
         outboxes: Sequence[str] = (),
     ) -> None:

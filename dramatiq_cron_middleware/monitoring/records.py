@@ -5,11 +5,10 @@ alert; and their JSON forms, the ones ``dramatiq-cron runs --json``,
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 from typing import Any
-
-from ..ops.format import iso
 
 __all__ = ["HEALTH_STATES", "PROBLEMS", "RUN_OUTCOMES", "Alert", "RunRecord", "ScheduleHealth", "parse_run"]
 
@@ -160,6 +159,16 @@ class Alert:
             at_ms=int(data["at"]),
             error=data.get("error"),
         )
+
+
+def iso(ms: int) -> str:
+    """An instant (epoch ms) as the JSON forms write it: ISO 8601 in UTC
+    with milliseconds, exact (no float on the way; the same text as
+    ``ops.format.iso``, which sits a layer above)."""
+    return (_EPOCH + dt.timedelta(milliseconds=int(ms))).isoformat(timespec="milliseconds")
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def parse_run(schedule_id: str, text: str | bytes | None) -> RunRecord | None:
