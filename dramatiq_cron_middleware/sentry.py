@@ -1,19 +1,21 @@
 """Sentry Crons check-ins for cron messages (the ``sentry`` extra).
 
-Add :class:`SentryCrons` to the broker after the
-:class:`~dramatiq_cron_middleware.CronMiddleware` (and after
-``CronDeduplication``, if used), and initialise ``sentry_sdk`` as usual.
-Every attempt of a cron message is one check-in of its schedule's monitor:
-``in_progress`` when a worker starts it, then ``ok`` or ``error`` with its
-duration.  Sentry derives ``missed`` (no check-in within the margin) and
-``timeout`` (no finish within ``max_runtime``) itself.
+Add :class:`SentryCrons` to the broker beside the
+:class:`~dramatiq_cron_middleware.CronMiddleware` and initialise
+``sentry_sdk`` as usual.  The middleware's run recorder tells it every
+attempt of a cron message (on a thread of its own, so a slow Sentry holds
+back neither the job nor the run records); each is one check-in of its
+schedule's monitor: ``in_progress`` when a worker starts it, then ``ok`` or
+``error`` with its duration.  Sentry derives ``missed`` (no check-in within
+the margin) and ``timeout`` (no finish within ``max_runtime``) itself.
 
 A failed attempt that dramatiq will retry is an ``error`` check-in, and the
 retry is a new check-in (Sentry's Celery integration reports a retry the
 same way): the monitor shows every failed attempt, and its
-``failure_issue_threshold`` counts them.  A message that is skipped before
-it starts (``AgeLimit``'s ``max_age``, a duplicate) sends nothing, so
-Sentry sees the tick as missed, which it was.
+``failure_issue_threshold`` counts them.  A message that ``AgeLimit`` skips
+before it starts (its ``max_age``) sends nothing, so Sentry sees the tick
+as missed, which it was; a duplicate that ``CronDeduplication`` skips sends
+no finish (the run it duplicates, whose check-in id it shares, closes it).
 
 Each monitor's configuration (upserted by Sentry with every ``in_progress``
 check-in) comes from the schedule; see :func:`monitor_config` and
