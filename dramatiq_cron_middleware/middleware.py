@@ -41,7 +41,6 @@ from .monitoring.health import Policy
 from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, StoreSink
 from .monitoring.records import Alert
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
-from .overlap import RunningMarks
 from .schedules.ids import parse_id
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -72,6 +71,7 @@ from .store.keys import Keys
 from .store.lease import Lease
 from .store.ledger import Ledger
 from .store.redis_store import RedisStore
+from .store.running_marks import RunningMarks
 from .store.runs import RedisRuns
 from .store.runtime import (
     ActorInfo,
