@@ -291,6 +291,7 @@ class CronSimulator:
 
     def runs(self, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
         """A schedule's recorded runs, newest first (as ``dramatiq-cron runs``)."""
+        self.middleware.run_recorder(self.broker).flush(30)  # the records are written from a thread of their own
         found = (parse_run(schedule_id, text) for text in self.run_store.runs_of(schedule_id, limit=limit))
         return [run for run in found if run is not None]
 
@@ -319,6 +320,7 @@ class CronSimulator:
         return self.middleware.health_subject(schedule_id, self._leader.queue.schedules.get(schedule_id))
 
     def _decide(self) -> None:
+        self.middleware.run_recorder(self.broker).flush(30)  # what the workers recorded so far
         leadership = self._leader.leadership
         if leadership is None:
             return
