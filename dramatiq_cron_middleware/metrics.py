@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from dramatiq import Broker, Middleware, Worker
@@ -171,6 +171,7 @@ class CronMetrics(Middleware):
         if self.health_interval is not None:
             self.health = _Health(
                 read=lambda: check_report(cron, broker).schedules,
+                known=lambda: None if cron.leader is None else cron.leader.queue.schedules,
                 runs=self.runs,
                 logger=self.logger,
                 runtime_limit=self.runtime_health_limit,
@@ -256,7 +257,9 @@ class _Health:
     leader decides paused until the schedule fires again.  When the
     process stops leading, every gauge goes to 0: so the current leader's
     process is the only one with a state at 1 (``max by (schedule,
-    state)`` across instances)."""
+    state)`` across instances).  A schedule the leader no longer has
+    (``known()``, looked at every ``prune_s`` at most) has every state at
+    0 again."""
 
     def __init__(
         self,
@@ -264,12 +267,17 @@ class _Health:
         read: Callable[[], list[ScheduleHealth]],
         runs: _Runs,
         logger: Any,
+        known: Callable[[], Container[str] | None] = lambda: None,
         runtime_limit: int | None = 1000,
         retry_s: float = 5.0,
+        prune_s: float = 15.0,
     ) -> None:
         import prometheus_client as prom
 
         self.read = read
+        self.known = known
+        self.prune_s = prune_s
+        self._pruned_at = time.monotonic()
         self.runs = runs
         self.logger = logger
         self.runtime_limit = runtime_limit
@@ -322,6 +330,22 @@ class _Health:
             self._decided.update(states)
             for sid, state in states.items():
                 self._set(sid, health=state)
+            if time.monotonic() - self._pruned_at >= self.prune_s:
+                self._pruned_at = time.monotonic()
+                self._prune()
+
+    def _prune(self) -> None:
+        known = self.known()
+        if known is None:  # no leader thread here: nothing to tell
+            return
+        for sid in [sid for sid in self._health.keys() | self._paused if sid not in known]:
+            self._set(sid, health="pending", paused=False)  # its counts and series leave together
+            before = self._health.pop(sid)
+            if ":" in sid:
+                self._counts[before] -= 1
+                self.runtime_gauge.labels(before).set(self._counts[before])
+            self._decided.discard(sid)
+            self._series(sid, None)
 
     def paused(self, schedule_id: str, paused: bool) -> None:
         """A tick of the schedule was decided paused (True), or it fired."""

@@ -219,8 +219,8 @@ def test_health_gauges_show_the_monitors_decisions_over_one_read_per_term(
     When a term begins, one read (as ``check`` reports) gives every
     schedule's state, retried while it fails with one WARNING per episode;
     Then the monitor's decisions win over it, a tick decided paused shows
-    ``paused`` until the schedule fires again, and losing the lead sets
-    every state to 0.  No read happens but the one per term."""
+    ``paused`` until the schedule fires again, a schedule the leader no
+    longer has goes to 0, and losing the lead sets every state to 0.  No read happens but the one per term."""
     import logging
 
     from dramatiq_cron_middleware.metrics import _Health, _Runs
@@ -253,8 +253,15 @@ def test_health_gauges_show_the_monitors_decisions_over_one_read_per_term(
     health.paused("b", False)  # b fired: its own health (pending) again
     health.paused("a", True)
     assert ones(health) == {"a": ["paused"], "b": ["pending"], "c": ["running_long"]}
+    # c and a runtime schedule are removed: once the leader no longer has
+    # them, every state is 0 and the runtime counts drop them.
+    health.decided({"r:x": "failing"})
+    health.known, health.prune_s = (lambda: {"a", "b"}), 0
+    health.decided({"a": "paused"})
+    assert ones(health) == {"a": ["paused"], "b": ["pending"], "c": [], "r:x": []}
+    assert {s.labels["state"]: s.value for f in health.runtime_gauge.collect() for s in f.samples}["failing"] == 0
     health.lead(False)
-    assert ones(health) == {"a": [], "b": [], "c": []}
+    assert ones(health) == {"a": [], "b": [], "c": [], "r:x": []}
     assert read_count[0] == 2  # the decisions are not read back from Redis
     # A next term reads once more.
     health.lead(True)
