@@ -25,10 +25,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
-import dramatiq
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 
@@ -37,6 +36,7 @@ from .leader.reports import Episode
 from .leader.thread import LeaderObserver
 from .middleware import find_middleware
 from .monitoring.read import check_report
+from .monitoring.recorder import Run
 from .monitoring.records import HEALTH_STATES, ScheduleHealth
 from .store.connection import redact
 
@@ -71,10 +71,12 @@ class CronMetrics(Middleware):
     ``change``: gained, lost), ``ticks_total`` (by ``schedule`` and
     ``outcome``), ``fire_lag_seconds`` (enqueue time minus the tick),
     ``lease_renew_seconds`` and ``last_fire_timestamp_seconds`` (per
-    ``schedule``); from the workers' own hooks, per ``schedule``:
+    ``schedule``); from the ``CronMiddleware``'s run recorder (a sink of
+    it), per ``schedule``:
     ``runs_total`` (by ``outcome``: succeeded, failed, retrying, dropped),
     ``run_duration_seconds`` and ``last_success_timestamp_seconds``; and
-    from the leading process, what ``dramatiq-cron check`` reports: per
+    from the leading process, as its run monitor decides it, what
+    ``dramatiq-cron check`` reports: per
     ``schedule`` and ``state``, ``health`` (1 for the schedule's health, 0
     for the other states; runtime schedules only up to
     ``runtime_health_limit``), per ``state`` ``runtime_health`` (how many
@@ -88,11 +90,10 @@ class CronMetrics(Middleware):
         ``DRAMATIQ_CRON_METRICS_HOST``, else ``"0.0.0.0"``.
       port(int): Its port.  Defaults to None, meaning
         ``DRAMATIQ_CRON_METRICS_PORT``, else 9192.
-      health_interval(int): How often, in milliseconds, the leading
-        process reads every schedule's health into the ``health`` gauges
-        (one read of them all, as ``check`` does).  Defaults to 15000
-        (Prometheus' default scrape interval); None exports no health
-        (seven series per schedule).
+      health_interval(int): None exports no health (seven series per
+        schedule); any positive number exports it.  The gauges follow the
+        leader's decisions as it makes them (no periodic read); the value
+        is kept for compatibility.  Defaults to 15000.
       runtime_health_limit(int): The most runtime schedules exported one by
         one in ``health``; with more, only their counts per state
         (``runtime_health``) are, so 100,000 tenants cost 7 series, not
@@ -140,6 +141,7 @@ class CronMetrics(Middleware):
         self.own_exposition = False
         self.observer: _Observer | None = None
         self.runs: _Runs | None = None
+        self.health: _Health | None = None
 
     @property
     def forks(self) -> list[Any]:
@@ -164,50 +166,18 @@ class CronMetrics(Middleware):
                 json.dump({"host": self.host, "port": self.port}, f)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.directory
         guard = _Guard(self.logger)
-        self.runs = _Runs(guard=guard)
-        health = None
+        self.runs = _Runs()
+        cron.run_recorder(broker).add(self.runs)
         if self.health_interval is not None:
-            health = _Health(
+            self.health = _Health(
                 read=lambda: check_report(cron, broker).schedules,
-                interval_s=self.health_interval / 1000,
+                known=lambda: None if cron.leader is None else cron.leader.queue.schedules,
                 runs=self.runs,
                 logger=self.logger,
                 runtime_limit=self.runtime_health_limit,
             )
-        self.observer = _Observer(guard=guard, health=health)
+        self.observer = _Observer(guard=guard, health=self.health)
         cron.observe_leader(self.observer)
-
-    def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Note when a cron message starts."""
-        if self.runs is not None and "cron_schedule" in message.options:
-            self.runs.started(message.message_id)
-
-    def after_process_message(
-        self,
-        broker: Broker,
-        message: dramatiq.broker.MessageProxy,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-    ) -> None:
-        """Observe the duration of an attempt of a cron message."""
-        if self.runs is not None and "cron_schedule" in message.options:
-            self.runs.finished(message, raised=exception is not None)
-
-    def after_ack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Count an attempt that succeeded, or failed and is retried."""
-        if self.runs is not None and "cron_schedule" in message.options:
-            self.runs.settled(message, failed=False)
-
-    def after_nack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Count an attempt that failed for good."""
-        if self.runs is not None and "cron_schedule" in message.options:
-            self.runs.settled(message, failed=True)
-
-    def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Count a cron message that did not run (``max_age``, a duplicate)."""
-        if self.runs is not None and "cron_schedule" in message.options:
-            self.runs.dropped(message)
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Drop this process's live gauges from the exposition."""
@@ -236,14 +206,14 @@ class _Guard:
 
 
 class _Runs:
-    """Counts and times the attempts of cron messages run in this process."""
+    """Counts and times the attempts of cron messages run in this process,
+    as the run recorder tells them (a sink of it, on its own thread)."""
 
-    def __init__(self, *, guard: _Guard) -> None:
+    name = "metrics"
+
+    def __init__(self) -> None:
         import prometheus_client as prom
 
-        self._guard = guard
-        self._started: dict[str, float] = {}  # message id -> monotonic start
-        self._raised: dict[str, bool] = {}  # message id -> whether the finished attempt raised
         registry = prom.CollectorRegistry()  # values live in the multiprocess files
         self.runs = prom.Counter(
             "dramatiq_cron_runs",
@@ -266,64 +236,52 @@ class _Runs:
             multiprocess_mode="max",
         )
 
-    def started(self, message_id: str) -> None:
-        self._started[message_id] = time.monotonic()
+    def started(self, run: Run) -> None:
+        pass
 
-    def finished(self, message: dramatiq.broker.MessageProxy, *, raised: bool) -> None:
-        # Whether dramatiq retries is not known yet: after-hooks run in the
-        # reverse order of the middleware, so Retries (a default, added
-        # first) has not looked at the exception.  The ack or nack says.
-        started = self._started.pop(message.message_id, None)
-        self._raised[message.message_id] = raised
-        if started is not None:
-            duration = time.monotonic() - started
-            self._guard(lambda: self.duration.labels(str(message.options["cron_schedule"])).observe(duration))
-
-    def settled(self, message: dramatiq.broker.MessageProxy, *, failed: bool) -> None:
-        raised = self._raised.pop(message.message_id, None)
-        if raised is None:  # skipped, or not started in this process
-            return
-        outcome = "failed" if failed else "retrying" if raised else "succeeded"
-        self._guard(self._count, str(message.options["cron_schedule"]), outcome)
-
-    def _count(self, schedule_id: str, outcome: str) -> None:
-        self.runs.labels(schedule_id, outcome).inc()
-        if outcome == "succeeded":
-            self.last_success.labels(schedule_id).set(time.time())
-
-    def succeeded_at(self, schedule_id: str, at_s: float) -> None:
-        """A success recorded in Redis (so a restarted instance shows it)."""
-        self.last_success.labels(schedule_id).set(at_s)
-
-    def dropped(self, message: dramatiq.broker.MessageProxy) -> None:
-        self._started.pop(message.message_id, None)
-        self._guard(self._count, str(message.options["cron_schedule"]), "dropped")
+    def finished(self, run: Run) -> None:
+        if run.outcome != "dropped" and run.duration_s is not None:
+            self.duration.labels(run.schedule_id).observe(run.duration_s)
+        self.runs.labels(run.schedule_id, run.outcome).inc()
+        if run.outcome == "succeeded":
+            self.last_success.labels(run.schedule_id).set(time.time())
 
 
 class _Health:
-    """While this process leads, reads every schedule's health (what
-    ``check`` reports) into gauges on a thread of its own, every
-    ``interval_s``; when it stops leading, sets them all to 0.  So the
-    current leader's process is the only one with a state at 1, in its
-    instance's exposition (the gauges keep the most recent value of any
-    live process) and across instances (``max by (schedule, state)``)."""
+    """The leading process's health gauges: per schedule, 1 for its state
+    and 0 for the six others.  They show what the leader's run monitor
+    decides, turn by turn (:meth:`decided`), over one read of every
+    schedule's health as ``check`` reports it when a term begins (the
+    schedules the monitor has not decided on yet: a nightly job's health
+    is known before its next run), with ``paused`` from the ticks the
+    leader decides paused until the schedule fires again.  When the
+    process stops leading, every gauge goes to 0: so the current leader's
+    process is the only one with a state at 1 (``max by (schedule,
+    state)`` across instances).  A schedule the leader no longer has
+    (``known()``, looked at every ``prune_s`` at most) has every state at
+    0 again."""
 
     def __init__(
         self,
         *,
         read: Callable[[], list[ScheduleHealth]],
-        interval_s: float,
         runs: _Runs,
         logger: Any,
+        known: Callable[[], Container[str] | None] = lambda: None,
         runtime_limit: int | None = 1000,
+        retry_s: float = 5.0,
+        prune_s: float = 15.0,
     ) -> None:
         import prometheus_client as prom
 
         self.read = read
-        self.runtime_limit = runtime_limit
-        self.interval_s = interval_s
+        self.known = known
+        self.prune_s = prune_s
+        self._pruned_at = time.monotonic()
         self.runs = runs
         self.logger = logger
+        self.runtime_limit = runtime_limit
+        self.retry_s = retry_s
         self.gauge = prom.Gauge(
             "dramatiq_cron_health",
             "1 for the schedule's health (as dramatiq-cron check reports it), 0 for the other states.",
@@ -338,76 +296,133 @@ class _Health:
             registry=prom.CollectorRegistry(),
             multiprocess_mode="livemostrecent",
         )
-        self._lock = threading.Lock()  # one writer of the gauges at a time
-        self._shown: dict[str, str] = {}  # schedule id -> the state at 1
-        self._stop: threading.Event | None = None
+        self._lock = threading.Lock()
+        self._term = 0  # the term of leadership the values are for (0: following)
+        self._health: dict[str, str] = {}  # schedule id -> its health
+        self._decided: set[str] = set()  # decided by the monitor this term
+        self._paused: set[str] = set()
+        self._shown: dict[str, str] = {}  # schedule id -> the state at 1 in its series
+        self._counts = dict.fromkeys(HEALTH_STATES, 0)  # runtime schedules per state
         self._failing: Episode[str] = Episode()
+        for state in HEALTH_STATES:
+            self.runtime_gauge.labels(state).set(0)
+
+    # -- told by the leader and its monitor ----------------------------------
 
     def lead(self, leading: bool) -> None:
-        """Start reading when this process leads, stop when it no longer does."""
-        if self._stop is not None:
-            self._stop.set()
-            self._stop = None
+        """A term begins (read every schedule's health once, on a thread of
+        its own) or ends (every gauge to 0)."""
+        with self._lock:
+            self._term += 1
+            term = self._term if leading else 0
+            for sid in list(self._shown):
+                self._series(sid, None)
+            self._health, self._decided, self._paused = {}, set(), set()
+            self._counts = dict.fromkeys(HEALTH_STATES, 0)
+            for state in HEALTH_STATES:
+                self.runtime_gauge.labels(state).set(0)
         if leading:
-            self._stop = threading.Event()
-            threading.Thread(target=self._run, args=(self._stop,), name="cron-health-metrics", daemon=True).start()
+            threading.Thread(target=self._begin, args=(term,), name="cron-health-metrics", daemon=True).start()
 
-    def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            self.refresh(stop)
-            stop.wait(self.interval_s)
+    def decided(self, states: dict[str, str]) -> None:
+        """The health the monitor decided this turn."""
         with self._lock:
-            if self._stop is None:  # not leading again meanwhile: the new term's thread shows its own
-                self._show({})
-                self._count_runtime([])
+            self._decided.update(states)
+            for sid, state in states.items():
+                self._set(sid, health=state)
+            if time.monotonic() - self._pruned_at >= self.prune_s:
+                self._pruned_at = time.monotonic()
+                self._prune()
 
-    def refresh(self, stop: threading.Event | None = None) -> None:
-        """Read the health once and set the gauges (unless ``stop`` was set
-        meanwhile); a schedule gone since the last read has every state at 0."""
-        try:
-            healths = self.read()
-        except Exception as exc:  # Redis down: the gauges keep their last values
-            if self._failing.failing(type(exc).__name__):
-                self.logger.warning("Cron health metrics cannot be read (%s).", redact(f"{type(exc).__name__}: {exc}"))
+    def _prune(self) -> None:
+        known = self.known()
+        if known is None:  # no leader thread here: nothing to tell
             return
-        if self._failing.recovered() is not None:
-            self.logger.warning("Cron health metrics are read again.")
+        for sid in [sid for sid in self._health.keys() | self._paused if sid not in known]:
+            self._set(sid, health="pending", paused=False)  # its counts and series leave together
+            before = self._health.pop(sid)
+            if ":" in sid:
+                self._counts[before] -= 1
+                self.runtime_gauge.labels(before).set(self._counts[before])
+            self._decided.discard(sid)
+            self._series(sid, None)
+
+    def paused(self, schedule_id: str, paused: bool) -> None:
+        """A tick of the schedule was decided paused (True), or it fired."""
         with self._lock:
-            if stop is not None and stop.is_set():
+            if paused != (schedule_id in self._paused):
+                self._set(schedule_id, paused=paused)
+
+    # -- the read when a term begins -----------------------------------------
+
+    def _begin(self, term: int) -> None:
+        while True:
+            try:
+                healths = self.read()
+            except Exception as exc:  # Redis down: the monitor's decisions still show
+                if self._failing.failing(type(exc).__name__):
+                    self.logger.warning(
+                        "Cron health metrics cannot be read (%s).", redact(f"{type(exc).__name__}: {exc}")
+                    )
+                time.sleep(self.retry_s)
+                if self._term != term:
+                    return
+                continue
+            if self._failing.recovered() is not None:
+                self.logger.warning("Cron health metrics are read again.")
+            break
+        with self._lock:
+            if self._term != term:
                 return
-            self._show(self._one_by_one(healths))
-            self._count_runtime(healths)
+            for schedule in healths:
+                sid = schedule.schedule_id
+                if sid not in self._decided:
+                    self._set(sid, health="pending" if schedule.health == "paused" else schedule.health)
+                if schedule.health == "paused":
+                    self._set(sid, paused=True)
         for schedule in healths:
             last = schedule.last_run
             if last is not None and last.outcome == "succeeded" and last.finished_ms is not None:
-                self.runs.succeeded_at(schedule.schedule_id, last.finished_ms / 1000)
+                self.runs.last_success.labels(schedule.schedule_id).set(last.finished_ms / 1000)
 
-    def _one_by_one(self, healths: list[ScheduleHealth]) -> dict[str, str]:
-        """The schedules exported one by one: the declared ones, and the
-        runtime ones (ids ``actor:name``) unless more than the limit."""
-        states = {s.schedule_id: s.health for s in healths}
-        runtime = [sid for sid in states if ":" in sid]
-        if self.runtime_limit is not None and len(runtime) > self.runtime_limit:
-            for sid in runtime:
-                del states[sid]
-        return states
+    # -- the gauges (under the lock) -----------------------------------------
 
-    def _count_runtime(self, healths: list[ScheduleHealth]) -> None:
-        counts = dict.fromkeys(HEALTH_STATES, 0)
-        for schedule in healths:
-            if ":" in schedule.schedule_id and schedule.health in counts:
-                counts[schedule.health] += 1
-        for state, count in counts.items():
-            self.runtime_gauge.labels(state).set(count)
+    def _set(self, sid: str, *, health: str | None = None, paused: bool | None = None) -> None:
+        before = self._state(sid)
+        if health is not None:
+            self._health[sid] = health
+        if paused is not None:
+            (self._paused.add if paused else self._paused.discard)(sid)
+        after = self._state(sid)
+        if ":" not in sid:  # declared: always one by one
+            self._series(sid, after)
+            return
+        for state, change in ((before, -1), (after, +1)):
+            if state is not None:
+                self._counts[state] += change
+                self.runtime_gauge.labels(state).set(self._counts[state])
+        limit = self.runtime_limit
+        if limit is None or sum(self._counts.values()) <= limit:
+            self._series(sid, after)
+        elif before is None and sum(self._counts.values()) == limit + 1:
+            for runtime in [shown for shown in self._shown if ":" in shown]:  # over the limit now: counted only
+                self._series(runtime, None)
 
-    def _show(self, states: dict[str, str]) -> None:
-        for schedule_id in self._shown.keys() | states.keys():
-            current = states.get(schedule_id)
-            if self._shown.get(schedule_id) == current and current is not None:
-                continue  # unchanged: seven writes saved
-            for state in HEALTH_STATES:
-                self.gauge.labels(schedule_id, state).set(1 if state == current else 0)
-        self._shown = states
+    def _state(self, sid: str) -> str | None:
+        return "paused" if sid in self._paused else self._health.get(sid)
+
+    def _series(self, sid: str, state: str | None) -> None:
+        """One schedule's seven series (None: all 0)."""
+        if self._shown.get(sid) == state and state is not None:
+            return  # unchanged: seven writes saved
+        if state is None and sid not in self._shown:
+            return
+        for each in HEALTH_STATES:
+            self.gauge.labels(sid, each).set(1 if each == state else 0)
+        if state is None:
+            del self._shown[sid]
+        else:
+            self._shown[sid] = state
 
 
 class _Observer(LeaderObserver):
@@ -476,7 +491,12 @@ class _Observer(LeaderObserver):
 
     def tick_decided(self, *, schedule_id: str, outcome: str) -> None:
         """Count a decided tick."""
-        self._guard(lambda: self.ticks.labels(schedule_id, outcome).inc())
+        self._guard(self._tick_decided, schedule_id, outcome)
+
+    def _tick_decided(self, schedule_id: str, outcome: str) -> None:
+        self.ticks.labels(schedule_id, outcome).inc()
+        if self._health is not None and outcome == "paused":
+            self._health.paused(schedule_id, True)
 
     def enqueued(self, *, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         """Observe the fire lag and stamp the schedule's last fire."""
@@ -485,6 +505,13 @@ class _Observer(LeaderObserver):
     def _enqueued(self, schedule_id: str, tick_ms: int, lag_ms: int) -> None:
         self.lag.labels(schedule_id).observe(max(lag_ms, 0) / 1000)
         self.last_fire.labels(schedule_id).set((tick_ms + max(lag_ms, 0)) / 1000)
+        if self._health is not None:
+            self._health.paused(schedule_id, False)
+
+    def health_decided(self, states: dict[str, str]) -> None:
+        """The health the leader's run monitor decided in a turn."""
+        if self._health is not None:
+            self._guard(self._health.decided, states)
 
     def replicas_confirmed(self, *, confirmed: bool) -> None:
         """Set the unconfirmed-writes gauge."""

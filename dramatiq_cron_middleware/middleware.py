@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import datetime as dt
+import functools
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -25,9 +26,8 @@ from .monitoring.config import (
     MonitorConfig,
 )
 from .monitoring.health import Policy
-from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, RunSink
+from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, StoreSink
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
-from .overlap import RunningMarks
 from .schedules.ids import parse_id
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -39,6 +39,7 @@ from .schedules.schedule import (
 )
 from .service import Cron
 from .shutdown import HandOver, install
+from .store.abc import RunStore
 from .store.connection import (
     ENV_URL,
     Connections,
@@ -48,6 +49,7 @@ from .store.connection import (
 )
 from .store.keys import Keys
 from .store.operator import RedisOperator
+from .store.running_marks import RunningMarks
 from .store.runs import RedisRuns
 from .store.runtime import (
     ActorInfo,
@@ -322,11 +324,8 @@ class CronMiddleware(Middleware):
 
     def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record that a cron message's run starts (run monitoring)."""
-        if "cron_tick" not in message.options:  # every other message: this one test
-            return
-        runs = self._runs(broker, message)
-        if runs is not None:
-            runs.started(message)
+        if "cron_tick" in message.options:  # every other message: this one test
+            self.run_recorder(broker).started(message)
 
     def after_process_message(
         self,
@@ -343,67 +342,58 @@ class CronMiddleware(Middleware):
         retry keeps it)."""
         if "cron_tick" not in message.options:
             return
-        runs = self._runs(broker, message)
-        if runs is not None:
-            runs.processed(message, exception)
+        self.run_recorder(broker).processed(message, exception)
         if exception is None and not message.failed:
             self._clear_running_mark(broker, message)
 
     def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record a cron message that will not run (dropped by ``AgeLimit``
         for its ``max_age``, or as a duplicate), and clear its running mark."""
-        if "cron_tick" not in message.options:
-            return
-        runs = self._runs(broker, message)
-        if runs is not None:
-            runs.dropped(message)
-        self._clear_running_mark(broker, message)
+        if "cron_tick" in message.options:
+            self.run_recorder(broker).dropped(message)
+            self._clear_running_mark(broker, message)
 
     def after_ack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record the finish of a cron message's run: succeeded, or failed
         and requeued by ``Retries`` (which runs after this middleware's
         ``after_process_message``, so only now is a retry known)."""
-        if "cron_tick" not in message.options:
-            return
-        runs = self._runs(broker, message)
-        if runs is not None:
-            runs.settled(message, rejected=False)
+        if "cron_tick" in message.options:
+            self.run_recorder(broker).settled(message, rejected=False)
 
     def after_nack(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Record the finish of a cron message's run that failed for good,
         and clear its schedule's running mark."""
-        if "cron_tick" not in message.options:
-            return
-        runs = self._runs(broker, message)
-        if runs is not None:
-            runs.settled(message, rejected=True)
-        self._clear_running_mark(broker, message)
+        if "cron_tick" in message.options:
+            self.run_recorder(broker).settled(message, rejected=True)
+            self._clear_running_mark(broker, message)
 
-    def _runs(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> RunSink | None:
-        """Where a cron message's run is recorded (the hooks ask only for
-        messages with ``cron_tick``): the simulator when one is attached,
-        else Redis through a short-timeout client built on first use; None
-        on a StubBroker without Redis."""
-        if self._simulator is not None:
-            return cast(RunSink, self._simulator.run_sink)
-        if self._stub_without_redis(broker):
-            return None
+    def run_recorder(self, broker: Broker) -> RunRecorder:
+        """The one recorder of this process's cron runs: its sinks are the
+        run records in the store (the simulator's when one is attached,
+        else Redis through a short-timeout client built on first use; none
+        on a StubBroker without Redis), and those ``CronMetrics`` and
+        ``SentryCrons`` add."""
         if self._recorder is None:
             with self._start_lock:
                 if self._recorder is None:
-                    timeout_ms = max(self.timing.op_timeout_ms, RECORD_TIMEOUT_MS)
-                    self._recorder = RunRecorder(
-                        runs_factory=lambda: self._redis_runs(
+                    redis_runs = functools.cache(
+                        lambda: self._redis_runs(
                             self._own_for_workers(
                                 scheduler_clients(
                                     self.redis_source(broker),
-                                    op_timeout_ms=timeout_ms,
+                                    op_timeout_ms=max(self.timing.op_timeout_ms, RECORD_TIMEOUT_MS),
                                     block_timeout_ms=0,
                                 )
                             )[0]
-                        ),
-                        logger=self.logger,
+                        )
                     )
+
+                    def store() -> RunStore | None:
+                        if self._simulator is not None:
+                            return cast(RunStore, self._simulator.run_store)
+                        return None if self._stub_without_redis(broker) else redis_runs()
+
+                    self._recorder = RunRecorder(logger=self.logger, sinks=[StoreSink(store=store, logger=self.logger)])
         return self._recorder
 
     def _clear_running_mark(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
@@ -543,6 +533,7 @@ class CronMiddleware(Middleware):
             token=token,
             timing=self.timing,
             logger=self.logger,
+            on_health=getattr(self._observer, "health_decided", None),
         )
 
     def connections(self, broker: Broker) -> Connections:

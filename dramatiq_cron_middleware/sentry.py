@@ -1,19 +1,21 @@
 """Sentry Crons check-ins for cron messages (the ``sentry`` extra).
 
-Add :class:`SentryCrons` to the broker after the
-:class:`~dramatiq_cron_middleware.CronMiddleware` (and after
-``CronDeduplication``, if used), and initialise ``sentry_sdk`` as usual.
-Every attempt of a cron message is one check-in of its schedule's monitor:
-``in_progress`` when a worker starts it, then ``ok`` or ``error`` with its
-duration.  Sentry derives ``missed`` (no check-in within the margin) and
-``timeout`` (no finish within ``max_runtime``) itself.
+Add :class:`SentryCrons` to the broker beside the
+:class:`~dramatiq_cron_middleware.CronMiddleware` and initialise
+``sentry_sdk`` as usual.  The middleware's run recorder tells it every
+attempt of a cron message (on a thread of its own, so a slow Sentry holds
+back neither the job nor the run records); each is one check-in of its
+schedule's monitor: ``in_progress`` when a worker starts it, then ``ok`` or
+``error`` with its duration.  Sentry derives ``missed`` (no check-in within
+the margin) and ``timeout`` (no finish within ``max_runtime``) itself.
 
 A failed attempt that dramatiq will retry is an ``error`` check-in, and the
 retry is a new check-in (Sentry's Celery integration reports a retry the
 same way): the monitor shows every failed attempt, and its
-``failure_issue_threshold`` counts them.  A message that is skipped before
-it starts (``AgeLimit``'s ``max_age``, a duplicate) sends nothing, so
-Sentry sees the tick as missed, which it was.
+``failure_issue_threshold`` counts them.  A message that ``AgeLimit`` skips
+before it starts (its ``max_age``) sends nothing, so Sentry sees the tick
+as missed, which it was; a duplicate that ``CronDeduplication`` skips sends
+no finish (the run it duplicates, whose check-in id it shares, closes it).
 
 Each monitor's configuration (upserted by Sentry with every ``in_progress``
 check-in) comes from the schedule; see :func:`monitor_config` and
@@ -31,13 +33,13 @@ import time
 import uuid
 from typing import Any
 
-import dramatiq
-from dramatiq import Broker, Middleware
+from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 
 from .errors import CronConfigurationError
 from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
+from .monitoring.recorder import Run
 from .schedules.ids import parse_id, split_runtime_id
 from .schedules.schedule import BoundSchedule
 from .store.connection import redact
@@ -148,81 +150,62 @@ class SentryCrons(Middleware):
       CronConfigurationError: when sentry-sdk is not installed.
     """
 
+    #: As a sink of the run recorder (see :meth:`before_worker_boot`).
+    name = "sentry"
+
     def __init__(self, *, runtime: bool = True) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
         if importlib.util.find_spec("sentry_sdk") is None:
             raise CronConfigurationError("SentryCrons needs sentry-sdk: pip install 'dramatiq-cron-middleware[sentry]'")
         self.runtime = runtime
+        self._broker: Broker | None = None
         self._cron: CronMiddleware | None = None
         self._declared: dict[str, dict[str, Any]] = {}  # schedule id -> monitor config
         # runtime schedule id -> (monotonic expiry, (monitored, monitor config))
         self._runtime: dict[str, tuple[float, tuple[bool, dict[str, Any] | None]]] = {}
         self._lock = threading.Lock()
-        self._started: dict[str, float] = {}  # message id -> monotonic start
         self._failing: Episode[str] = Episode()  # sending check-ins
         self._unread: Episode[str] = Episode()  # reading runtime definitions
         self._read_again_at = 0.0  # monotonic; after a failed read, none before this
 
-    def before_process_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
+    def before_worker_boot(self, broker: Broker, worker: Worker) -> None:
+        """Be told every cron run of this process by the ``CronMiddleware``'s
+        run recorder (:meth:`started`, :meth:`finished`), on a thread of its
+        own: a slow Sentry or Redis holds back neither the job nor the
+        other sinks."""
+        self._broker = broker
+        find_middleware(broker, needed_by="SentryCrons").run_recorder(broker).add(self)
+
+    def started(self, run: Run) -> None:
         """Check in ``in_progress`` (with the monitor's configuration)."""
-        schedule_id = message.options.get("cron_schedule")
-        if not isinstance(schedule_id, str) or not _sentry_active():
+        self._send(run, "in_progress")
+
+    def finished(self, run: Run) -> None:
+        """Check in ``ok`` or ``error`` with the attempt's duration; a
+        message skipped (never run, or a duplicate whose run closes its
+        check-in) sends nothing."""
+        if run.outcome != "dropped" and run.duration_s is not None:
+            self._send(run, "ok" if run.outcome == "succeeded" else "error")
+
+    def _send(self, run: Run, status: str) -> None:
+        if self._broker is None or not _sentry_active():
             return
         try:
-            monitored, config = self._config(broker, schedule_id)
+            monitored, config = self._config(self._broker, run.schedule_id)
             if not monitored:
                 return
-            self._started[message.message_id] = time.monotonic()
-            self._check_in(schedule_id, message, "in_progress", config=config)
+            from sentry_sdk.crons import capture_checkin
+
+            capture_checkin(
+                monitor_slug=monitor_slug(run.schedule_id),
+                check_in_id=uuid.uuid5(_CHECK_IN_IDS, f"{run.message_id}|{run.attempt - 1}").hex,
+                status=status,
+                duration=None if status == "in_progress" else run.duration_s,
+                monitor_config=config if status == "in_progress" else None,  # type: ignore[arg-type]
+            )
         except Exception as exc:  # never fail the message for its monitoring
             self._report(exc)
-
-    def after_process_message(
-        self,
-        broker: Broker,
-        message: dramatiq.broker.MessageProxy,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-    ) -> None:
-        """Check in ``ok`` or ``error`` with the attempt's duration."""
-        started = self._started.pop(message.message_id, None)
-        if started is None:
             return
-        try:
-            self._check_in(
-                message.options["cron_schedule"],
-                message,
-                "ok" if exception is None else "error",
-                duration=time.monotonic() - started,
-            )
-        except Exception as exc:
-            self._report(exc)
-
-    def after_skip_message(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        """Forget a message skipped after its start (a duplicate has the
-        same check-in id as the run it duplicates: that run closes it)."""
-        self._started.pop(message.message_id, None)
-
-    def _check_in(
-        self,
-        schedule_id: str,
-        message: dramatiq.broker.MessageProxy,
-        status: str,
-        *,
-        duration: float | None = None,
-        config: dict[str, Any] | None = None,
-    ) -> None:
-        from sentry_sdk.crons import capture_checkin
-
-        attempt = message.options.get("retries", 0)
-        capture_checkin(
-            monitor_slug=monitor_slug(schedule_id),
-            check_in_id=uuid.uuid5(_CHECK_IN_IDS, f"{message.message_id}|{attempt}").hex,
-            status=status,
-            duration=duration,
-            monitor_config=config,  # type: ignore[arg-type]
-        )
         if self._failing.recovered() is not None:
             self.logger.warning("Sentry Crons check-ins are sent again.")
 

@@ -53,7 +53,6 @@ from .middleware import CronMiddleware, actor_info, find_middleware
 from .monitoring.health import Facts, Policy
 from .monitoring.monitor import HealthMonitor
 from .monitoring.read import decide_check
-from .monitoring.recorder import RunRecorder
 from .monitoring.records import Alert, RunRecord, parse_run
 from .monitoring.thread import HealthObserver
 from .schedules.instants import duration_ms, instant_ms
@@ -207,7 +206,6 @@ class CronSimulator:
         self.missed: list[tuple[str, int]] = []
         #: Run monitoring in the simulation's store: workers record runs here.
         self.run_store = MemoryRuns(self.server, run_history=self.middleware.monitor_config.run_history)
-        self.run_sink = RunRecorder(runs_factory=lambda: self.run_store, logger=logging.getLogger(__name__))
         self._monitor = HealthMonitor(store=self.run_store, schedule=self._describe)
         #: Every alert the simulated leader sent, in order (``on_alert`` gets
         #: each too, at once).
@@ -308,6 +306,7 @@ class CronSimulator:
 
     def runs(self, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
         """A schedule's recorded runs, newest first (as ``dramatiq-cron runs``)."""
+        self.middleware.run_recorder(self.broker).flush(30)  # the records are written from a thread of their own
         found = (parse_run(schedule_id, text) for text in self.run_store.runs_of(schedule_id, limit=limit))
         return [run for run in found if run is not None]
 
@@ -337,6 +336,7 @@ class CronSimulator:
         return self.middleware.health_subject(schedule_id, self._leader.queue.schedules.get(schedule_id))
 
     def _decide(self) -> None:
+        self.middleware.run_recorder(self.broker).flush(30)  # what the workers recorded so far
         leadership = self._leader.leadership
         if leadership is None:
             return
@@ -365,7 +365,6 @@ class CronSimulator:
         """Detach from the middleware: workers start leader threads again."""
         self.middleware.attach_simulator(None)
         self._leader.stopping.close()
-        self.run_sink.close()
 
 
 class _Recording(BrokerBoundary):

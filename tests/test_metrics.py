@@ -77,8 +77,14 @@ def test_metrics_show_the_leader_and_move_as_ticks_fire(
     instance = instances(env, processes=2, app="tests.apps.metricsapp")
 
     def fired() -> Any:
+        # A tick is counted when decided, its lag observed once enqueued
+        # (a moment later, on the leader thread): a scrape may fall between.
         samples = scrape(port)
-        return samples if value(samples, "dramatiq_cron_ticks_total", outcome="fired") >= 2 else None
+        done = (
+            value(samples, "dramatiq_cron_ticks_total", outcome="fired") >= 2
+            and value(samples, "dramatiq_cron_fire_lag_seconds_count", schedule=SCHEDULE) >= 2
+        )
+        return samples if done else None
 
     samples = wait_for(fired, timeout=30, interval=0.2, what="fired ticks in the exposition")
     # One series for the instance, no pid label: its two processes sum to
@@ -195,59 +201,72 @@ def test_an_attempt_is_retrying_until_dramatiq_gives_up_and_a_stale_message_is_d
         broker.close()
 
 
-def test_health_gauges_follow_the_read_and_a_schedule_gone_since_has_every_state_at_zero(
+def ones(health: Any) -> dict[str, list[str]]:
+    """Per exported schedule, the states whose gauge is 1."""
+    out: dict[str, list[str]] = {}
+    for family in health.gauge.collect():
+        for sample in family.samples:
+            out.setdefault(sample.labels["schedule"], [])
+            if sample.value == 1:
+                out[sample.labels["schedule"]].append(sample.labels["state"])
+    return out
+
+
+def test_health_gauges_show_the_monitors_decisions_over_one_read_per_term(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The leader's health reader, on an injected read: one state at 1 per
-    schedule, a removed schedule all 0, a failing read keeps the values
-    and warns once."""
+    """The leader's health gauges (issue 29: no thread re-reading Redis):
+    When a term begins, one read (as ``check`` reports) gives every
+    schedule's state, retried while it fails with one WARNING per episode;
+    Then the monitor's decisions win over it, a tick decided paused shows
+    ``paused`` until the schedule fires again, a schedule the leader no
+    longer has goes to 0, and losing the lead sets every state to 0.  No read happens but the one per term."""
     import logging
 
-    from dramatiq_cron_middleware.metrics import _Guard, _Health, _Runs
+    from dramatiq_cron_middleware.metrics import _Health, _Runs
     from dramatiq_cron_middleware.monitoring.records import ScheduleHealth
 
     logger = logging.getLogger("test_health_gauges")
     reads: list[Any] = [
-        [ScheduleHealth("a", "a", "a", "failing", 1, None), ScheduleHealth("b", "b", "b", "ok", 1, None)],
         RuntimeError("down"),
-        RuntimeError("down"),
-        [ScheduleHealth("a", "a", "a", "ok", 2, None)],
+        [ScheduleHealth("a", "a", "a", "failing", 1, None), ScheduleHealth("b", "b", "b", "paused", 1, None)],
     ]
-    leading = [ScheduleHealth("a", "a", "a", "late", 3, None)]
+    read_count = [0]
 
     def read() -> list[ScheduleHealth]:
-        answer = reads.pop(0) if reads else leading
+        read_count[0] += 1
+        answer = reads.pop(0) if reads else [ScheduleHealth("a", "a", "a", "late", 3, None)]
         if isinstance(answer, Exception):
             raise answer
         return list(answer)
 
-    health = _Health(read=read, interval_s=1, runs=_Runs(guard=_Guard(logger)), logger=logger)
-
-    def ones() -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for family in health.gauge.collect():
-            for sample in family.samples:
-                out.setdefault(sample.labels["schedule"], [])
-                if sample.value == 1:
-                    out[sample.labels["schedule"]].append(sample.labels["state"])
-        return out
-
-    health.refresh()
-    assert ones() == {"a": ["failing"], "b": ["ok"]}
-    health.refresh()
-    health.refresh()
-    assert ones() == {"a": ["failing"], "b": ["ok"]}
-    health.refresh()
-    assert ones() == {"a": ["ok"], "b": []}
+    health = _Health(read=read, runs=_Runs(), logger=logger, retry_s=0.01)
+    health.lead(True)
+    wait_for(lambda: ones(health) == {"a": ["failing"], "b": ["paused"]}, timeout=30, what="the term's read")
+    assert read_count[0] == 2
     assert [r.getMessage() for r in caplog.records if r.name == "test_health_gauges"] == [
         "Cron health metrics cannot be read (RuntimeError: down).",
         "Cron health metrics are read again.",
     ]
-    # While leading, a thread of its own reads; losing the lead sets all to 0.
-    health.lead(True)
-    wait_for(lambda: ones() == {"a": ["late"], "b": []}, timeout=10, what="the leader's read")
+    health.decided({"a": "ok", "c": "running_long"})
+    assert ones(health) == {"a": ["ok"], "b": ["paused"], "c": ["running_long"]}
+    health.paused("b", False)  # b fired: its own health (pending) again
+    health.paused("a", True)
+    assert ones(health) == {"a": ["paused"], "b": ["pending"], "c": ["running_long"]}
+    # c and a runtime schedule are removed: once the leader no longer has
+    # them, every state is 0 and the runtime counts drop them.
+    health.decided({"r:x": "failing"})
+    health.known, health.prune_s = (lambda: {"a", "b"}), 0
+    health.decided({"a": "paused"})
+    assert ones(health) == {"a": ["paused"], "b": ["pending"], "c": [], "r:x": []}
+    assert {s.labels["state"]: s.value for f in health.runtime_gauge.collect() for s in f.samples}["failing"] == 0
     health.lead(False)
-    wait_for(lambda: ones() == {"a": [], "b": []}, timeout=10, what="every state at 0")
+    assert ones(health) == {"a": [], "b": [], "c": [], "r:x": []}
+    assert read_count[0] == 2  # the decisions are not read back from Redis
+    # A next term reads once more.
+    health.lead(True)
+    wait_for(lambda: ones(health).get("a") == ["late"], timeout=30, what="the next term's read")
+    assert read_count[0] == 3
 
 
 def test_runtime_schedules_beyond_the_limit_are_counted_per_state_not_exported_one_by_one() -> None:
@@ -258,28 +277,18 @@ def test_runtime_schedules_beyond_the_limit_are_counted_per_state_not_exported_o
     has its series."""
     import logging
 
-    from dramatiq_cron_middleware.metrics import _Guard, _Health, _Runs
-    from dramatiq_cron_middleware.monitoring.records import ScheduleHealth
+    from dramatiq_cron_middleware.metrics import _Health, _Runs
 
     logger = logging.getLogger("test_runtime_health")
-    schedules = [
-        ScheduleHealth("report", "report", "", "ok", 1, None),
-        ScheduleHealth("sync/fast", "sync", "fast", "late", 1, None),
-        *(ScheduleHealth(f"send:t{n}", "send", f"t{n}", "failing" if n == 0 else "ok", 1, None) for n in range(3)),
-    ]
+    decided = {"report": "ok", "sync/fast": "late", **{f"send:t{n}": "failing" if n == 0 else "ok" for n in range(3)}}
     for limit, one_by_one in [
-        (2, {"report", "sync/fast"}),
-        (3, {"report", "sync/fast", "send:t0", "send:t1", "send:t2"}),
+        (2, {"report": ["ok"], "sync/fast": ["late"]}),
+        (3, {"report": ["ok"], "sync/fast": ["late"], "send:t0": ["failing"], "send:t1": ["ok"], "send:t2": ["ok"]}),
     ]:
-        health = _Health(
-            read=lambda: list(schedules),
-            interval_s=1,
-            runs=_Runs(guard=_Guard(logger)),
-            logger=logger,
-            runtime_limit=limit,
-        )
-        health.refresh()
-        exported = {s.labels["schedule"] for f in health.gauge.collect() for s in f.samples}
+        health = _Health(read=lambda: [], runs=_Runs(), logger=logger, runtime_limit=limit)
+        for sid, state in decided.items():
+            health.decided({sid: state})
+        exported = {sid: states for sid, states in ones(health).items() if states}
         assert exported == one_by_one
         counts = {s.labels["state"]: s.value for f in health.runtime_gauge.collect() for s in f.samples}
         assert counts == {**dict.fromkeys(HEALTH_STATES, 0.0), "failing": 1.0, "ok": 2.0}

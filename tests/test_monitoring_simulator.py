@@ -71,3 +71,16 @@ def test_a_tick_nobody_runs_within_grace_is_late_on_the_fake_clock(app: App) -> 
     app.simulator.advance(by=dt.timedelta(seconds=61))
     assert app.simulator.health() == {"report": "late"}
     assert [r.outcome for r in app.simulator.runs("report")] == ["pending"]
+
+
+def test_runs_and_health_read_while_the_worker_still_runs_show_what_it_recorded(app: App) -> None:
+    """The run records are written from a thread of their own (the run
+    recorder's sink): the simulator's reads wait for what the workers'
+    hooks recorded so far, so a test reading inside ``running_worker``
+    sees its runs without waiting."""
+    app.simulator.advance(by=dt.timedelta(hours=1))
+    with running_worker(app.broker, worker_timeout=20) as worker:
+        app.broker.join("default", fail_fast=False)
+        worker.join()
+        assert [r.outcome for r in app.simulator.runs("report")] == ["failed"]
+        assert app.simulator.health() == {"report": "ok"}  # one failure: below the threshold

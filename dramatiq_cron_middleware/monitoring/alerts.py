@@ -25,10 +25,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..leader.reports import Episode
+from ..store.abc import RunStore
 from ..store.connection import redact
 from ..store.runs import OUTBOXES
 from .records import Alert
@@ -38,7 +38,6 @@ __all__ = [
     "OUTBOXES",
     "WEBHOOK_GIVE_UP",
     "WEBHOOK_TIMEOUT",
-    "Outbox",
     "OutboxDelivery",
     "Webhook",
     "callback_delivery",
@@ -57,14 +56,6 @@ WEBHOOK_GIVE_UP = 3600.0
 # Answers that retrying cannot change (the receiver refuses this alert):
 # every 4xx but timeout, too early and too many requests.
 _RETRIED_4XX = frozenset({408, 425, 429})
-
-
-class Outbox(Protocol):
-    """The alert outboxes (``store.runs.RedisRuns`` or the in-memory store's)."""
-
-    def alerts(self, limit: int, *, outbox: str) -> list[str]: ...
-
-    def alert_delivered(self, alert: str, *, outbox: str) -> None: ...
 
 
 def log_alert(logger: logging.Logger, alert: Alert) -> None:
@@ -129,7 +120,7 @@ class OutboxDelivery:
     def __init__(
         self,
         *,
-        outbox: Outbox,
+        outbox: RunStore,
         name: str,
         send: Callable[[Alert], object],
         logger: logging.Logger,
@@ -225,12 +216,12 @@ class OutboxDelivery:
         return False
 
 
-def callback_delivery(outbox: Outbox, on_alert: Callable[[Alert], object], logger: logging.Logger) -> OutboxDelivery:
+def callback_delivery(outbox: RunStore, on_alert: Callable[[Alert], object], logger: logging.Logger) -> OutboxDelivery:
     """``on_alert``'s delivery: called once per alert, never retried."""
     return OutboxDelivery(outbox=outbox, name="on_alert", send=on_alert, logger=logger, retry=False)
 
 
-def webhook_delivery(outbox: Outbox, webhook: Webhook, logger: logging.Logger) -> OutboxDelivery:
+def webhook_delivery(outbox: RunStore, webhook: Webhook, logger: logging.Logger) -> OutboxDelivery:
     """The webhook's delivery: retried with back-off, up to :data:`WEBHOOK_GIVE_UP`."""
     return OutboxDelivery(
         outbox=outbox,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..config import _is_int, _require
+from ..errors import CronConfigurationError
 from ..schedules.schedule import DEFAULT_TIME_LIMIT
 from ..store.connection import redact
 from .health import Policy
@@ -74,3 +74,13 @@ class MonitorConfig:
             failure_threshold=self.failure_threshold,
             alert_for_ms=self.alert_for,
         )
+
+
+def _is_int(value: object, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _require(argument: str, ok: bool, wanted: str, value: object) -> None:
+    # The same words as CronConfig's refusals (config.py sits a layer above).
+    if not ok:
+        raise CronConfigurationError(f"CronMiddleware: {argument} must be {wanted}, got {value!r}")

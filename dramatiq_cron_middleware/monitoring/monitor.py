@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from ..store.runs import HealthRead, HealthWrite
+from ..store.abc import RunStore
+from ..store.runs import HealthWrite
 from .health import Facts, Policy, announce, health_of
 from .records import Alert
 
-__all__ = ["HealthMonitor", "HealthStore", "Turn"]
+__all__ = ["HealthMonitor", "Turn"]
 
 #: At most this many events, due deadlines and fired ticks are decided per
 #: turn (a catch-up fires thousands at once); a backlog is worked off over
@@ -29,23 +29,13 @@ __all__ = ["HealthMonitor", "HealthStore", "Turn"]
 BATCH = 500
 
 
-class HealthStore(Protocol):
-    """The health half of the run store (``store.runs.RedisRuns`` or the
-    in-memory store's)."""
-
-    def read_health(self, *, max_events: int, max_due: int, schedule_ids: Sequence[str] = ()) -> HealthRead: ...
-
-    def write_health(self, token: str, write: HealthWrite) -> bool: ...
-
-    def wait_for_event(self, cursor: str, timeout_ms: int) -> bool: ...
-
-
 @dataclasses.dataclass(frozen=True)
 class Turn:
     """What a turn decided: the alerts it stored, whether more work was
     left for the next turn (a full batch), and when the next turn is due at
     the latest: the store's time, the events cursor reached, and the
-    earliest deadline still ahead (None: none)."""
+    earliest deadline still ahead (None: none); and the health of every
+    schedule it decided on (what the metrics export)."""
 
     alerts: list[Alert]
     more: bool
@@ -53,6 +43,7 @@ class Turn:
     now_ms: int = 0
     cursor: str = "0-0"
     next_deadline_ms: int | None = None
+    health: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class HealthMonitor:
@@ -69,7 +60,7 @@ class HealthMonitor:
     def __init__(
         self,
         *,
-        store: HealthStore,
+        store: RunStore,
         schedule: Callable[[str], tuple[str, str | None, Policy]],
         outboxes: Sequence[str] = (),
     ) -> None:
@@ -170,6 +161,7 @@ class HealthMonitor:
                 marks.append((sid, tick, "lost"))
         alerts: list[Alert] = []
         changed: dict[str, str] = {}
+        decided: dict[str, str] = {}
         for sid, new in facts.items():
             actor, name, policy = self.schedule(sid)
             old = before.get(sid) or Facts()
@@ -197,6 +189,7 @@ class HealthMonitor:
                 open_runs[hold] = wake
             elif old.trouble_since != new.trouble_since or old.announced != new.announced:
                 open_runs.setdefault(hold, None)
+            decided[sid] = new.health
             if new != old:
                 changed[sid] = new.dumps()
         cursor = read.events[-1].entry_id if read.events else None
@@ -218,6 +211,7 @@ class HealthMonitor:
             now_ms=read.now_ms,
             cursor=cursor or read.cursor,
             next_deadline_ms=min(ahead, default=None),
+            health=decided,
         )
         if write.empty:
             return turn

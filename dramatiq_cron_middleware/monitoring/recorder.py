@@ -1,32 +1,27 @@
-"""The worker side of run monitoring: a record of every cron message's run.
+"""The worker side of run monitoring: every cron message's run, tracked
+once and told to each sink.
 
-The middleware's hooks call :class:`RunRecorder` for messages that carry a
-``cron_tick`` option only (other messages cost nothing): one script at
-start (host, pid, Redis time, attempt) and one at finish (outcome, error),
-each one round trip, each also appending the event the leader decides
-health from.  The finish is written when the message is acknowledged or
-rejected: dramatiq calls ``after_process_message`` hooks in reverse order,
-so ``Retries`` decides whether a failure is retried only after this
-middleware's hook ran.
+The middleware's message hooks call :class:`RunRecorder` once each, for
+messages that carry a ``cron_tick`` option only (other messages cost
+nothing).  It keeps the one delivery per worker thread (its start, attempt
+and error) and tells every sink what became of it: :meth:`RunSink.started`
+when the message starts, :meth:`RunSink.finished` when it is acknowledged
+or rejected (dramatiq calls ``after_process_message`` hooks in reverse
+order, so ``Retries`` decides whether a failure is retried only after this
+middleware's hook ran) or skipped.  The sinks are the run record in the
+store (:class:`StoreSink`), and those ``CronMetrics`` and ``SentryCrons``
+add.
 
-While a run is running, a heartbeat thread (one per process, alive only
-while a cron message runs in it) tells Redis every ``ALIVE_MS / 4`` that
-this process still runs it: the leader marks a run past ``max_runtime``
-``lost`` only once that heartbeat lapsed (the worker is gone).
-
-Records are written with a timeout of their own (:data:`RECORD_TIMEOUT_MS`,
-at least the scheduler's operation timeout: a short lease must not make a
-loaded worker drop them) and retried once after a timeout; the scripts
-write nothing twice.  It fails open: a Redis that does not answer loses the
-record, never touches the job or its result, and is reported with one
-WARNING per episode; its end is logged with the count of records lost
-(:attr:`RunRecorder.lost`).  While Redis fails, one record a second tries
-it; the others are dropped at once, so a hung Redis delays at most one
-message a second by the timeout, not every one.
+Each sink has a queue and a thread of its own (:class:`_Lane`), as each
+alert sink has its own outbox: a sink that is slow or raises delays and
+loses nothing of the others, nor the message (its hooks only queue).  A
+full queue (:data:`LANE_LENGTH`) or a failing sink is reported once per
+episode and counted in :attr:`RunRecorder.lost`.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -34,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from dramatiq.broker import MessageProxy
@@ -45,7 +40,17 @@ from ..store.abc import RunStore
 from ..store.connection import redact
 from ..store.runs import ALIVE_MS
 
-__all__ = ["ERROR_LENGTH", "RECORD_TIMEOUT_MS", "RunRecorder", "RunSink", "describe_error", "tick_of"]
+__all__ = [
+    "ERROR_LENGTH",
+    "LANE_LENGTH",
+    "RECORD_TIMEOUT_MS",
+    "Run",
+    "RunRecorder",
+    "RunSink",
+    "StoreSink",
+    "describe_error",
+    "tick_of",
+]
 
 #: A failed run's error is cut to about this many characters.
 ERROR_LENGTH = 500
@@ -53,122 +58,132 @@ ERROR_LENGTH = 500
 #: load answers late, and a short lease's operation timeout (333 ms at 2 s)
 #: dropped records that Redis had in fact written.
 RECORD_TIMEOUT_MS = 2000
+#: Events a sink's queue holds at most; more are dropped (and counted).
+LANE_LENGTH = 10_000
+# Seconds a sink's idle thread waits for the next event before it ends.
+_LINGER = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One delivery of a cron message, as the sinks are told it."""
+
+    message_id: str
+    schedule_id: str
+    tick_ms: int
+    #: The attempt: the message's ``retries`` plus one.
+    attempt: int
+    #: This delivery's identity (a duplicate delivery has another).
+    token: str
+    #: ``""`` at the start; then ``succeeded``, ``failed`` (for good),
+    #: ``retrying`` (failed, and dramatiq retries it) or ``dropped``.
+    outcome: str = ""
+    error: BaseException | None = None
+    #: At the finish, seconds since its start (this process's monotonic
+    #: clock); None: it did not start in this process (dropped before).
+    duration_s: float | None = None
 
 
 class RunSink(Protocol):
-    """Where the middleware's hooks report runs: see :class:`RunRecorder`."""
+    """Where runs are told, on a thread of the sink's own."""
 
-    def started(self, message: MessageProxy) -> None: ...
+    #: Names the sink's thread and its WARNINGs.
+    name: str
 
-    def processed(self, message: MessageProxy, error: BaseException | None) -> None: ...
+    def started(self, run: Run) -> None: ...
 
-    def settled(self, message: MessageProxy, *, rejected: bool) -> None: ...
-
-    def dropped(self, message: MessageProxy) -> None: ...
+    def finished(self, run: Run) -> None: ...
 
 
 @dataclasses.dataclass
 class _Delivery:
-    """One delivery of a message, from its start to its settling."""
-
-    token: str
-    attempt: int
-    error: BaseException | None = None
+    run: Run
+    started_at: float | None = None
     processed: bool = False
-    #: The run this delivery started, beaten for until it settles.
-    running: tuple[str, int] | None = None
 
 
 class RunRecorder:
-    """Writes run records from the worker threads.
+    """Tracks each cron run once, from the worker threads, and tells every
+    sink.
 
     Parameters:
-      runs_factory: Builds the storage (a short-timeout client) on first
-        use: a worker that never runs a cron message never connects.
-      logger: Where a failing Redis is reported, once per episode.
-      retry_after: Seconds after a failure during which records are dropped
-        without trying.  Defaults to 1.0.
-      monotonic: The clock of ``retry_after``.
-      beat: Seconds between two heartbeats of the runs this process runs.
-        Defaults to a quarter of ``runs.ALIVE_MS``.
+      logger: Where a failing or overflowing sink is reported, once per
+        episode.
+      sinks: The sinks to start with; :meth:`add` adds more.
     """
 
-    def __init__(
-        self,
-        *,
-        runs_factory: Callable[[], RunStore],
-        logger: logging.Logger,
-        retry_after: float = 1.0,
-        monotonic: Callable[[], float] = time.monotonic,
-        beat: float = ALIVE_MS / 4000,
-    ) -> None:
+    def __init__(self, *, logger: logging.Logger, sinks: Sequence[RunSink] = ()) -> None:
         self.logger = logger
-        self.retry_after = retry_after
-        self.monotonic = monotonic
-        self._failed_at: float | None = None
-        self._factory = runs_factory
         self._lock = threading.Lock()
-        self._runs: RunStore | None = None
-        self._failing: Episode[str] = Episode()
-        self._host = socket.gethostname()
-        #: Records lost (Redis failed) since this recorder was made.
-        self.lost = 0
-        self._lost_at_start = 0
-        self.beat = beat
-        # The runs this process runs (member -> deliveries), beaten for.
-        self._running: dict[str, int] = {}
-        self._beating: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._lanes: list[_Lane] = []
         # A worker thread runs one message at a time, start to settling:
         # the delivery waits here between the hooks.
         self._local = threading.local()
+        for sink in sinks:
+            self.add(sink)
+
+    @property
+    def sinks(self) -> list[RunSink]:
+        return [lane.sink for lane in self._lanes]
+
+    @property
+    def lost(self) -> int:
+        """Events lost since this recorder was made: dropped from a full
+        queue, or lost by their sink (a :class:`StoreSink` whose store failed)."""
+        return sum(lane.lost + getattr(lane.sink, "lost", 0) for lane in self._lanes)
+
+    def add(self, sink: RunSink) -> None:
+        """Tell ``sink`` every run from now on (once, however often added)."""
+        with self._lock:
+            if all(lane.sink is not sink for lane in self._lanes):
+                self._lanes = [*self._lanes, _Lane(sink, self.logger)]
+
+    # -- the message hooks ---------------------------------------------------
 
     def started(self, message: MessageProxy) -> None:
         """A cron message starts running (its attempt is ``retries + 1``)."""
-        found = _identify(message)
-        if found is None:
+        run = _run_of(message)
+        if run is None:
             return
-        delivery = _new_delivery(message)
-        delivery.running = found
-        self._deliveries()[message.message_id] = delivery
-        self._alive(found, +1)
-        self._record("start", found, delivery, "")
+        self._deliveries()[message.message_id] = _Delivery(run, started_at=time.monotonic())
+        self._tell("started", run)
 
     def processed(self, message: MessageProxy, error: BaseException | None) -> None:
         """The actor returned or raised."""
         delivery = self._deliveries().get(message.message_id)
         if delivery is not None:
-            delivery.error = error
+            delivery.run = dataclasses.replace(delivery.run, error=error)
             delivery.processed = True
 
     def settled(self, message: MessageProxy, *, rejected: bool) -> None:
         """The message was acknowledged (succeeded, or failed and requeued
-        for a retry) or rejected (failed for good): record the finish."""
-        delivery = self._pop(message)
+        for a retry) or rejected (failed for good)."""
+        delivery = self._deliveries().pop(message.message_id, None)
         if delivery is None or not delivery.processed:
             return
         if rejected:
             outcome = "failed"
         else:
-            outcome = "succeeded" if delivery.error is None else "retrying"
-        self._finish(message, outcome, delivery)
+            outcome = "succeeded" if delivery.run.error is None else "retrying"
+        self._finish(delivery, outcome)
 
     def dropped(self, message: MessageProxy) -> None:
         """The message was skipped (``AgeLimit``, a duplicate): it will not run."""
-        delivery = self._pop(message)
-        self._finish(message, "dropped", delivery or _new_delivery(message))
-
-    def _pop(self, message: MessageProxy) -> _Delivery | None:
         delivery = self._deliveries().pop(message.message_id, None)
-        if delivery is not None and delivery.running is not None:
-            self._alive(delivery.running, -1)
-        return delivery
+        if delivery is None:
+            run = _run_of(message)
+            if run is None:
+                return
+            delivery = _Delivery(run)
+        self._finish(delivery, "dropped")
 
-    def _finish(self, message: MessageProxy, outcome: str, delivery: _Delivery) -> None:
-        found = _identify(message)
-        if found is not None:
-            error = delivery.error
-            self._record("finish", found, delivery, outcome, describe_error(error) if error is not None else "")
+    def _finish(self, delivery: _Delivery, outcome: str) -> None:
+        ran = None if delivery.started_at is None else time.monotonic() - delivery.started_at
+        self._tell("finished", dataclasses.replace(delivery.run, outcome=outcome, duration_s=ran))
+
+    def _tell(self, event: str, run: Run) -> None:
+        for lane in self._lanes:
+            lane.put(event, run)
 
     def _deliveries(self) -> dict[str, _Delivery]:
         found: dict[str, _Delivery] | None = getattr(self._local, "deliveries", None)
@@ -176,22 +191,184 @@ class RunRecorder:
             found = self._local.deliveries = {}
         return found
 
-    def _record(self, mode: str, run: tuple[str, int], delivery: _Delivery, outcome: str, error: str = "") -> None:
-        schedule_id, tick = run
+    # -- the end -------------------------------------------------------------
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every sink to have been told
+        every run; whether they all were."""
+        deadline = time.monotonic() + timeout
+        return all([lane.flush(deadline) for lane in self._lanes])
+
+    def close(self, timeout: float = 0.5) -> None:
+        """The worker stops: tell the sinks what is queued (waiting up to
+        ``timeout`` seconds; the rest is still told while the process
+        lives), end each sink's thread once its queue is empty, and stop
+        the heartbeat."""
+        self.flush(timeout)
+        for lane in self._lanes:
+            lane.close()
+
+
+class _Lane:
+    """One sink's queue and thread: the sink is told the events in order;
+    its thread ends when idle (a next event starts another)."""
+
+    def __init__(self, sink: RunSink, logger: logging.Logger) -> None:
+        self.sink = sink
+        self.logger = logger
+        self.lost = 0
+        self._events: collections.deque[tuple[str, Run]] = collections.deque()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._busy = False
+        self._closing = False
+        self._failing: Episode[str] = Episode()
+
+    def put(self, event: str, run: Run) -> None:
+        with self._changed:
+            if len(self._events) >= LANE_LENGTH:
+                self.lost += 1
+                if self._failing.failing("full"):
+                    self.logger.warning(
+                        "Cron run %s: %d events wait, so the run events of %s and later ones are dropped until it "
+                        "keeps up; the jobs run as usual.",
+                        self.sink.name,
+                        LANE_LENGTH,
+                        run.schedule_id,
+                    )
+                return
+            self._events.append((event, run))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"cron-runs-{self.sink.name}", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                if not self._events and not self._closing:
+                    self._changed.wait(_LINGER)
+                if not self._events:
+                    self._thread = None
+                    return
+                event, run = self._events.popleft()
+                self._busy = True
+            try:
+                getattr(self.sink, event)(run)
+            except Exception as exc:  # a sink's fault is its own: the others go on
+                if self._failing.failing(type(exc).__name__):
+                    self.logger.warning(
+                        "Cron run %s raised (%s); the other sinks and the jobs go on.",
+                        self.sink.name,
+                        redact(f"{type(exc).__name__}: {exc}"),
+                    )
+            else:
+                if self._failing.recovered() is not None:
+                    self.logger.info("Cron run %s works again.", self.sink.name)
+            with self._changed:
+                self._busy = False
+                self._changed.notify_all()
+
+    def flush(self, deadline: float) -> bool:
+        with self._changed:
+            while self._events or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def close(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        close = getattr(self.sink, "close", None)
+        if close is not None:
+            close()
+
+
+class StoreSink:
+    """The run record in the store: one script at start (host, pid, store
+    time, attempt) and one at finish (outcome, error), each also appending
+    the event the leader decides health from.
+
+    While a run runs, a heartbeat thread (alive only while a cron message
+    runs in this process) tells the store every ``beat`` seconds that this
+    process still runs it: the leader marks a run past ``max_runtime``
+    ``lost`` only once that heartbeat lapsed (the worker is gone).
+
+    It fails open: a store that does not answer loses the record, never
+    touches the job, and is reported with one WARNING per episode; its end
+    is logged with the count of records lost (:attr:`lost`).  While the
+    store fails, a record a second tries it; the others are lost at once.
+
+    Parameters:
+      store: The store to write to, asked at every record (None: none, as
+        on a ``StubBroker`` without Redis).
+      logger: Where a failing store is reported, once per episode.
+      retry_after: Seconds after a failure during which records are lost
+        without trying.  Defaults to 1.0.
+      monotonic: The clock of ``retry_after``.
+      beat: Seconds between two heartbeats.  Defaults to a quarter of
+        ``runs.ALIVE_MS``.
+    """
+
+    name = "records"
+
+    def __init__(
+        self,
+        *,
+        store: Callable[[], RunStore | None],
+        logger: logging.Logger,
+        retry_after: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        beat: float = ALIVE_MS / 4000,
+    ) -> None:
+        self.store = store
+        self.logger = logger
+        self.retry_after = retry_after
+        self.monotonic = monotonic
+        self.beat = beat
+        #: Records lost (the store failed) since this sink was made.
+        self.lost = 0
+        self._lost_at_start = 0
+        self._failed_at: float | None = None
+        self._failing: Episode[str] = Episode()
+        self._host = socket.gethostname()
+        self._lock = threading.Lock()
+        # The runs this process runs (member -> deliveries), beaten for.
+        self._running: dict[str, int] = {}
+        self._beating: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def started(self, run: Run) -> None:
+        self._alive(run, +1)
+        self._record("start", run)
+
+    def finished(self, run: Run) -> None:
+        if run.duration_s is not None:  # it started here
+            self._alive(run, -1)
+        error = "" if run.error is None else describe_error(run.error)
+        self._record("finish", run, error)
+
+    def _record(self, mode: str, run: Run, error: str = "") -> None:
         failed_at = self._failed_at
         if failed_at is not None and self.monotonic() - failed_at < self.retry_after:
             self.lost += 1
-            return  # Redis failed a moment ago: lost at once, not after a timeout
+            return  # the store failed a moment ago: lost at once, not after a timeout
         try:
-            self._get_runs().record_run(
+            store = self.store()
+            if store is None:
+                return
+            store.record_run(
                 mode,
-                schedule_id,
-                tick,
-                attempt=delivery.attempt,
-                token=delivery.token,
+                run.schedule_id,
+                run.tick_ms,
+                attempt=run.attempt,
+                token=run.token,
                 host=self._host,
                 pid=os.getpid(),
-                outcome=outcome,
+                outcome=run.outcome,
                 error=error,
             )
         except Exception as exc:  # Redis down, a bad URL...: never fail the message
@@ -203,7 +380,7 @@ class RunRecorder:
                     "Could not record the %s of a run of %s (%s); run records are lost until Redis answers "
                     "again, the jobs run as usual.",
                     mode,
-                    schedule_id,
+                    run.schedule_id,
                     redact(f"{type(exc).__name__}: {exc}"),
                 )
             return
@@ -217,11 +394,10 @@ class RunRecorder:
                 self.lost,
             )
 
-    # -- the heartbeat -----------------------------------------------------
+    # -- the heartbeat -------------------------------------------------------
 
-    def _alive(self, run: tuple[str, int], change: int) -> None:
-        schedule_id, tick = run
-        member = f"r|{tick}|{schedule_id}"
+    def _alive(self, run: Run, change: int) -> None:
+        member = f"r|{run.tick_ms}|{run.schedule_id}"
         with self._lock:
             count = self._running.get(member, 0) + change
             if count > 0:
@@ -233,8 +409,7 @@ class RunRecorder:
                 self._beating.start()
 
     def _beat(self) -> None:
-        """Beat for the running runs; ends when none runs (a worker that runs
-        no cron message has no such thread)."""
+        """Beat for the running runs; ends when none runs."""
         while not self._stop.wait(self.beat):
             with self._lock:
                 members = list(self._running)
@@ -242,8 +417,10 @@ class RunRecorder:
                     self._beating = None
                     return
             try:
-                self._get_runs().keep_alive(members)
-            except Exception:  # the records' own episode reports a failing Redis
+                store = self.store()
+                if store is not None:
+                    store.keep_alive(members)
+            except Exception:  # the records' own episode reports a failing store
                 pass
         with self._lock:
             self._beating = None
@@ -255,12 +432,6 @@ class RunRecorder:
             beating = self._beating
         if beating is not None:
             beating.join(1.0)
-
-    def _get_runs(self) -> RunStore:
-        with self._lock:
-            if self._runs is None:
-                self._runs = self._factory()
-            return self._runs
 
 
 def tick_of(message: MessageProxy) -> int | None:
@@ -282,13 +453,10 @@ def describe_error(error: BaseException) -> str:
     return text if len(text) <= ERROR_LENGTH else text[: ERROR_LENGTH - 3] + "..."
 
 
-def _new_delivery(message: MessageProxy) -> _Delivery:
-    return _Delivery(uuid.uuid4().hex, int(message.options.get("retries", 0) or 0) + 1)
-
-
-def _identify(message: MessageProxy) -> tuple[str, int] | None:
+def _run_of(message: MessageProxy) -> Run | None:
     schedule_id = message.options.get("cron_schedule")
     tick = tick_of(message)
     if not isinstance(schedule_id, str) or tick is None:
         return None
-    return schedule_id, tick
+    attempt = int(message.options.get("retries", 0) or 0) + 1
+    return Run(message.message_id, schedule_id, tick, attempt, uuid.uuid4().hex)

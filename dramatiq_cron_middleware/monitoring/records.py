@@ -52,8 +52,8 @@ class RunRecord:
         return {
             "tick": iso(self.tick_ms),
             "outcome": self.outcome,
-            "started": None if self.started_ms is None else iso(self.started_ms),
-            "finished": None if self.finished_ms is None else iso(self.finished_ms),
+            "started": _iso_or_none(self.started_ms),
+            "finished": _iso_or_none(self.finished_ms),
             "duration_ms": self.duration_ms,
             "attempt": self.attempt,
             "host": self.host,
@@ -86,7 +86,7 @@ class ScheduleHealth:
             "actor": self.actor,
             "name": self.name,
             "health": self.health,
-            "since": None if self.since_ms is None else iso(self.since_ms),
+            "since": _iso_or_none(self.since_ms),
             "last_run": None if self.last_run is None else self.last_run.to_json(),
         }
 
@@ -119,47 +119,48 @@ class Alert:
         ``name`` (null for an unnamed schedule), ``state``, ``previous``,
         ``tick`` (ISO 8601 or null), ``at`` (ISO 8601), ``error`` (string or
         null)."""
-        return {
-            "id": self.id,
-            "schedule": self.schedule_id,
-            "actor": self.actor,
-            "name": self.name,
-            "state": self.state,
-            "previous": self.previous,
-            "tick": None if self.tick_ms is None else iso(self.tick_ms),
-            "at": iso(self.at_ms),
-            "error": self.error,
-        }
+        stored = self._stored()
+        return {"id": self.id, **stored, "tick": _iso_or_none(self.tick_ms), "at": iso(self.at_ms)}
 
     def dumps(self) -> str:
         """The stored form (the alert outbox): JSON with epoch ms."""
-        return json.dumps(
-            {
-                "schedule": self.schedule_id,
-                "actor": self.actor,
-                "name": self.name,
-                "state": self.state,
-                "previous": self.previous,
-                "tick": self.tick_ms,
-                "at": self.at_ms,
-                "error": self.error,
-            }
-        )
+        return json.dumps(self._stored())
+
+    def _stored(self) -> dict[str, Any]:
+        return {key: getattr(self, field) for field, key in _ALERT_KEYS.items()}
 
     @classmethod
     def loads(cls, text: str) -> Alert:
         """Read :meth:`dumps`'s form back."""
         data = json.loads(text)
+        texts = {field: str(data[key]) for field, key in _ALERT_KEYS.items() if field in _ALERT_TEXTS}
+        name = data.get("name")
         return cls(
-            schedule_id=str(data["schedule"]),
-            actor=str(data["actor"]),
-            name=None if data.get("name") is None else str(data["name"]),
-            state=str(data["state"]),
-            previous=str(data["previous"]),
+            **texts,
+            name=None if name is None else str(name),
             tick_ms=_int_or_none(data.get("tick")),
             at_ms=int(data["at"]),
             error=data.get("error"),
         )
+
+
+# An alert's fields and their keys, in the order of its stored form (its id
+# is the digest of that form: the order is part of it).
+_ALERT_KEYS = {
+    "schedule_id": "schedule",
+    "actor": "actor",
+    "name": "name",
+    "state": "state",
+    "previous": "previous",
+    "tick_ms": "tick",
+    "at_ms": "at",
+    "error": "error",
+}
+_ALERT_TEXTS = ("schedule_id", "actor", "state", "previous")
+
+
+def _iso_or_none(ms: int | None) -> str | None:
+    return None if ms is None else iso(ms)
 
 
 def parse_run(schedule_id: str, text: str | bytes | None) -> RunRecord | None:

@@ -67,6 +67,8 @@ class MonitorThreads:
       interval: Seconds between two turns at least (and between retries).
       idle_wait: Seconds an idle leader waits for a run event at most.
       logger: Where faults are reported.
+      on_health: Told the health of the schedules each turn decided on
+        (``CronMetrics``' gauges).  Defaults to None.
     """
 
     def __init__(
@@ -78,8 +80,10 @@ class MonitorThreads:
         interval: float,
         idle_wait: float,
         logger: logging.Logger,
+        on_health: Callable[[dict[str, str]], object] | None = None,
     ) -> None:
         self.monitor = monitor
+        self.on_health = on_health
         self.deliveries = deliveries
         self.token = token
         self.interval = interval
@@ -132,6 +136,8 @@ class MonitorThreads:
             self._recovered()
             for alert in turn.alerts:  # the log sink: at once, as decided
                 log_alert(self.logger, alert)
+            if turn.health and self.on_health is not None:
+                self.on_health(turn.health)
             if turn.alerts:
                 for wake in self._wakes:
                     wake.set()
@@ -194,10 +200,12 @@ def monitor_threads(
     token: Callable[[], str | None],
     timing: Timing,
     logger: logging.Logger,
+    on_health: Callable[[dict[str, str]], object] | None = None,
 ) -> MonitorThreads:
     """The threads of a leading process: ``subject(schedule id)`` gives a
     schedule's ``(actor, name, policy)``, ``token()`` the lease token it
-    leads under (None while following)."""
+    leads under (None while following), ``on_health`` is told the health
+    each turn decided."""
     deliveries = []
     if config.on_alert is not None:
         deliveries.append(callback_delivery(runs, config.on_alert, logger))
@@ -210,4 +218,5 @@ def monitor_threads(
         interval=timing.retry_interval,
         idle_wait=timing.renew_interval,
         logger=logger,
+        on_health=on_health,
     )

@@ -18,10 +18,9 @@ from typing import Any
 
 import redis
 
-from .leader.reports import Episode
-from .store.codes import decode, load_script
-from .store.connection import redact
-from .store.keys import Keys
+from .codes import decode, load_script
+from .connection import redact
+from .keys import Keys
 
 __all__ = ["RunningMarks"]
 
@@ -33,7 +32,8 @@ class RunningMarks:
       keys: The key names.
       client_factory: Builds the short-timeout client on first use (so a
         worker that never runs a skip-overlap message never connects).
-      logger: Where a failing Redis is reported, once per state change.
+      logger: Where a failing Redis is reported, once when it starts to
+        fail and once when it works again.
     """
 
     def __init__(self, *, keys: Keys, client_factory: Callable[[], redis.Redis], logger: logging.Logger) -> None:
@@ -42,7 +42,7 @@ class RunningMarks:
         self._factory = client_factory
         self._lock = threading.Lock()
         self._script: Any = None
-        self._failing: Episode[str] = Episode()
+        self._failing = False  # one state, so a plain flag (leader.reports.Episode sits a layer above)
 
     def clear(self, schedule_id: str, message_id: str) -> bool:
         """Remove the mark of ``schedule_id`` if it names ``message_id``.
@@ -51,22 +51,20 @@ class RunningMarks:
         which delays the schedule's next fire but must not fail the message.
         """
         try:
-            script = self._get_script()
-            removed = decode(script(keys=[self.keys.running(schedule_id)], args=[message_id])).ok
+            with self._lock:
+                if self._script is None:
+                    self._script = load_script(self._factory(), "overlap_clear")
+            removed = decode(self._script(keys=[self.keys.running(schedule_id)], args=[message_id])).ok
         except Exception as exc:  # Redis down, a bad URL...: never fail the message
-            if self._failing.failing("unreachable"):
+            if not self._failing:
+                self._failing = True
                 self.logger.warning(
                     "Could not clear the running mark of %s (%s); it expires on its own.",
                     schedule_id,
                     redact(f"{type(exc).__name__}: {exc}"),
                 )
             return False
-        if self._failing.recovered() is not None:
+        if self._failing:
+            self._failing = False
             self.logger.warning("Clearing running marks works again.")
-        return removed
-
-    def _get_script(self) -> Any:
-        with self._lock:
-            if self._script is None:
-                self._script = load_script(self._factory(), "overlap_clear")
-            return self._script
+        return bool(removed)
