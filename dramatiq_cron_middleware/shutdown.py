@@ -87,6 +87,9 @@ class HandOver:
         self._attempts = 0
         self._deadline = 0.0
         self._epoch: int | None = None
+        #: Whether Redis may hold the lease under this process's token: it
+        #: leads, or an acquisition's reply is unread (it may have won).
+        self._may_hold = False
         self._error: str | None = None
         self._reported = False
         #: The release, read before the leader thread is told to stop.
@@ -152,25 +155,28 @@ class HandOver:
         self._reported = True
         return True
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a release under way to be
         answered or given up, never past the end of the last attempt it may
-        start (one begun just before the bound: a connect and a read)."""
+        start (one begun just before the bound: a connect and a read);
+        False if it is still under way (sent by a thread that got no CPU)."""
         last = self._deadline + 2 * Timing.HAND_OVER_ATTEMPT_MS / 1000
         deadline = min(time.monotonic() + timeout, last)
         while self._pending() and time.monotonic() < deadline:
             time.sleep(0.002)
+        return not self._pending()
 
     def report_failure(self) -> bool:
-        """Log, once, the WARNING that the release gave up (when this
-        process led); True if this call logged it."""
-        if not self._failed or self._reported or self._epoch is None:
+        """Log, once, the WARNING that the release gave up (when Redis may
+        hold the lease under this process's token); True if this call
+        logged it."""
+        if not self._failed or self._reported or not self._may_hold:
             return False
         self._reported = True
         self.leader.logger.warning(
-            "Gave up releasing the cron lease (epoch %s) at shutdown (%s; the hand-over waits %d ms at most); "
+            "Gave up releasing the cron lease (%s) at shutdown (%s; the hand-over waits %d ms at most); "
             "it expires within %d ms.",
-            self._epoch,
+            "an acquisition whose reply was not read yet" if self._epoch is None else f"epoch {self._epoch}",
             self._error or "not sent",
             Timing.HAND_OVER_MS,
             self.leader.timing.lease_ms,
@@ -202,6 +208,7 @@ class HandOver:
         sends; an exit may end that thread before its release is sent."""
         if self._commands is None:
             self._epoch = self.leader.epoch
+            self._may_hold = self._epoch is not None or self.leader.lease.release_token is not None
             self._commands = self.leader.lease.hand_over_commands()
 
     def send(self) -> None:

@@ -18,6 +18,11 @@ echo "== ruff"
 .venv/bin/ruff format --check .
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
+# The tests start a Python process for every command and worker they run
+# (hundreds): with PYTHONDONTWRITEBYTECODE set (some images set it) each
+# of them compiles the package and the test apps from source again.  The
+# caches land in __pycache__ directories, which git ignores.
+unset PYTHONDONTWRITEBYTECODE
 # Sized from the cores this process may use: 2 x cores + 2, at most 16.
 # Most tests wait on real Redis servers and dramatiq processes rather than
 # compute, so more pytest processes than cores keep the CPU busy; but every

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +13,14 @@ from hypothesis import settings
 from tests.support.instances import History, Instance, kill_all
 from tests.support.redis_server import RedisServer
 from tests.support.redis_topologies import ClusterGroup, SentinelGroup
+
+# A suite started where SIGINT is ignored (a background job of a
+# non-interactive shell, nohup) passes SIG_IGN on to every process it
+# starts, and Python keeps it ignored: the tests' Ctrl+C (SIGINT) would
+# never reach the command they run.  A handler of our own is reset to the
+# default in every child (exec), as for a user at a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # CI replays the same examples every run (a red build must be reproducible);
 # locally hypothesis explores new ones, and anything it finds is kept in its

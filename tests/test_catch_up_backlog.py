@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
+import pytest
+
 from dramatiq_cron_middleware.leader.firing import BATCH_LIMIT
 from tests.support.inprocess import in_process_app
 from tests.support.instances import wait_for
@@ -25,6 +27,7 @@ SCHEDULES = 300
 BACKLOG_MS = 300_000
 
 
+@pytest.mark.slow
 def test_a_five_minute_backlog_of_300_schedules_is_caught_up_while_the_lease_is_kept(
     redis_server: RedisServer,
 ) -> None:

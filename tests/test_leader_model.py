@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import dramatiq
+import pytest
 from dramatiq.brokers.stub import StubBroker
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -289,4 +290,4 @@ class LeaderModel(RuleBasedStateMachine):
 
 
 LeaderModel.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
-test_leader_model = LeaderModel.TestCase
+test_leader_model = pytest.mark.slow(LeaderModel.TestCase)

@@ -14,6 +14,7 @@ import functools
 import re
 from zoneinfo import ZoneInfo
 
+import pytest
 from cronsim import CronSim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -126,6 +127,7 @@ def cronsim_accepts(expression: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expression=expressions, where=zone_and_instant())
 def test_next_after_agrees_with_cronsim(expression: str, where: tuple[str, int]) -> None:

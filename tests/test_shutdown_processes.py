@@ -16,26 +16,37 @@ storms of tests/test_shutdown_signals.py (issue 28, items 3 and 8).
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware
+from dramatiq_cron_middleware.store.codes import script_source
 from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import Instance, alive, wait_for
+from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer
 
 LEASE = "{dramatiq-cron}:lease"
 #: ``docker stop`` sends SIGKILL 10 s after SIGTERM: the exit must come well
 #: before, however long the lease (the hand-over itself gives up after 1 s).
 CONTAINER_GRACE = 8.0
+
+
+def evalsha(name: str) -> bytes:
+    """A call of the script ``name`` as the proxy sees it on the wire
+    (EVALSHA and its SHA1, in RESP)."""
+    return b"EVALSHA\r\n$40\r\n" + hashlib.sha1(script_source(name).encode()).hexdigest().encode()
 
 
 def _pools(record_dir: str) -> int:
@@ -132,11 +143,6 @@ def _cpu_wait(pid: int) -> float | None:
         return None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 28 item 8: in 1 of 5 clean CI runs the worker exited in time but logged no 'Gave up releasing' "
-    "WARNING; the cause is not found yet (see the closing note)",
-)
 def test_a_worker_exits_within_a_containers_grace_when_its_redis_is_frozen(
     app_env: dict[str, str], instances: Callable[..., Instance], redis_server: RedisServer
 ) -> None:
@@ -144,7 +150,9 @@ def test_a_worker_exits_within_a_containers_grace_when_its_redis_is_frozen(
     freezes (SIGSTOP) and the worker gets SIGTERM, then it exits well
     within docker's 10 s grace (not counting the time it waited for a CPU),
     saying once, in one WARNING, that it gave up releasing the lease.
-    (It took 12.5 s: each step of the shutdown waited for Redis anew.)"""
+    (It took 12.5 s: each step of the shutdown waited for Redis anew.  And
+    in 1 of 5 runs the WARNING was missing: Redis froze between the
+    worker's acquisition and its reply, see the two tests below.)"""
     client = redis_server.client()
     instance = instances({**app_env, "CRON_APP_TTL": "15000"})
     worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the worker to lead"))
@@ -198,3 +206,87 @@ def test_worker_stop_returns_within_a_containers_grace_when_redis_is_frozen(
     assert took < CONTAINER_GRACE, f"Worker.stop took {took:.1f} s"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "Gave up releasing the cron lease" in warnings[0], warnings
+
+
+def test_a_stop_that_gives_up_while_an_acquisition_is_unanswered_says_so_once(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given a worker whose first acquisition of the lease ran in Redis but
+    whose reply it never read (Redis answered nobody from then on: the
+    lease is held under this process's token, unknown to it), when the
+    worker stops and the hand-over gives up, then one WARNING says so: a
+    follower waits out the lease, and the operator is told why.  (It was
+    given only when the process knew its epoch: the frozen-Redis exit test
+    above missed it in 1 of 5 runs, Redis frozen between an acquisition and
+    its reply.)"""
+    caplog.set_level(logging.INFO, logger="dramatiq_cron_middleware")
+    client = redis_server.client()
+    broker = StubBroker()
+    client.script_load(script_source("acquire"))  # so its first EVALSHA runs it (no NOSCRIPT)
+    with Proxy(redis_server.port) as proxy:
+        proxy.hold_replies_after(evalsha("acquire"))
+        middleware = CronMiddleware(redis=proxy.url)
+        broker.add_middleware(middleware)
+
+        @dramatiq.actor(broker=broker, cron="0 0 1 1 *")
+        def yearly() -> None: ...
+
+        try:
+            with running_worker(broker, worker_threads=1, worker_timeout=50):
+                pid = wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the unanswered acquisition")
+                assert pid == str(os.getpid())
+                assert middleware.leader is not None and middleware.leader.epoch is None
+        finally:
+            proxy.heal()
+            broker.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    lines = [m for m in warnings if "cron lease" in m]
+    assert len(lines) == 1 and "Gave up releasing the cron lease (an acquisition" in lines[0], warnings
+
+
+def test_a_leader_thread_stopping_while_a_starved_handler_still_sends_leaves_the_report_to_the_stop(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given a leading worker whose hand-over a signal handler began and is
+    still reading the release's reply past the hand-over's bound (a
+    handler starved of CPU: here each read takes 2.5 s), when the leader
+    thread stops meanwhile (the release's push ended its wait on Redis),
+    then it leaves the release to the hand-over and its report to the stop
+    path, which says once how it went.  (It released again on its own
+    client while the handler was still at it, and nobody reported: on a
+    frozen Redis that second release held the release lock for two op
+    timeouts, the stop path gave up on the lock silently, and a worker
+    process exited without the hand-over's WARNING.)"""
+    caplog.set_level(logging.INFO, logger="dramatiq_cron_middleware")
+    client = redis_server.client()
+    broker = StubBroker()
+    # A lease of 6 s renews every 2 s: the leader is idle after its first
+    # renewal (a fenced call that met the released lease would end its
+    # term, and its report, before the stop).
+    middleware = CronMiddleware(redis=redis_server.url, lock_ttl=6000)
+    broker.add_middleware(middleware)
+
+    @dramatiq.actor(broker=broker, cron="0 0 1 1 *")
+    def yearly() -> None: ...
+
+    try:
+        with running_worker(broker, worker_threads=1, worker_timeout=50):
+            wait_for(lambda: int(client.hget(LEASE, "seq") or 0) >= 2, timeout=30, what="a renewal")
+            leader = middleware.leader
+            assert leader is not None and leader.hand_over is not None and leader.hand_over.connection is not None
+            hand_over, connection = leader.hand_over, leader.hand_over.connection
+            read = connection.read_response
+
+            def starved_read(*args: Any, **kwargs: Any) -> Any:
+                time.sleep(2.5)
+                return read(*args, **kwargs)
+
+            connection.read_response = starved_read
+            handler = threading.Thread(target=lambda: hand_over.begin() and hand_over.send())
+            handler.start()
+            handler.join(60)
+            assert not client.exists(LEASE)
+    finally:
+        broker.close()
+    lines = [m for m in (r.getMessage() for r in caplog.records) if "cron lease" in m or m.startswith("Released")]
+    assert lines == ["Released cron leadership (epoch 1)."], lines

@@ -99,6 +99,7 @@ def check_a_mixed_sync(url: str, count: int) -> None:
     assert client.exists(keys.ticks) == 0
 
 
+@pytest.mark.slow
 def test_a_sync_of_many_pipelined_chunks_answers_each_schedule_its_own_entry(redis_server: RedisServer) -> None:
     # More than one window of chunks, and a last chunk that is not full.
     check_a_mixed_sync(redis_server.url, SYNC_CHUNK * SYNC_WINDOW + SYNC_CHUNK + 7)

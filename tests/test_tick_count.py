@@ -4,6 +4,7 @@ them, across offset changes, for cron and interval schedules."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ _EXPRESSIONS = [
 _ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "Asia/Kolkata"]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     expression=st.sampled_from(_EXPRESSIONS),

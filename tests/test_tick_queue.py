@@ -37,6 +37,7 @@ def grant_all(queue: TickQueue, now: int, limit: int) -> list[tuple[str, int, st
     return [(p.schedule.id, p.claim.tick_ms, str(p.claim.outcome)) for p in batch]
 
 
+@pytest.mark.slow
 def test_a_five_minute_backlog_is_worked_off_in_bounded_batches_that_each_make_progress() -> None:
     """Given 300 per-second schedules last decided five minutes ago (the
     state after an outage), when the queue plans batches of at most 1,000

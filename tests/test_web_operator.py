@@ -111,6 +111,7 @@ def _natural(ids: list[str]) -> list[str]:
     return sorted(ids, key=lambda i: (key(i), i))
 
 
+@pytest.mark.slow
 def test_pages_go_forward_back_and_to_the_last_over_10000_schedules_in_natural_order(
     redis_server: RedisServer,
 ) -> None:

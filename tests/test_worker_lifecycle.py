@@ -188,6 +188,7 @@ class Levels:
         assert thread_names().count("dramatiq-cron-signals") <= 1, thread_names()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["stub", "redis"])
 def test_a_hundred_worker_cycles_on_one_broker_stop_each_time_and_leave_nothing_behind(
     kind: str, redis_server: RedisServer, admin: redis.Redis
@@ -226,6 +227,7 @@ def _fixture_cycle(make: Callable[[], tuple[dramatiq.Broker, CronMiddleware]], a
     broker.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["stub", "redis"])
 def test_a_hundred_fixture_style_tests_leave_fds_threads_and_redis_connections_flat(
     kind: str, redis_server: RedisServer, admin: redis.Redis

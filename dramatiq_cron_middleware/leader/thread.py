@@ -59,8 +59,9 @@ class ReleaseReport(Protocol):
     def run(self) -> None:
         """Begin the hand-over and send the release, unless it began."""
 
-    def wait(self, timeout: float) -> None:
-        """Wait (bounded) for a release under way to be answered or given up."""
+    def wait(self, timeout: float) -> bool:
+        """Wait (bounded) for a release under way to be answered or given
+        up; False if it is still under way."""
 
     def claim_report(self, *, wait: float) -> bool:
         """True, once, when the hand-over released the lease."""
@@ -315,13 +316,18 @@ class LeaderThread(threading.Thread, Generic[H]):
         try:
             if self._released:
                 return
+            hand_over = self.hand_over
+            if hand_over is not None and not hand_over.wait(2 * Timing.HAND_OVER_MS / 1000):
+                # Still sent on another thread past its bound (a signal
+                # handler starved of CPU): releasing again here would wait
+                # for a Redis that may not answer, holding this lock; the
+                # stop path, after that thread, says how it went.
+                return
             leadership, self.leadership = self.leadership, None
             epoch = None if leadership is None else leadership.epoch
             if epoch is not None:
                 self.observer.leadership_changed(epoch=epoch, leading=False)
-            hand_over = self.hand_over
             if hand_over is not None:
-                hand_over.wait(2 * Timing.HAND_OVER_MS / 1000)  # a release under way
                 if hand_over.failed:
                     # Redis did not answer the hand-over within its bound:
                     # asking again on the pooled client would only hold the

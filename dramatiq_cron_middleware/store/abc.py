@@ -107,6 +107,12 @@ class LeaseStore(Protocol):
     def forget(self) -> None:
         """Drop the local belief of leading; the store is not touched."""
 
+    @property
+    def release_token(self) -> str | None:
+        """The token a release frees: :attr:`token`, else that of an
+        acquisition whose reply was lost or not read yet (it may have won);
+        None when neither.  Only reads attributes (a signal handler asks)."""
+
     def depose(self, token: str, field: str, seen: str) -> bool:
         """Delete the lease if it still holds ``token`` and its ``field``
         (``"seq"``: the renewal count; ``"conn"``: the presence connection)

@@ -429,7 +429,7 @@ class _MemoryLease:
         return renewed
 
     def release(self) -> bool:
-        token, self.token, self._attempt = self.token or self._attempt, None, None
+        token, self.token, self._attempt = self.release_token, None, None
 
         def run() -> bool:
             s = self.server
@@ -451,6 +451,10 @@ class _MemoryLease:
 
     def forget(self) -> None:
         self.token = None
+
+    @property
+    def release_token(self) -> str | None:
+        return self.token or self._attempt
 
     def depose(self, token: str, field: str, seen: str) -> bool:
         def run() -> bool:

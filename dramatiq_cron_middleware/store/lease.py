@@ -206,7 +206,7 @@ class Lease:
         overrides the command client (the shutdown path uses a connection
         of its own)."""
         # A pending attempt's lost reply may have won the lease: release that too.
-        token, self.token, self._attempt = self.token or self._attempt, None, None
+        token, self.token, self._attempt = self.release_token, None, None
         result = self._release(
             keys=[self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info],
             args=[token or "-", self.member, self.ttl_ms, self._timing.candidate_live_ms],
@@ -220,7 +220,7 @@ class Lease:
         ``NOSCRIPT`` can interrupt it) and a push to this candidate's
         wake-up list, which ends the leader thread's blocking wait.  Only
         reads attributes: called from a signal handler."""
-        token = self.token or self._attempt or "-"
+        token = self.release_token or "-"
         wake = self.keys.wake_one(self.candidate_id)
         keys = [self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info]
         args = [token, self.member, self.ttl_ms, self._timing.candidate_live_ms]
@@ -233,6 +233,12 @@ class Lease:
     def forget(self) -> None:
         """Drop the local belief of leading, without touching Redis."""
         self.token = None
+
+    @property
+    def release_token(self) -> str | None:
+        """The token a release frees: the one held, else that of an
+        acquisition whose reply was lost or not read yet (it may have won)."""
+        return self.token or self._attempt
 
     def presence_id(self) -> str:
         """The ``CLIENT ID`` of this process's presence connection ("" when

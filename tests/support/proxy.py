@@ -7,8 +7,10 @@ traffic (nothing is forwarded and new connections hang, as in a network
 partition; what was sent meanwhile is delivered late once it lifts, as TCP
 retransmission would), hold only replication (the connections a Redis
 replica opened to replicate: what the master streams waits in the proxy
-while clients are served), or reset connections (RST on every open
-connection, and optionally on every new one).
+while clients are served), hold every reply from the moment a request
+carrying a given marker goes through (a command that runs, then a server
+that answers nobody), or reset connections (RST on every open connection,
+and optionally on every new one).
 
 It is bounded: at most ``max_connections`` at once, four daemon threads
 each, and it stops by itself after ``max_lifetime`` seconds so a crashed
@@ -68,6 +70,9 @@ class Proxy:
         self._replicating.set()
         #: While partitioned: the pids whose connections still flow.
         self._kept_pids: set[int] | None = None
+        #: A request carrying it holds every reply from then on.
+        self._reply_trigger: bytes | None = None
+        self._replies_held = threading.Event()
         self._links: dict[socket.socket, dict[str, bool]] = {}
         self._lock = threading.Lock()
         self._conns: list[tuple[socket.socket, socket.socket]] = []
@@ -103,6 +108,14 @@ class Proxy:
         time: every command runs at once, but a caller with a shorter
         timeout never reads its reply (0: none)."""
         self.reply_delay_ms = delay_ms
+
+    def hold_replies_after(self, marker: bytes) -> None:
+        """From the first request that carries ``marker`` on (that request
+        included, since the hold begins before it is forwarded), hold every
+        reply on every connection, new ones too, until :meth:`heal`: the
+        command runs, but its caller, and everyone after, waits for an
+        answer that never comes."""
+        self._reply_trigger = marker
 
     def blackhole(self) -> None:
         """Stop forwarding anything, in both directions, on every connection."""
@@ -149,6 +162,8 @@ class Proxy:
         self._kept_pids = None
         self.delay_ms = 0
         self.reply_delay_ms = 0
+        self._reply_trigger = None
+        self._replies_held.clear()
         self.reset_new = False
         self._flowing.set()
         self._replicating.set()
@@ -237,6 +252,8 @@ class Proxy:
                     break
                 if not pipe.replies and (b"REPLCONF" in data.upper() or b"PSYNC" in data.upper()):
                     pipe.link["replica"] = True
+                if not pipe.replies and self._reply_trigger is not None and self._reply_trigger in data:
+                    self._replies_held.set()
                 with pipe.ready:
                     delay = self.delay_ms + (self.reply_delay_ms if pipe.replies else 0)
                     pipe.queue.append((time.monotonic() + delay / 1000, data))
@@ -278,6 +295,8 @@ class Proxy:
     def _held(self, pipe: _Pipe) -> bool:
         """Whether a partition or held replication holds this connection."""
         if pipe.link.get("replica") and not self._replicating.is_set():
+            return True
+        if pipe.replies and self._replies_held.is_set():
             return True
         return self._kept_pids is not None and not pipe.link.get("kept")
 

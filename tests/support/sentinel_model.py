@@ -159,6 +159,10 @@ class _Node:
         self.role = "master" if name == "M" else "replica"
         self.follows: str | None = None if name == "M" else "M"
         self.synced_at = 0
+        #: Calls served (any may write), and the (master, its calls, ours)
+        #: of the last copy: a copy of what has not changed is skipped.
+        self.calls = 0
+        self.copied: tuple[str, int, int] | None = None
 
 
 class _Sentinel:
@@ -223,11 +227,14 @@ class _Route:
         if target.role != "master":
             object.__setattr__(self, "_reconnect", True)
             raise redis.ReadOnlyError("You can't write against a read only replica. (model)")
+        target.calls += 1
         try:
             return target.server.call(operation, run)
         finally:
-            # Replication is instant within a side: what WAIT counts holds the write.
-            world.replicate()
+            # Replication is instant within a side: what WAIT counts holds
+            # the write.  The data itself is copied at the end of the step
+            # (World.step): no replica is read or promoted within one.
+            world.count_acks()
 
 
 class _Broker(StubBroker):
@@ -344,13 +351,15 @@ class World:
     # -- one step ---------------------------------------------------------------
 
     def step(self) -> None:
-        """Time moves; Sentinel and replication act; every candidate turns."""
+        """Time moves; Sentinel and replication act; every candidate turns;
+        the replicas copy what their masters hold after the turns."""
         self.ms += self.step_ms
         self._sentinels()
         self.replicate()
         for name, leader in self.leaders.items():
             self.broker.current = name
             leader.step()
+        self.replicate()
 
     def _sentinels(self) -> None:
         # Configurations spread between sentinels that reach each other.
@@ -407,19 +416,30 @@ class World:
 
     def replicate(self) -> None:
         """Every replica that reaches the master it follows holds its data."""
+        for node, master in self.count_acks():
+            node.synced_at = self.ms
+            if node.copied == (master.name, master.calls, node.calls):
+                continue  # holds it already
+            for key, value in vars(master.server).items():
+                if key not in _WIRING:
+                    setattr(node.server, key, _copy(value))
+            node.copied = (master.name, master.calls, node.calls)
+
+    def count_acks(self) -> list[tuple[_Node, _Node]]:
+        """Count, on each master, the replicas that reach it (what ``WAIT``
+        answers); returns those (replica, master) pairs."""
         for node in self.nodes.values():
             node.server.replicas_acking = 0
+        linked = []
         for node in self.nodes.values():
             master = self.nodes.get(node.follows or "")
             if node.role != "replica" or master is None or master.role != "master":
                 continue
             if not self.reach(node.name, master.name):
                 continue
-            for key, value in vars(master.server).items():
-                if key not in _WIRING:
-                    setattr(node.server, key, _copy(value))
-            node.synced_at = self.ms
             master.server.replicas_acking += 1
+            linked.append((node, master))
+        return linked
 
     # -- a run ------------------------------------------------------------------
 
@@ -430,6 +450,7 @@ class World:
         whole again; the outcome judged per (schedule, tick)."""
         # A leads first: it starts one step ahead.
         self.leaders["A"].step()
+        self.replicate()
         self._steps(before_s)
         assert self.leaders["A"].leading, "A should lead before the cut"
         cut = self.ms
