@@ -60,6 +60,37 @@ def settled(group: SplitSentinelGroup) -> str | None:
         return None
 
 
+def describe(group: SplitSentinelGroup) -> str:
+    """What each sentinel names and what each data node says it is, for a
+    settle that never came."""
+    by_port = {proxy.port: name for name, proxy in group.proxies.items()}
+    parts = []
+    for name, process in group.nodes.items():
+        try:
+            if name.startswith("S"):
+                found = process.client().sentinel_get_master_addr_by_name(group.service)
+                parts.append(f"{name} names {by_port.get(int(found[1]), found) if found else None}")
+            else:
+                info = process.client().info("replication")
+                follows = by_port.get(int(info.get("master_port", 0)), "-")
+                parts.append(f"{name} {info.get('role')} of {follows} link {info.get('master_link_status', '-')}")
+        except redis.RedisError as exc:
+            parts.append(f"{name} unreachable ({exc})")
+    return "; ".join(parts)
+
+
+def wait_settled(group: SplitSentinelGroup, *, what: str) -> str:
+    """The master once :func:`settled`; the state is printed when it takes long."""
+    try:
+        return str(wait_for(lambda: settled(group), timeout=60, what=what))
+    except AssertionError:
+        print(f"soak: still waiting for {what}: {describe(group)}", flush=True)
+    try:
+        return str(wait_for(lambda: settled(group), timeout=240, what=what))
+    except AssertionError:
+        raise AssertionError(f"timed out after 300 s waiting for {what}: {describe(group)}") from None
+
+
 def leader_side(group: SplitSentinelGroup, name: str, pair: list[Instance]) -> int | None:
     """Which instance of ``pair`` holds the lease, by the master's record."""
     try:
@@ -88,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {command}", flush=True)
     record_dir = tempfile.mkdtemp(prefix="cron-soak-sentinel-")
     history = History(record_dir)
-    group = SplitSentinelGroup(replicas=2)
+    # The proxies stop by themselves after their lifetime: past the soak's end.
+    group = SplitSentinelGroup(replicas=2, lifetime_s=args.minutes * 60 + 900)
     pair: list[Instance] = []
     layouts: Counter[str] = Counter()
     split_brains = 0
@@ -107,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         deadline = began + args.minutes * 60
         names = list(group.nodes)
         while time.monotonic() < deadline:
-            master = wait_for(lambda: settled(group), timeout=120, what="one master every node follows")
+            master = wait_settled(group, what="one master every node follows")
             leader = leader_side(group, master, pair)
             if rng.random() < 0.5:
                 # A split brain on purpose: the master and at most one
@@ -136,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(hold)  # the cut's length is part of the sequence
             group.heal()
             healed = now_ms()
-            master = wait_for(lambda: settled(group), timeout=120, what="the sentinels to agree after the heal")
+            master = wait_settled(group, what="the sentinels to agree after the heal")
             wait_for(
                 lambda: len([t for t in history.ticks() if t > healed + 3 * TTL_MS]) >= 2,  # noqa: B023 - called at once
                 timeout=120,

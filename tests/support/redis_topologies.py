@@ -302,13 +302,15 @@ class SplitSentinelGroup:
     ports, which no partition touches.
     """
 
-    def __init__(self, *, service: str = "cronmaster", replicas: int = 2, down_after_ms: int = 1000) -> None:
+    def __init__(
+        self, *, service: str = "cronmaster", replicas: int = 2, down_after_ms: int = 1000, lifetime_s: float = 900.0
+    ) -> None:
         self.service = service
         self.nodes: dict[str, RedisProcess] = {}
         self.proxies: dict[str, Proxy] = {}
         ports = {name: free_port() for name in ["M", *(f"R{i + 1}" for i in range(replicas)), "S1", "S2", "S3"]}
         for name in ports:
-            self.proxies[name] = Proxy(ports[name], max_connections=512, max_lifetime=900)
+            self.proxies[name] = Proxy(ports[name], max_connections=512, max_lifetime=lifetime_s)
         master = self.proxies["M"].port
         for name, port in ports.items():
             announce = ["replica-announce-ip 127.0.0.1", f"replica-announce-port {self.proxies[name].port}"]
