@@ -375,6 +375,10 @@ class Cron:
         """``schedule``'s :class:`Schedule` with ``changes`` applied, the others as stored (what ``update`` writes)."""
         return changed_schedule(schedule, changes)
 
+    def redacted(self, text: str) -> str:
+        """``text`` with the credentials of every URL in it hidden, for a log line."""
+        return redact(text)
+
 
 class _StatusReads:
     """The store as ``status.StatusReads`` read it: its own reads, and the replicas record parsed."""
