@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 WEB = Path(__file__).resolve().parent.parent / "dramatiq_cron_middleware" / "web"
 PACKAGE = "dramatiq_cron_middleware"
@@ -105,3 +108,21 @@ def test_web_builds_no_redis_client_and_uses_only_redis_errors() -> None:
             if isinstance(node, ast.Name) and node.id in ("scheduler_clients", "Connections", "HealthReads"):
                 used.append(f"{path.name}: {node.id}")
     assert used == []
+
+
+def test_a_redis_that_refuses_the_dashboards_commands_answers_502_on_every_page(redis_server: Any) -> None:
+    """Given a dashboard whose Redis user loses its permissions (an ACL
+    change), When any page is asked for, Then it answers 502 saying Redis
+    refused, never a 500: the service's translated refusal is a page too."""
+    pytest.importorskip("jinja2")
+    from tests.support.dashboards import dashboard_app
+
+    browser = dashboard_app(redis_server).dashboard()
+    assert browser.get("/cron/schedules").status == 200
+    admin = redis_server.client()
+    admin.execute_command("ACL", "SETUSER", "admin", "on", ">pw", "~*", "&*", "+@all")
+    admin.execute_command("ACL", "SETUSER", "default", "-@all", "+auth", "+hello", "+client")
+    for path in ("/cron/schedules", "/cron/next", "/cron/schedule?id=every_second"):
+        page = browser.get(path)
+        assert page.status == 502, (path, page.status, page.text[:300])
+        assert "refused the request" in page.text and "Traceback" not in page.text

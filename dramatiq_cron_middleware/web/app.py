@@ -243,7 +243,7 @@ class CronDashboard:
             return self._error(request, "502 Bad Gateway", message)
         except CronConfigurationError as exc:  # the service's words for a refusal (redacted)
             self.logger.warning("The cron dashboard could not act: %s", exc)
-            message = "The scheduler's store refused the request; see the server's log."
+            message = f"Redis at {self.cron.where} refused the request; see the server's log."
             return self._error(request, "502 Bad Gateway", message)
 
     def _error(self, request: Request, status: str, message: str) -> Response:
