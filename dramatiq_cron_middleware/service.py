@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import redis
 from dramatiq import Broker
@@ -23,14 +23,18 @@ from dramatiq.brokers.stub import StubBroker
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
+from .monitoring.health import Policy
+from .monitoring.read import HealthApp
 from .monitoring.records import RunRecord, parse_run
 from .ops.backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
-from .ops.control import pause_expiry
+from .ops.control import ReplicasLacking, pause_expiry, replicas_lacking
 from .schedules.schedule import BoundSchedule, Schedule
+from .status import Health, Status, StatusReads, read_every_health, read_status
 from .store.abc import OperatorStore, RuntimeDefinitions
 from .store.connection import credentials_refused, redact
-from .store.operator import HistoryEntry, HistoryPage
-from .store.runtime import RuntimePage, RuntimeSchedule, describe_changes, split_id
+from .store.health_reads import HealthReads
+from .store.operator import HistoryEntry, HistoryPage, LastDecision
+from .store.runtime import RuntimePage, RuntimeSchedule, as_schedule, changed_schedule, describe_changes, split_id
 from .targets import Target, UnknownTarget, resolve_target
 
 __all__ = ["Cron"]
@@ -331,6 +335,62 @@ class Cron:
         """The store's time, epoch ms."""
         with self.errors():
             return self.store.server_ms()
+
+    # -- the dashboard's reads (the store's errors as they are: a page says what failed) --
+
+    def pauses(self) -> dict[str, int | None]:
+        """The live pauses: member (a schedule id, ``<actor>:*``) -> when it ends, epoch ms (None: until resumed)."""
+        return self.store.pauses()
+
+    def decisions(self, schedule_ids: Sequence[str]) -> dict[str, LastDecision]:
+        """The last decided tick of each of these schedules that has one."""
+        return self.store.decisions(schedule_ids)
+
+    def health(
+        self, schedules: Iterable[BoundSchedule], *, now_ms: int, policy: Callable[[BoundSchedule], Policy]
+    ) -> Health:
+        """The health of every one of ``schedules`` at ``now_ms`` (``status.read_every_health``)."""
+        return read_every_health(self.health_reads(), schedules, now_ms=now_ms, policy=policy)
+
+    def status(self, app: HealthApp, *, declares: Callable[[str], bool], health: Health | None = None) -> Status:
+        """The :class:`~.status.Status` now (``status.read_status``) of ``app``'s scheduler; ``health``: a kept read."""
+        reads = cast(StatusReads, _StatusReads(self.store))
+        runtime = self.runtime
+        return read_status(
+            reads, self.health_reads(), app, runtime=runtime, declares=declares, where=self.where, health=health
+        )
+
+    def health_reads(self) -> HealthReads:
+        """The store's health reads (on Redis: its client and keys)."""
+        client, keys = getattr(self.store, "client", None), getattr(self.store, "keys", None)
+        if client is None or keys is None:
+            raise CronConfigurationError(f"the store at {self.where} keeps no run health to read")
+        return HealthReads(client, keys)
+
+    def options(self, schedule: BoundSchedule) -> Schedule:
+        """The :class:`Schedule` a stored runtime schedule binds from again, every option as stored."""
+        return as_schedule(schedule)
+
+    def changed(self, schedule: BoundSchedule, changes: Mapping[str, Any]) -> Schedule:
+        """``schedule``'s :class:`Schedule` with ``changes`` applied, the others as stored (what ``update`` writes)."""
+        return changed_schedule(schedule, changes)
+
+    def redacted(self, text: str) -> str:
+        """``text`` with the credentials of every URL in it hidden, for a log line."""
+        return redact(text)
+
+
+class _StatusReads:
+    """The store as ``status.StatusReads`` read it: its own reads, and the replicas record parsed."""
+
+    def __init__(self, store: OperatorStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def replicas_lacking(self) -> ReplicasLacking | None:
+        return replicas_lacking(self.store.replicas_record())
 
 
 def _added_detail(stored: RuntimeSchedule) -> str:

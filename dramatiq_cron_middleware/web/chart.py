@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..monitoring.records import RunRecord
-from ..ops.control import HistoryEntry
-from ..store.codes import Outcome
+from ..schedules.outcome import Outcome
 from ..times import span, when
+
+if TYPE_CHECKING:
+    from ..store.operator import HistoryEntry
 
 __all__ = ["OUTCOME_COLOURS", "RUN_COLOURS", "duration_chart", "lag_chart"]
 

@@ -22,9 +22,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import CronConfigurationError, CronScheduleError
-from ..middleware import CronMiddleware
-from ..ops.format import iso
+from ..errors import CronScheduleError
 from ..schedules.instants import instant_ms
 from ..schedules.schedule import (
     DEFAULT_CATCH_UP_WINDOW,
@@ -36,9 +34,9 @@ from ..schedules.schedule import (
     of_actor,
 )
 from ..service import Cron
-from ..store.runtime import as_schedule, changed_schedule
+from ..times import iso
 
-__all__ = ["CATCH_UPS", "OVERLAPS", "RuntimeForm", "Saved", "runtime_of", "save"]
+__all__ = ["CATCH_UPS", "OVERLAPS", "RuntimeForm", "Saved", "save"]
 
 #: The choices of the catch-up and overlap selects ("" keeps the default).
 CATCH_UPS = ("", "each", "latest", "none")
@@ -174,12 +172,12 @@ def save(
             with of_actor(form.actor):  # a Schedule checks itself before it knows its actor
                 schedule = Schedule(**{k: v for k, v in values.items() if v is not None})
             return Saved(stored=cron.add(form.actor, schedule, name=form.name, who=who), previous=None)
-        changes = _changes(values, as_schedule(previous.schedule))
+        changes = _changes(values, cron.options(previous.schedule))
         if (form.actor, form.name) != (previous.actor_name, previous.name):
             # A rename is a new schedule (an update keeps the id): the new
             # one stored, with every option of the old one the form did not
             # change, then the old one removed.
-            renamed = changed_schedule(previous.schedule, {**changes, "name": form.name})
+            renamed = cron.changed(previous.schedule, {**changes, "name": form.name})
             stored = cron.rename(previous, renamed, actor=form.actor, name=form.name, who=who)
             return Saved(stored=stored, previous=previous)
         if not changes:
@@ -300,14 +298,3 @@ def _bind(actor: str, schedule: Schedule) -> BoundSchedule:
     return bind_schedule(
         actor, "default", schedule, timezone="UTC", catch_up="each", catch_up_window=DEFAULT_CATCH_UP_WINDOW
     )
-
-
-def runtime_of(middleware: CronMiddleware) -> Any:
-    """The app's runtime schedules (``CronMiddleware.runtime``), or None
-    when this version of the package, or this app, has none."""
-    if not hasattr(type(middleware), "runtime"):
-        return None
-    try:
-        return getattr(middleware, "runtime")  # noqa: B009 - absent from older versions
-    except CronConfigurationError:  # no actor declared yet: nothing to schedule
-        return None

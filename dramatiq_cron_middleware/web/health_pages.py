@@ -20,14 +20,13 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from ..monitoring.health import Policy
-from ..monitoring.read import read_health, read_runs
 from ..monitoring.records import RunRecord, ScheduleHealth
-from ..ops.control import Control, paused_by
 from ..schedules.schedule import BoundSchedule
-from ..status import Health, read_every_health
-from ..store.health_reads import HealthReads
+from ..service import Cron
+from ..status import Health
+from ..targets import paused_by
 from .pages import Filters, RuntimeIndex, SchedulesView, matches, natural_key, paged, rows_of
 
 __all__ = ["ReportCache", "Runs", "filtered_view", "health_of", "read_all", "schedule_runs"]
@@ -39,12 +38,13 @@ RUNS_SHOWN = 50
 _FRESH_S = 2.0
 _FRESH_FACTOR = 10
 
-PolicyOf = Callable[[BoundSchedule], Policy]
+if TYPE_CHECKING:
+    from ..monitoring.health import Policy
+
+PolicyOf = Callable[[BoundSchedule], "Policy"]
 
 
-def read_all(
-    control: Control, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, policy: PolicyOf
-) -> Health:
+def read_all(cron: Cron, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, policy: PolicyOf) -> Health:
     """Every schedule's health, declared and runtime, in the schedules
     page's order (declared ones as declared, then runtime ones in natural
     order of their ids), and the stored definitions read differently now
@@ -53,15 +53,11 @@ def read_all(
     Raises:
       redis.ConnectionError, redis.TimeoutError: Redis did not answer.
     """
-    now = control.server_ms()
+    now = cron.server_ms()
     stored = [] if runtime is None else sorted(runtime.schedules(), key=lambda s: natural_key(s.id))
-    health = read_every_health(_reads(control), [*code, *stored], now_ms=now, policy=policy)
+    health = cron.health([*code, *stored], now_ms=now, policy=policy)
     problems = [] if runtime is None else runtime.problems()
     return dataclasses.replace(health, report=dataclasses.replace(health.report, stored=problems))
-
-
-def _reads(control: Control) -> HealthReads:
-    return HealthReads(control.client, control.keys)
 
 
 class ReportCache:
@@ -143,20 +139,20 @@ def _thread(work: Callable[[], None]) -> None:
     threading.Thread(target=work, name="cron-dashboard-health", daemon=True).start()
 
 
-def health_of(control: Control, schedules: Sequence[BoundSchedule], *, policy: PolicyOf) -> dict[str, ScheduleHealth]:
+def health_of(cron: Cron, schedules: Sequence[BoundSchedule], *, policy: PolicyOf) -> dict[str, ScheduleHealth]:
     """The health of a page's schedules, by id."""
     if not schedules:
         return {}
-    report = read_health(_reads(control), schedules, now_ms=control.server_ms(), policy=policy)
+    report = cron.health(schedules, now_ms=cron.server_ms(), policy=policy).report
     return {s.schedule_id: s for s in report.schedules}
 
 
-def filtered_view(control: Control, report: Health, filters: Filters) -> SchedulesView:
+def filtered_view(cron: Cron, report: Health, filters: Filters) -> SchedulesView:
     """The schedules page with a health filter: the schedules in that
     health (``problems``: the worst first), also filtered by search, source
     and paused state, one page of them (a page past the last shows the
     last)."""
-    paused = control.pauses()
+    paused = cron.pauses()
     needle = filters.query.lower()
     matching = [
         report.schedules[h.schedule_id] for h in report.matching(filters.health) if h.schedule_id in report.schedules
@@ -171,7 +167,7 @@ def filtered_view(control: Control, report: Health, filters: Filters) -> Schedul
     filters, pages, first = paged(filters, len(picked))
     now = report.report.now_ms
     return SchedulesView(
-        rows=rows_of(control, picked[first : first + filters.per_page], now_ms=now, pauses=paused),
+        rows=rows_of(cron, picked[first : first + filters.per_page], now_ms=now, pauses=paused),
         total=len(picked),
         filters=filters,
         pages=pages,
@@ -188,9 +184,9 @@ class Runs:
     health: ScheduleHealth | None
 
 
-def schedule_runs(control: Control, schedule_id: str, schedule: BoundSchedule | None, *, policy: PolicyOf) -> Runs:
+def schedule_runs(cron: Cron, schedule_id: str, schedule: BoundSchedule | None, *, policy: PolicyOf) -> Runs:
     """The newest runs of ``schedule_id`` (also of a schedule no longer
     declared) and, for a known schedule, its health."""
-    runs = read_runs(control.client, control.keys, schedule_id, limit=RUNS_SHOWN)
-    health = None if schedule is None else health_of(control, [schedule], policy=policy).get(schedule_id)
+    runs = cron.runs(schedule_id, limit=RUNS_SHOWN)
+    health = None if schedule is None else health_of(cron, [schedule], policy=policy).get(schedule_id)
     return Runs(runs=runs, health=health)

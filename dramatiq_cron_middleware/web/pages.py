@@ -13,28 +13,21 @@ import dataclasses
 import heapq
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..audit import ACTIONS, Action
-from ..monitoring.read import every_schedule
 from ..monitoring.records import HEALTH_STATES
-from ..ops.control import (
-    Control,
-    HistoryEntry,
-    HistoryPage,
-    LastDecision,
-    RuntimeCatalogue,
-    Target,
-    find_runtime,
-    paused_by,
-)
-from ..schedules.ids import parse_id
+from ..schedules.ids import parse_id, whole_actor
 from ..schedules.schedule import NEVER, BoundSchedule
+from ..service import Cron
 from ..status import pause_end, upcoming
-from ..store.codes import whole_actor
+from ..targets import RuntimeCatalogue, Target, find_runtime, paused_by
 from ..times import span, when
 from .chart import lag_chart, lag_ms
 from .describe import describe
+
+if TYPE_CHECKING:
+    from ..store.operator import HistoryEntry, HistoryPage, LastDecision
 
 __all__ = [
     "HEALTH_FILTERS",
@@ -57,6 +50,8 @@ __all__ = [
     "schedules_view",
 ]
 
+#: Runtime schedules listed a round trip (for the next-to-run view).
+RUNTIME_PAGE = 10_000
 #: How many next fire times a schedule row shows.
 NEXT_RUNS = 3
 #: Page sizes a visitor may ask for; the first is the default.
@@ -235,7 +230,13 @@ class RuntimeIndex:
         version = self.runtime.version()
         known, schedules = self._schedules
         if known != version:
-            schedules = list(every_schedule((), self.runtime))
+            schedules = []
+            cursor: str | None = None
+            while True:  # a page of them at a time
+                page = self.runtime.list(cursor=cursor, limit=RUNTIME_PAGE)
+                schedules += [r.schedule for r in page.items]
+                if (cursor := page.cursor) is None:
+                    break
             self._schedules = (version, schedules)
         return schedules
 
@@ -261,7 +262,7 @@ def words(schedule: BoundSchedule) -> str:
 
 
 def schedules_view(
-    control: Control,
+    cron: Cron,
     code: Sequence[BoundSchedule],
     runtime: RuntimeIndex | None,
     filters: Filters,
@@ -272,8 +273,8 @@ def schedules_view(
     A runtime schedule is matched by its id (``actor:name``), so a search
     or a filter reads ids only; the page's own definitions are read last.
     """
-    now = control.server_ms()
-    paused = control.pauses()
+    now = cron.server_ms()
+    paused = cron.pauses()
     needle = filters.query.lower()
     size = filters.per_page
 
@@ -298,7 +299,7 @@ def schedules_view(
     if runtime is not None and wanted:
         picked += runtime.read(wanted)
     return SchedulesView(
-        rows=rows_of(control, picked, now_ms=now, pauses=paused),
+        rows=rows_of(cron, picked, now_ms=now, pauses=paused),
         total=total,
         filters=filters,
         pages=pages,
@@ -308,11 +309,11 @@ def schedules_view(
 
 
 def rows_of(
-    control: Control, schedules: Sequence[BoundSchedule], *, now_ms: int, pauses: Mapping[str, int | None]
+    cron: Cron, schedules: Sequence[BoundSchedule], *, now_ms: int, pauses: Mapping[str, int | None]
 ) -> list[Row]:
     """The rows of a page's schedules (their last decisions in one read);
-    ``pauses`` is :meth:`Control.pauses`."""
-    decisions = control.decisions([s.id for s in schedules])
+    ``pauses`` is :meth:`Cron.pauses`."""
+    decisions = cron.decisions([s.id for s in schedules])
     return [
         Row(
             schedule=s,
@@ -368,13 +369,13 @@ class NextRun:
 
 
 def next_to_run(
-    control: Control, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, limit: int = NEXT_TO_RUN
+    cron: Cron, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, limit: int = NEXT_TO_RUN
 ) -> tuple[int, list[NextRun]]:
     """The ``limit`` schedules that fire soonest, declared and runtime
     together, soonest first (paused ones included and marked: pausing skips
     ticks, it does not move them); returns the server's now and the list."""
-    now = control.server_ms()
-    pauses = control.pauses()
+    now = cron.server_ms()
+    pauses = cron.pauses()
     every = [*code, *(runtime.schedules() if runtime is not None else [])]
     soonest = heapq.nsmallest(
         limit, ((s.next_after(now), natural_key(s.id), s) for s in every), key=lambda t: (t[0], t[1])
@@ -420,13 +421,13 @@ class HistoryView:
 
 
 def history_view(
-    control: Control, schedule_id: str, schedule: BoundSchedule | None, source: str | None, *, before: str | None
+    cron: Cron, schedule_id: str, schedule: BoundSchedule | None, source: str | None, *, before: str | None
 ) -> HistoryView:
     """A schedule's history page: entries older than ``before``, newest
     first, and the chart of the same entries."""
-    now = control.server_ms()
-    page = control.schedule_history(schedule_id, limit=HISTORY_PAGE, before=before)
-    paused = control.pauses()
+    now = cron.server_ms()
+    page = cron.schedule_history(schedule_id, limit=HISTORY_PAGE, before=before)
+    paused = cron.pauses()
     stopped_by = None if schedule is None else paused_by(schedule, paused)
     return HistoryView(
         schedule_id=schedule_id,
@@ -438,7 +439,7 @@ def history_view(
         # is a tick too) is listed, not drawn.
         chart=lag_chart([e for e in page.entries if e.outcome not in ACTIONS or e.outcome == Action.TRIGGER]),
         paused_by=stopped_by,
-        last=control.decisions([schedule_id]).get(schedule_id),
+        last=cron.decisions([schedule_id]).get(schedule_id),
         next_ms=[] if schedule is None else upcoming(schedule, now),
         now_ms=now,
         paused_until=None if schedule is None else pause_end(schedule, paused),

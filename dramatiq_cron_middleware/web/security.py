@@ -28,7 +28,10 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ..errors import CronConfigurationError
+
 __all__ = [
+    "check_guard",
     "Access",
     "CSRF_COOKIE",
     "CSRF_FIELD",
@@ -189,3 +192,44 @@ class Access:
         if self.auth is not None:
             return 'Basic realm="dramatiq-cron", charset="UTF-8"'
         return 'Bearer realm="dramatiq-cron"' if self.token is not None else None
+
+
+def check_guard(
+    *,
+    auth: object,
+    token: object,
+    read_only: bool,
+    unauthenticated: bool,
+    allowed_hosts: Any,
+) -> None:
+    """Refuse, naming the argument, a dashboard's credentials or hosts
+    that are malformed, contradict each other, or leave it unguarded.
+
+    Raises:
+      CronConfigurationError: with the argument and what was wrong.
+    """
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        kind = "empty" if isinstance(token, str) else f"a {type(token).__name__}, not a string"
+        raise CronConfigurationError(f"CronDashboard: token= is {kind}; pass a token, or leave it out")
+    if auth is not None and (
+        not isinstance(auth, tuple) or len(auth) != 2 or not all(isinstance(p, str) and p for p in auth)
+    ):
+        shown = "(user, '***')" if isinstance(auth, tuple) and len(auth) == 2 else type(auth).__name__
+        raise CronConfigurationError(
+            f"CronDashboard: auth= wants (user, password), both non-empty strings, got {shown}"
+        )
+    credentials = auth is not None or token is not None
+    if unauthenticated and credentials:
+        raise CronConfigurationError("CronDashboard: unauthenticated=True contradicts auth= or token=; pass one")
+    if not (credentials or read_only or unauthenticated):
+        raise CronConfigurationError(
+            "CronDashboard: refusing to serve a control panel that anyone who reaches it can use: pass "
+            "auth=(user, password), token=..., or read_only=True, or unauthenticated=True when something in "
+            "front (the host application's login, an authenticating proxy) guards every request"
+        )
+    if allowed_hosts is not None and (
+        isinstance(allowed_hosts, str) or not all(isinstance(h, str) and h for h in allowed_hosts)
+    ):
+        raise CronConfigurationError(
+            f"CronDashboard: allowed_hosts must be a list of host names, got {allowed_hosts!r}"
+        )

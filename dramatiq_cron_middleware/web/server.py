@@ -171,7 +171,7 @@ def serve(broker: Any, *, bind: str, auth: str | None, token: str | None, **opti
     finally:
         server.shutdown()
         server.server_close()
-        dashboard.control.client.close()
+        dashboard.middleware.stop()  # closes the clients it opened, the service's among them
 
 
 def _credential(flag_value: str | None, flag: str, variable: str, wanted: str) -> tuple[str | None, str]:
