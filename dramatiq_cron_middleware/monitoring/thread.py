@@ -42,6 +42,7 @@ class HealthObserver(LeaderObserver):
     def leadership_changed(self, *, epoch: int, leading: bool) -> None:
         if not leading:
             self.monitor.forget()
+        self.monitor.told.set()  # a decide thread waiting in this process looks again at once
         self.inner.leadership_changed(epoch=epoch, leading=leading)
 
     def renewed(self, *, latency_ms: float) -> None:
