@@ -24,7 +24,7 @@ from dramatiq_cron_middleware.monitoring.alerts import (
 from dramatiq_cron_middleware.monitoring.health import Policy
 from dramatiq_cron_middleware.monitoring.monitor import HealthMonitor
 from dramatiq_cron_middleware.monitoring.records import Alert
-from dramatiq_cron_middleware.monitoring.thread import MonitorThreads
+from dramatiq_cron_middleware.monitoring.thread import HealthObserver, MonitorThreads
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryRuns, MemoryServer
 from dramatiq_cron_middleware.store.lease import Acquired
@@ -251,3 +251,46 @@ def test_a_failing_webhook_holds_back_neither_the_log_line_nor_on_alert(
             threads.stop(5.0)
     assert [key for key, _ in receiver.delivered()] == [a.id for a in told]
     assert {key for _, key, _, _, _ in receiver.got if key == told[0].id} == {told[0].id}
+
+
+def test_a_quiet_decide_thread_looks_again_as_soon_as_leadership_changes() -> None:
+    """Issue 32 (idle cost): Given a leading decide thread with nothing open,
+    waiting in its process (a quiet wait of an hour), and a failed run
+    recorded meanwhile by a worker, When the leader reports a change of
+    leadership (a takeover after a lost lease), Then the thread takes a turn
+    at once and alerts on the failure, instead of sleeping out its wait."""
+    time = FakeTime()
+    server = MemoryServer(now_ms=time.now_ms)
+    runs = MemoryRuns(server)
+    store = InMemoryStore(server, clock=ServerClock(monotonic=time.monotonic, wall=time.wall), ttl_ms=3_600_000)
+    assert isinstance(store.lease.acquire(), Acquired)
+    token = store.lease.token
+    policy = Policy(grace_ms=1000, max_runtime_ms=5000, failure_threshold=1)
+    told: list[Alert] = []
+    logger = logging.getLogger("alerts")
+    deliveries = [callback_delivery(runs, told.append, logger)]
+    monitor = HealthMonitor(store=runs, schedule=lambda sid: (sid, None, policy), outboxes=[d.name for d in deliveries])
+    turns: list[dict[str, str]] = []
+    threads = MonitorThreads(
+        monitor=monitor,
+        deliveries=deliveries,
+        token=lambda: token,
+        interval=0.01,
+        idle_wait=0.05,
+        quiet_wait=3600,
+        logger=logger,
+        on_health=turns.append,
+    )
+    observer = HealthObserver(monitor, None)
+    runs.record_run("start", "idle", time.ms, attempt=1, token="idle", host="h", pid=1)
+    runs.record_run("finish", "idle", time.ms, attempt=1, token="idle", host="h", pid=1, outcome="ok")
+    threads.start()
+    try:
+        wait_for(lambda: turns, timeout=30, what="the first turn")  # nothing open after it: a quiet wait
+        runs.record_run("start", "job", time.ms, attempt=1, token="job", host="h", pid=1)
+        runs.record_run("finish", "job", time.ms, attempt=1, token="job", host="h", pid=1, outcome="failed", error="E")
+        observer.leadership_changed(epoch=2, leading=True)
+        wait_for(lambda: told, timeout=30, what="the failure's alert")
+        assert [a.state for a in told] == ["failing"]
+    finally:
+        threads.stop(5.0)

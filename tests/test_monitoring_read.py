@@ -137,15 +137,19 @@ def test_a_worker_records_each_run_with_its_outcome_newest_first(redis_server: R
     assert runs[0].to_json()["tick"].startswith("2023-11-17T22:13:20")
 
 
-def test_an_idle_leader_waits_on_redis_for_run_events_and_still_stops_at_once(redis_server: RedisServer) -> None:
-    """Given an idle leader whose health thread blocks on Redis for the next
+def test_a_leader_awaiting_a_run_event_blocks_on_redis_and_still_stops_at_once(redis_server: RedisServer) -> None:
+    """Given a leader with an open run (a fired tick not started, its
+    deadline an hour ahead) whose health thread blocks on Redis for the next
     run event, When the middleware stops, Then the lease is released and the
     stop ends that read by closing its connection instead of waiting it out.
     (A 60 s lease: the read blocks for a renewal interval, 20 s; a stop that
     waited for it would take that long.)"""
     cron, broker = _app(redis_server, lock_ttl=60_000)
-    cron.start(broker)
     client = redis_server.client()
+    [schedule] = cron.all_schedules()
+    seconds, _ = client.time()
+    client.zadd(cron.keys.runs_open, {f"p|1700000000000|{schedule.id}": int(seconds) * 1000 + 3_600_000})
+    cron.start(broker)
 
     def readers() -> set[str]:
         return {str(c["id"]) for c in client.client_list() if c.get("cmd") == "xread" and "b" in c.get("flags", "")}
@@ -158,6 +162,33 @@ def test_an_idle_leader_waits_on_redis_for_run_events_and_still_stops_at_once(re
     assert not client.exists(cron.keys.lease)
     assert not blocked & {str(c["id"]) for c in client.client_list()}, "the blocking read's connection is still open"
     assert stopped_in < 15, f"the stop took {stopped_in:.1f} s: it waited for the 20 s read"
+
+
+def test_an_idle_leader_with_no_open_run_never_blocks_on_redis(redis_server: RedisServer) -> None:
+    """Issue 32 (idle cost): Given a leader with nothing due and no run open,
+    When it renews its lease three times, Then its health thread has made no
+    blocking read of the run events: it waits in its own process until the
+    leader tells it of a tick (it used to block on Redis every renewal
+    interval)."""
+    cron, broker = _app(redis_server, lock_ttl=3000)
+    client = redis_server.client()
+    client.config_resetstat()
+    cron.start(broker)
+    try:
+        wait_for(lambda: client.exists(cron.keys.lease), timeout=30, what="the lease")
+        renewals: list[str] = []
+
+        def renewed_three_times() -> bool:
+            renewed = str(client.hget(cron.keys.lease, "renewed") or "")
+            if not renewals or renewals[-1] != renewed:
+                renewals.append(renewed)
+            return len(renewals) >= 4
+
+        wait_for(renewed_three_times, timeout=60, interval=0.05, what="three renewals")
+        stats = client.info("commandstats")
+        assert "cmdstat_xread" not in stats, stats.get("cmdstat_xread")
+    finally:
+        cron.stop()
 
 
 def test_a_run_that_failed_for_good_clears_its_overlap_mark(redis_server: RedisServer) -> None:

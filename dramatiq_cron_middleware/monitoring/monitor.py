@@ -72,6 +72,9 @@ class HealthMonitor:
         # The order matters: catch_up="latest" records the skipped ticks as
         # missed, then fires the latest, which ends the missed state.
         self._told: list[tuple[str, str, int | None]] = []
+        #: Set whenever the leader tells something: an idle decide thread
+        #: waits on it, not on Redis.
+        self.told = threading.Event()
 
     # -- told by the leader thread (quick, never raises) ---------------------
 
@@ -79,11 +82,13 @@ class HealthMonitor:
         """A tick's message reached the broker."""
         with self._lock:
             self._told.append(("fired", schedule_id, tick_ms))
+        self.told.set()
 
     def missed(self, schedule_id: str, tick_ms: int | None = None) -> None:
         """The ledger recorded a tick as missed."""
         with self._lock:
             self._told.append(("missed", schedule_id, tick_ms))
+        self.told.set()
 
     def forget(self) -> None:
         """Leadership was lost: what was buffered is the next leader's to
@@ -98,6 +103,7 @@ class HealthMonitor:
         buffered ticks are kept for the next turn and the error raised."""
         with self._lock:  # a bounded batch: a catch-up fires thousands at once
             told, self._told = self._told[:BATCH], self._told[BATCH:]
+            self.told.clear()  # under the lock: what is told from now on sets it again
         try:
             turn = self._turn(token, told)
         except BaseException:

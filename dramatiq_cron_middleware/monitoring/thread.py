@@ -26,6 +26,11 @@ from .monitor import HealthMonitor, Turn
 __all__ = ["HealthObserver", "MonitorThreads", "monitor_threads"]
 
 
+#: An idle leader's monitoring reads at most once per this many ``idle_wait``
+#: (at the default lease: once a minute).
+QUIET = 12
+
+
 class HealthObserver(LeaderObserver):
     """Tells the monitor what the leader fired and missed, and passes
     everything on to ``inner`` (metrics)."""
@@ -37,6 +42,7 @@ class HealthObserver(LeaderObserver):
     def leadership_changed(self, *, epoch: int, leading: bool) -> None:
         if not leading:
             self.monitor.forget()
+        self.monitor.told.set()  # a decide thread waiting in this process looks again at once
         self.inner.leadership_changed(epoch=epoch, leading=leading)
 
     def renewed(self, *, latency_ms: float) -> None:
@@ -55,17 +61,25 @@ class HealthObserver(LeaderObserver):
 class MonitorThreads:
     """The decide thread and a delivery thread per sink.
 
-    A busy leader decides at most every ``interval``; an idle one waits on
-    Redis for the next run event (one blocking read) until the earliest
-    deadline ahead, at most ``idle_wait``: an idle scheduler costs a read
-    per ``idle_wait``, not per ``interval``.
+    A busy leader decides at most every ``interval``.  While runs are open
+    (a fired tick not started yet, a run not finished, a change of health
+    held back) it waits on Redis for the next run event (one blocking
+    read) until the earliest deadline ahead, at most ``idle_wait``.  With
+    nothing open it waits in this process, costing Redis nothing, until
+    the leader tells it of a fired or missed tick, or ``quiet_wait`` at
+    most: an idle leader's monitoring costs one read per ``quiet_wait``.
+    (Run events for ticks this leader did not fire, such as a retry of a
+    finished run or a message sent by hand, are thus decided within
+    ``quiet_wait``.)
 
     Parameters:
       monitor: Decides health.
       deliveries: One per alert sink with an outbox.
       token: The lease token this process leads under, None while following.
       interval: Seconds between two turns at least (and between retries).
-      idle_wait: Seconds an idle leader waits for a run event at most.
+      idle_wait: Seconds a leader with open runs waits for a run event at most.
+      quiet_wait: Seconds a leader with nothing open waits at most before
+        it reads again.  Defaults to None, meaning ``QUIET * idle_wait``.
       logger: Where faults are reported.
       on_health: Told the health of the schedules each turn decided on
         (``CronMetrics``' gauges).  Defaults to None.
@@ -81,6 +95,7 @@ class MonitorThreads:
         idle_wait: float,
         logger: logging.Logger,
         on_health: Callable[[dict[str, str]], object] | None = None,
+        quiet_wait: float | None = None,
     ) -> None:
         self.monitor = monitor
         self.on_health = on_health
@@ -88,6 +103,7 @@ class MonitorThreads:
         self.token = token
         self.interval = interval
         self.idle_wait = max(idle_wait, interval)
+        self.quiet_wait = max(QUIET * self.idle_wait if quiet_wait is None else quiet_wait, self.idle_wait)
         self.logger = logger
         self.stopping = threading.Event()
         self._wakes = [threading.Event() for _ in deliveries]
@@ -109,6 +125,7 @@ class MonitorThreads:
     def stop(self, timeout: float = 0.1) -> None:
         """Tell every thread to stop, then :meth:`join` them."""
         self.stopping.set()
+        self.monitor.told.set()
         for wake in self._wakes:
             wake.set()
         self.join(timeout)
@@ -122,11 +139,17 @@ class MonitorThreads:
             thread.join(timeout)
 
     def _decide(self) -> None:
+        leading = False
         while not self.stopping.is_set():
             token = self.token()
             if token is None:
+                leading = False
                 self.stopping.wait(self.interval)
                 continue
+            if not leading:  # a new leader delivers what its predecessor left in the outboxes
+                leading = True
+                for wake in self._wakes:
+                    wake.set()
             try:
                 turn = self.monitor.turn(token)
             except Exception as exc:
@@ -148,11 +171,15 @@ class MonitorThreads:
             self._idle(turn)
 
     def _idle(self, turn: Turn) -> None:
-        """Wait for a run event, until the next deadline at the latest."""
-        wait_ms = int(self.idle_wait * 1000)
-        if turn.next_deadline_ms is not None:
-            wait_ms = min(wait_ms, turn.next_deadline_ms - turn.now_ms - int(self.interval * 1000))
-        if wait_ms <= 0 or (not turn.written and turn.now_ms == 0):
+        """Wait for a run event (runs are open) or for the leader to tell
+        something (none is), until the next deadline at the latest."""
+        if not turn.written and turn.now_ms == 0:
+            return
+        if turn.next_deadline_ms is None:  # nothing open: no event is awaited
+            self.monitor.told.wait(self.quiet_wait)
+            return
+        wait_ms = min(int(self.idle_wait * 1000), turn.next_deadline_ms - turn.now_ms - int(self.interval * 1000))
+        if wait_ms <= 0:
             return
         try:
             self.monitor.store.wait_for_event(turn.cursor, wait_ms)
@@ -163,7 +190,9 @@ class MonitorThreads:
     def _deliver(self, delivery: OutboxDelivery, wake: threading.Event) -> None:
         pause: float | None = None
         while not self.stopping.is_set():
-            wake.wait(self.idle_wait if pause is None else pause)
+            # Woken when an alert is stored (or leadership is won); after a
+            # failure, after its backoff; else it reads rarely.
+            wake.wait(self.quiet_wait if pause is None else pause)
             wake.clear()
             if self.stopping.is_set() or self.token() is None:
                 continue
