@@ -188,11 +188,8 @@ class MemoryHarness(StoreHarness):
             self.server,
             clock=clock,
             ttl_ms=ttl_ms,
-            host=name,
-            pid=os.getpid(),
-            fingerprint=fingerprint,
-            version=version,
-            replicas=replicas,
+            candidate=Candidate(host=name, pid=os.getpid(), fingerprint=fingerprint, version=version),
+            durability=Durability(replicas=replicas),
         )
 
     def attach_replica(self) -> None:
