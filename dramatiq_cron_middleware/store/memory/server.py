@@ -10,9 +10,6 @@ from typing import Any
 from ...errors import CronScheduleError
 from ...schedules.schedule import BoundSchedule
 from ..codes import Outcome
-from ..ledger import (
-    BATCH_RECORD_MS,
-)
 from ..runs import OUTBOXES, RunEvent
 
 __all__ = ["HistoryRecord", "LeaseRecord", "MemoryServer", "event_key", "parse_entry"]
@@ -156,10 +153,6 @@ class MemoryServer:
         """Set a schedule's running mark (``overlap="skip"``)."""
         self.running[schedule_id] = (message_id, self.now_ms() + ttl_ms)
 
-    def clear_running(self, schedule_id: str) -> None:
-        """Clear a running mark (its message finished)."""
-        self.running.pop(schedule_id, None)
-
     def is_running(self, schedule_id: str) -> bool:
         """Whether a schedule's running mark exists."""
         mark = self.running.get(schedule_id)
@@ -174,10 +167,6 @@ class MemoryServer:
             del self.batches[batch_id]
             record = None
         return None if record is None else record[0]
-
-    def set_batch_record(self, batch_id: str, value: str) -> None:
-        """Write a batch record as is (a stray write, a bad restore)."""
-        self.batches[batch_id] = (value, self.now_ms() + BATCH_RECORD_MS)
 
     def add_history(
         self, history_length: int, sid: str, tick: int, outcome: str, at: int, epoch: int, detail: str, message: str
