@@ -14,9 +14,7 @@ import redis
 from dramatiq.logging import get_logger
 
 from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError
-from ..schedules.schedule import (
-    BoundSchedule,
-)
+from ..schedules.schedule import BoundSchedule
 from .codes import decode, load_script
 from .collector import collector_paused
 from .connection import credentials_refused, describe, redact
