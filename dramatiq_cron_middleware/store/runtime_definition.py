@@ -49,6 +49,7 @@ __all__ = [
     "bind_definition",
     "bind_fully",
     "changed_schedule",
+    "check_listing",
     "definition_of",
     "describe_actor",
     "describe_changes",
@@ -536,3 +537,15 @@ def describe_actor(actor: object) -> str:
 def schedule_id_of(actor: object, name: object) -> str:
     """The id of ``actor``'s (an actor or its name) runtime schedule ``name``, checked."""
     return runtime_id(actor_name_of(actor), name)
+
+
+def check_listing(actor: object, search: object, cursor: object, limit: object) -> str | None:
+    """The arguments of a runtime listing checked (the same errors on every
+    store): the actor's name, or None for every actor's."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise CronScheduleError(f"runtime schedules: limit must be an int from 1 to 10000, got {limit!r}")
+    if search is not None and not isinstance(search, str):
+        raise CronScheduleError(f"runtime schedules: search must be a string, got {search!r}")
+    if cursor is not None and not isinstance(cursor, str):
+        raise CronScheduleError(f"runtime schedules: cursor must be a string, got {cursor!r}")
+    return None if actor is None else actor_name_of(actor)

@@ -13,7 +13,7 @@ from typing import Any
 import redis
 from dramatiq.logging import get_logger
 
-from ..errors import CronConfigurationError, CronScheduleError, CronUnavailableError
+from ..errors import CronConfigurationError, CronUnavailableError
 from ..schedules.schedule import BoundSchedule
 from .codes import decode, load_script
 from .collector import collector_paused
@@ -24,7 +24,7 @@ from .runtime_definition import (
     RuntimePage,
     RuntimeSchedule,
     StoredProblem,
-    actor_name_of,
+    check_listing,
     describe_problems,
     read_definition,
     schedule_id_of,
@@ -104,15 +104,9 @@ class RuntimeReader:
           CronScheduleError: a bad filter or limit.
           CronUnavailableError: Redis did not answer.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise CronScheduleError(f"runtime schedules: limit must be an int from 1 to 10000, got {limit!r}")
-        if search is not None and not isinstance(search, str):
-            raise CronScheduleError(f"runtime schedules: search must be a string, got {search!r}")
-        if cursor is not None and not isinstance(cursor, str):
-            raise CronScheduleError(f"runtime schedules: cursor must be a string, got {cursor!r}")
+        actor_name = check_listing(actor, search, cursor, limit)
         low, high = "-", "+"
-        if actor is not None:
-            actor_name = actor_name_of(actor)
+        if actor_name is not None:
             # Ids of one actor are exactly ``actor:...``, and ';' follows ':'.
             low, high = f"[{actor_name}:", f"({actor_name};"
         if cursor is not None and (low == "-" or cursor > low[1:]):
@@ -127,7 +121,7 @@ class RuntimeReader:
             if search is None:
                 count: Any = (
                     self.client.zcard(self.keys.runtime_ids)
-                    if actor is None
+                    if actor_name is None
                     else self.client.zlexcount(self.keys.runtime_ids, f"[{actor_name}:", f"({actor_name};")
                 )
                 total = int(count)

@@ -12,7 +12,7 @@ from ...errors import CronScheduleError
 from ...schedules.schedule import DEFAULT_CATCH_UP_WINDOW, BoundSchedule, CatchUp
 from ..codes import Outcome
 from ..runtime import RuntimeSchedules
-from ..runtime_definition import ActorInfo, RuntimePage, RuntimeSchedule, already_exists, schedule_id_of
+from ..runtime_definition import ActorInfo, RuntimePage, RuntimeSchedule, already_exists, check_listing, schedule_id_of
 from .server import MemoryServer, parse_entry
 
 __all__ = ["MemoryRuntime", "MemoryRuntimeSchedules"]
@@ -155,9 +155,7 @@ class MemoryRuntimeSchedules(RuntimeSchedules):
     def list(
         self, *, actor: object | None = None, search: str | None = None, cursor: str | None = None, limit: int = 100
     ) -> RuntimePage:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise CronScheduleError(f"runtime schedules: limit must be an int from 1 to 10000, got {limit!r}")
-        owner = None if actor is None else getattr(actor, "actor_name", actor)
+        owner = check_listing(actor, search, cursor, limit)
         ids = sorted(i for i in self._current() if owner is None or i.partition(":")[0] == owner)
         total = None if search is not None else len(ids)
         ids = [i for i in ids if (search is None or search.lower() in i.lower()) and (cursor is None or i > cursor)]
