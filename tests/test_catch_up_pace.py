@@ -27,6 +27,7 @@ from dramatiq_cron_middleware.schedules.schedule import bind_schedule
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.lease import Candidate
 from dramatiq_cron_middleware.store.timing import Timing
 from tests.support.stores import FakeTime
 
@@ -105,7 +106,10 @@ def test_a_backlog_is_caught_up_under_one_lease_however_long_each_tick_takes(
     server.ticks = {s.id: f"{start - backlog_s * 1000}:5:1" for s in declared}
     timing = Timing.for_lease(LEASE_MS)
     store = InMemoryStore(
-        server, clock=ServerClock(monotonic=time.monotonic, wall=time.wall), ttl_ms=LEASE_MS, host="a"
+        server,
+        clock=ServerClock(monotonic=time.monotonic, wall=time.wall),
+        ttl_ms=LEASE_MS,
+        candidate=Candidate(host="a", pid=0),
     )
     renewals = _Renewals(time)
     logger = logging.Logger("backlog")  # not registered: no handler but ours

@@ -16,6 +16,7 @@ from dramatiq_cron_middleware.leader.thread import LeaderThread
 from dramatiq_cron_middleware.schedules.schedule import bind_schedule
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
+from dramatiq_cron_middleware.store.durability import Durability
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore
 from dramatiq_cron_middleware.store.timing import Timing
 from tests.support.stores import MemoryHarness
@@ -36,7 +37,7 @@ class Boot:
             "job", "default", Schedule("* * * * * *"), timezone="UTC", catch_up="each", catch_up_window=300_000
         )
         clock = ServerClock(monotonic=self.harness.time.monotonic, wall=self.harness.time.wall)
-        store = InMemoryStore(self.harness.server, clock=clock, ttl_ms=LEASE_MS, replicas=1)
+        store = InMemoryStore(self.harness.server, clock=clock, ttl_ms=LEASE_MS, durability=Durability(replicas=1))
         self.logger = logging.getLogger("test.cold.start")
         caplog.set_level(logging.INFO, logger=self.logger.name)
         self.caplog = caplog

@@ -30,6 +30,7 @@ from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_sche
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore
+from dramatiq_cron_middleware.store.lease import Candidate
 from dramatiq_cron_middleware.store.timing import Timing
 from dramatiq_cron_middleware.testing import _Errors
 from tests.support.faults import FaultyServer
@@ -102,7 +103,7 @@ class LeaderModel(RuleBasedStateMachine):
             monotonic=lambda: self.ms / 1000 - 1_000_000,
             wall=lambda: (self.ms + self.offsets[index]) / 1000,
         )
-        store = InMemoryStore(self.server, clock=clock, ttl_ms=LEASE_MS, host=f"c{index}")
+        store = InMemoryStore(self.server, clock=clock, ttl_ms=LEASE_MS, candidate=Candidate(host=f"c{index}", pid=0))
         leader: LeaderThread[Any] = LeaderThread(
             store=store,
             boundary=BrokerBoundary(self.broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),

@@ -31,7 +31,8 @@ from dramatiq_cron_middleware import (
 )
 from dramatiq_cron_middleware.schedules.cadence import Cadence
 from dramatiq_cron_middleware.schedules.schedule import NEVER, BoundSchedule
-from dramatiq_cron_middleware.store.runtime import MAX_DEFINITION_BYTES, RuntimeSchedule, RuntimeSchedules, _bind_fully
+from dramatiq_cron_middleware.store.runtime import MAX_DEFINITION_BYTES, RuntimeSchedule, RuntimeSchedules
+from dramatiq_cron_middleware.store.runtime_definition import bind_fully
 from tests.support.redis_server import RedisServer, free_port
 
 P = "{dramatiq-cron}"
@@ -455,7 +456,7 @@ def test_loading_binds_each_definition_exactly_as_the_full_rule_book_would(app: 
     assert len(loaded) == 3 * len(VARIED)
     for schedule_id, text in app.redis.hgetall(RUNTIME).items():
         data = json.loads(text)
-        alone = _bind_fully(data, data["rev"])
+        alone = bind_fully(data, data["rev"])
         fast = loaded[schedule_id]
         for field in dataclasses.fields(BoundSchedule):
             if field.init:  # the others are caches, filled on first use

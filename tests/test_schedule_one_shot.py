@@ -18,7 +18,7 @@ from dramatiq_cron_middleware.errors import CronScheduleError
 from dramatiq_cron_middleware.ops.control import pause_expiry
 from dramatiq_cron_middleware.ops.format import duration_ms, instant_ms
 from dramatiq_cron_middleware.schedules.schedule import NEVER, bind_schedule, of_actor
-from dramatiq_cron_middleware.store.runtime import _bind_definition, _definition
+from dramatiq_cron_middleware.store.runtime_definition import bind_definition, definition_of
 from dramatiq_cron_middleware.testing import CronSimulator
 
 AT = 1_893_456_000_123  # 2030-01-01T00:00:00.123Z
@@ -78,8 +78,8 @@ def test_a_stored_definition_keeps_the_instant_and_the_description_through_both_
         Schedule("0 9 * * *", name="d", description="x"),
     ):
         bound = bind(item, source="runtime")
-        data = json.loads(json.dumps(_definition(bound)))  # type: ignore[arg-type]
-        again = _bind_definition(data)
+        data = json.loads(json.dumps(definition_of(bound)))  # type: ignore[arg-type]
+        again = bind_definition(data)
         assert (again.at, again.description, again.shape) == (bound.at, bound.description, bound.shape)  # type: ignore[attr-defined]
 
 

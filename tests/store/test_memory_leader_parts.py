@@ -9,6 +9,7 @@ from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.leader.tick_queue import TickQueue
 from dramatiq_cron_middleware.schedules.schedule import bind_schedule
 from dramatiq_cron_middleware.store.codes import ClaimResult
+from dramatiq_cron_middleware.store.durability import Durability
 from dramatiq_cron_middleware.store.lease import Acquired
 from dramatiq_cron_middleware.store.ledger import SyncEntry
 from tests.support.stores import MemoryHarness
@@ -127,7 +128,7 @@ def test_a_leader_whose_writes_no_replica_acknowledges_enqueues_nothing_and_step
         "job", "default", Schedule("* * * * * *"), timezone="UTC", catch_up="each", catch_up_window=300_000
     )
     clock = ServerClock(monotonic=harness.time.monotonic, wall=harness.time.wall)
-    store = InMemoryStore(harness.server, clock=clock, ttl_ms=lease_ms, replicas=1)
+    store = InMemoryStore(harness.server, clock=clock, ttl_ms=lease_ms, durability=Durability(replicas=1))
     logger = logging.getLogger("test.durable.memory")
     caplog.set_level(logging.INFO, logger=logger.name)
     leader: LeaderThread = LeaderThread(

@@ -157,6 +157,22 @@ def test_a_backfill_of_a_replaced_runtime_schedule_is_refused_whole(harness: Sto
     assert not ok and results == []
 
 
+def test_a_bad_listing_argument_is_refused_by_name_on_every_store(harness: StoreHarness) -> None:
+    # Given a stored schedule, when a listing names a bad limit, search,
+    # cursor or actor, then each store refuses it with the same error.
+    store = harness.definitions()
+    store.add("job", "0 9 * * *", name="r")
+    for kwargs, named in [
+        ({"limit": 0}, "limit"),
+        ({"search": 5}, "search"),
+        ({"cursor": 5}, "cursor"),
+        ({"actor": 5}, "actor"),
+    ]:
+        with pytest.raises(CronScheduleError, match=named):
+            store.list(**kwargs)  # type: ignore[arg-type]
+    assert [r.id for r in store.list(actor="job").items] == ["job:r"]
+
+
 def test_runtime_definitions_are_written_whole_updated_in_part_and_removed(harness: StoreHarness) -> None:
     store = harness.definitions()
     [first] = store.add_many([("job", Schedule("0 9 * * *", kwargs={"t": 1}, description="d"), "r")])

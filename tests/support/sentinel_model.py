@@ -54,8 +54,9 @@ from dramatiq_cron_middleware.schedules.schedule import bind_schedule
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import MasterChanged
-from dramatiq_cron_middleware.store.durability import SentinelQuorum
+from dramatiq_cron_middleware.store.durability import Durability, SentinelQuorum
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
+from dramatiq_cron_middleware.store.lease import Candidate
 from dramatiq_cron_middleware.store.timing import Timing
 
 __all__ = ["ALL_REPLICAS", "DEFAULT", "NODES", "REPLICA_ALONE", "Outcome", "Rule", "World", "partitions", "table"]
@@ -304,9 +305,8 @@ class World:
             _Route(self, name),  # type: ignore[arg-type]
             clock=clock,
             ttl_ms=self.lease_ms,
-            host=name,
-            replicas=self.rule.replicas,
-            sentinels=quorum,
+            candidate=Candidate(host=name, pid=0),
+            durability=Durability(replicas=self.rule.replicas, sentinels=quorum),
         )
         return LeaderThread(
             store=store,
