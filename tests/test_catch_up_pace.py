@@ -160,3 +160,89 @@ class _Lines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
+
+
+class _StallingBroker(StubBroker):
+    """Every tenth enqueue moves the fake clock on by a millisecond (1,000
+    claims a batch take 0.1 s), and every ``every``-th one by ``stall_ms``
+    more (a collection, or the process not scheduled, in mid-batch).
+    Records each enqueue as (schedule, tick)."""
+
+    def __init__(self, time: FakeTime, *, stall_ms: int, every: int) -> None:
+        super().__init__()
+        self.time = time
+        self.stall_ms = stall_ms
+        self.every = every
+        self.record: list[tuple[str, int]] = []
+
+    def enqueue(self, message: Any, *, delay: Any = None) -> Any:
+        n = len(self.record) + 1
+        self.time.ms += (n % 10 == 0) + (self.stall_ms if n % self.every == 0 else 0)
+        tick = int(datetime.fromisoformat(message.options["cron_tick"]).timestamp() * 1000)
+        self.record.append((message.options["cron_schedule"], tick))
+        return super().enqueue(message, delay=delay)
+
+
+@pytest.mark.parametrize("every", [4507, 5503, 6301, 6907])
+def test_a_renewal_never_waits_behind_a_batch_that_a_stall_stretches(every: int) -> None:
+    """Given a five-minute backlog of 100 per-second schedules and a broker
+    on which a batch of 1,000 claims takes 0.1 s but now and then one
+    enqueue stalls for 800 ms (a collection, or a loaded machine, in
+    mid-batch: the batch takes nine times its estimate), when the leader
+    catches up, then every renewal goes out before the batch it would fall
+    due in, so from one renewal to the next lies at most one batch and its
+    stall: one term, each renewal within the firing deadline of the one
+    before.  (When a renewal due during a batch followed it, a stall in a
+    batch started just before the renewal fell due pushed the renewal past
+    the firing deadline.)"""
+    schedules = 100
+    time = FakeTime()
+    server = MemoryServer(now_ms=time.now_ms)
+    broker = _StallingBroker(time, stall_ms=800, every=every)
+    dramatiq.actor(lambda: None, actor_name=ACTOR, broker=broker)
+    declared = [
+        bind_schedule(
+            ACTOR,
+            "default",
+            Schedule("* * * * * *", name=f"s{i}"),
+            timezone="UTC",
+            catch_up="each",
+            catch_up_window=3_600_000,
+        )
+        for i in range(schedules)
+    ]
+    start = time.ms // 1000 * 1000
+    server.epoch = 5
+    server.ticks = {s.id: f"{start - 300_000}:5:1" for s in declared}
+    timing = Timing.for_lease(LEASE_MS)
+    store = InMemoryStore(
+        server, clock=ServerClock(monotonic=time.monotonic, wall=time.wall), ttl_ms=LEASE_MS, host="a"
+    )
+    renewals = _Renewals(time)
+    logger = logging.Logger("stall")
+    warnings: list[str] = []
+    logger.addHandler(_Lines(warnings))
+    leader: LeaderThread[Any] = LeaderThread(
+        store=store,
+        boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
+        declared=declared,
+        timing=timing,
+        logger=logger,
+        observer=renewals,
+        pace=False,
+    )
+    try:
+        caught_up_at = None
+        while caught_up_at is None or time.ms < caught_up_at + 10_000:
+            time.ms += 100
+            leader.step()
+            if caught_up_at is None and len(broker.record) >= schedules * 300:
+                caught_up_at = time.ms
+    finally:
+        leader.stopping.close()
+    assert renewals.terms == [6], f"terms {renewals.terms}: {warnings}"
+    assert not warnings, warnings
+    gaps = [b - a for a, b in zip(renewals.at, renewals.at[1:], strict=False)]
+    assert max(gaps) < timing.fire_deadline * 1000, f"a renewal came {max(gaps)} ms after the one before"
+    counts = Counter(broker.record)
+    assert [key for key, n in counts.items() if n > 1] == []

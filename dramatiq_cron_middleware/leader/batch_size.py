@@ -4,17 +4,17 @@ firing deadline at the pace the batches go on this machine.
 The leader renews only between batches, so a batch must end well before
 its firing deadline.  No fixed size is right on every machine: 1,000 claims
 take about 0.15 s on an idle one and seconds on a loaded one, longer than a
-short lease.  So every batch is timed (from planning to its last enqueue)
-and the next is sized to last at most 1/:data:`MARGIN` of the firing
+short lease.  So every batch is timed (from planning to its last enqueue,
+a renewal before it left out) and the next is sized to last at most 1/:data:`MARGIN` of the firing
 deadline (the time from a renewal to the step-down) at the time per claim
 seen: a slower batch counts at once, a faster one at most halves the
 figure (a small batch, mostly its round trip, overstates it; the next ones
 bring it down).  Until batches were timed nothing is known, so sizes start
 at one claim and at most double from the largest batch that kept to its
-budget.  A renewal due during a batch follows it, unless the deadline is
-nearer than :data:`MARGIN` such batches (then it goes first, see
-firing.py): a batch must take :data:`MARGIN` times its estimate to reach
-the deadline.
+budget.  A renewal that falls due within :data:`MARGIN` such batches goes
+before the batch, and one goes before every batch of a backlog after the
+first (see firing.py): from one renewal to the next lies at most one
+batch's work, however far a loaded machine or a collection stretches it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from __future__ import annotations
 __all__ = ["MARGIN", "BatchSize"]
 
 #: A batch is sized to last at most this fraction (its inverse) of the
-#: firing deadline, and started only that many of its length before it.
+#: firing deadline; the renewal goes first when it falls due within that
+#: many batches.
 MARGIN = 3
 
 

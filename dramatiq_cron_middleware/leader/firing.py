@@ -3,7 +3,8 @@
 Sync the tick queue with the ledger when it is out of sync, take what is
 due in batches bounded in size and in time (batch_size.py), claim each
 batch (fenced: Redis refuses a deposed leader's token), apply what Redis
-decided (enqueue what it granted), renew between batches, then sleep until
+decided (enqueue what it granted), renew before any batch the renewal
+would fall due in, then sleep until
 the next tick or renewal.  The firing
 deadline is checked before every batch; the blocking wait for runtime
 changes never outlasts it.  A claim whose reply was lost is settled before
@@ -14,6 +15,7 @@ process's to enqueue.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -200,10 +202,10 @@ class Firing:
             self._sleep(term)
 
     def _renew_if_due(self, term: Leadership, *, ahead: float = 0.0) -> None:
-        """Renew when due, or when the firing deadline is nearer than
-        ``ahead`` seconds."""
+        """Renew when due, or when it falls due within ``ahead`` seconds
+        (the work about to start would otherwise delay it)."""
         now = self.monotonic()
-        if now < term.renew_at and now + ahead < term.deadline:
+        if now + ahead < term.renew_at:
             return
         renewed = self.lease.renew()
         if renewed is None:
@@ -230,23 +232,30 @@ class Firing:
 
     def _fire_due(self, term: Leadership) -> None:
         """Claim and enqueue what is due, batch by batch, each sized to
-        last a share of the renewal interval, renewing and checking the
-        deadline in between: so a backlog of any size, on a machine of any
-        speed, is worked off under one lease."""
+        last a share of the firing deadline, renewing before a batch the
+        renewal would fall due in and checking the deadline in between: so
+        a backlog of any size, on a machine of any speed, is worked off
+        under one lease."""
+        backlog = False
         while not self.stopping.is_set() and self.queue.in_sync:
             started = self.monotonic()
             batch = self.queue.take(self.clock.now_ms(), self.sizes.next())
             if not batch:
                 return
-            # A renewal that falls due during the batch follows it, unless
-            # the firing deadline is nearer than a few such batches
-            # (planning ran late, or the renewal is overdue).
-            self._renew_if_due(term, ahead=MARGIN * self.sizes.expected(len(batch)))
+            planned = self.monotonic()
+            # The renewal goes first when it would fall due during the batch
+            # (at the pace batches go), and before every batch of a backlog
+            # after the first: a loaded machine or a collection can stretch
+            # a batch far past its estimate, and a renewal never waits
+            # behind one, so from one renewal to the next lies at most one
+            # batch's work (one round trip per batch of up to BATCH_LIMIT).
+            self._renew_if_due(term, ahead=math.inf if backlog else MARGIN * self.sizes.expected(len(batch)))
             term.check(self.monotonic(), self.timing)
+            claimed = self.monotonic()
             self._claim(term, batch)
             self.owed.pay()
-            self.sizes.measured(len(batch), self.monotonic() - started)
-            self._renew_if_due(term)
+            self.sizes.measured(len(batch), planned - started + self.monotonic() - claimed)
+            backlog = True
 
     def _claim(self, term: Leadership, batch: list[Planned]) -> None:
         unsettled = _Unsettled(batch_id=uuid.uuid4().hex, epoch=term.epoch, batch=batch, payloads=self._payloads(batch))
