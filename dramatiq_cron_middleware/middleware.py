@@ -18,6 +18,7 @@ from dramatiq.middleware import TimeLimit
 from redis import Redis
 
 from .audit import Changed, Triggered
+from .backfill import BackfillPlan, BackfillReport
 from .config import CronConfig, CronOptions, check_options
 from .errors import CronConfigurationError, CronScheduleError
 from .leader.thread import LeaderObserver, LeaderThread
@@ -60,10 +61,8 @@ from .store.runtime import (
 from .store.timing import Timing
 from .wiring import Running, Wiring, boot, redis_source, stub_without_redis
 
-if TYPE_CHECKING:  # ops sits above the middleware: imported where used
+if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-    from .ops.backfill import BackfillPlan, BackfillReport
 
 __all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
 

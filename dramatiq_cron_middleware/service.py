@@ -22,10 +22,10 @@ from dramatiq import Broker
 from dramatiq.brokers.stub import StubBroker
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who
+from .backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .monitoring.records import RunRecord, parse_run
-from .ops.backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
-from .ops.control import pause_expiry
+from .schedules.instants import pause_expiry
 from .schedules.schedule import BoundSchedule, Schedule
 from .store.abc import OperatorStore, RuntimeDefinitions
 from .store.connection import credentials_refused, redact

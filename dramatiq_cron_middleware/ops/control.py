@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 
 from ..audit import Triggered, TriggerRefused
+from ..schedules.instants import pause_expiry
 from ..store.operator import Candidate, HistoryEntry, HistoryPage, LastDecision, LeaderInfo, RedisOperator
 from ..targets import AmbiguousTarget, RuntimeCatalogue, Target, UnknownTarget, find_runtime, paused_by, resolve_target
-from .format import duration_ms, instant_ms, iso, span
+from ..times import span
 
 __all__ = [
     "AmbiguousTarget",
@@ -99,33 +100,3 @@ def replicas_lacking(fields: dict[str, str]) -> ReplicasLacking | None:
         )
     except (KeyError, ValueError):
         return None
-
-
-def pause_expiry(now_ms: int, *, until: object = None, duration: object = None) -> int | None:
-    """When a pause given ``until`` or ``duration`` ends, in epoch ms (None:
-    until resumed), for the CLI, the API and the dashboard alike.
-
-    Parameters:
-      now_ms: Redis's time (the scheduler's clock).
-      until: An aware ``datetime``, epoch milliseconds, or an ISO 8601
-        text with its offset (``2026-12-24T09:00+01:00``, ``...Z``).
-      duration: Milliseconds, a ``timedelta``, or a text such as ``2h``,
-        ``90m``, ``1h30m``.
-
-    Raises:
-      ValueError: naming the value: both given, unreadable, not positive,
-        or an instant not after ``now_ms``.
-    """
-    if until is not None and duration is not None:
-        raise ValueError(f"give a pause's end or its duration, not both (got until={until!r}, for={duration!r})")
-    if duration is not None:
-        return now_ms + duration_ms(duration)
-    if until is None:
-        return None
-    try:
-        until = instant_ms(until)
-    except ValueError as exc:
-        raise ValueError(f"a pause's end: {exc}") from None
-    if until <= now_ms:
-        raise ValueError(f"a pause's end must be in the future, got {iso(until)} (Redis's time is {iso(now_ms)})")
-    return until
