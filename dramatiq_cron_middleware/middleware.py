@@ -6,7 +6,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import datetime as dt
-import functools
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -14,20 +13,15 @@ from typing import TYPE_CHECKING, Any, cast
 import dramatiq
 from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
-from dramatiq.middleware import TimeLimit
-from redis import Redis
 
 from .audit import Changed, Triggered
+from .backfill import BackfillPlan, BackfillReport
 from .config import CronConfig, CronOptions, check_options
-from .errors import CronConfigurationError, CronScheduleError
+from .errors import CronConfigurationError
 from .leader.thread import LeaderObserver, LeaderThread
-from .monitoring.config import (
-    RUNTIME_SLACK,
-    MonitorConfig,
-)
+from .monitoring.config import RUNTIME_SLACK, MonitorConfig
 from .monitoring.health import Policy
-from .monitoring.recorder import RECORD_TIMEOUT_MS, RunRecorder, StoreSink
-from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
+from .monitoring.recorder import RunRecorder, StoreSink
 from .schedules.ids import parse_id
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -38,34 +32,17 @@ from .schedules.schedule import (
     schedules_for_actor,
 )
 from .service import Cron
-from .shutdown import HandOver, install
-from .store.abc import RunStore
-from .store.connection import (
-    ENV_URL,
-    Connections,
-    close_clients,
-    describe,
-    scheduler_clients,
-)
+from .shutdown import HandOver
+from .store.connection import Connections
 from .store.keys import Keys
-from .store.operator import RedisOperator
-from .store.running_marks import RunningMarks
-from .store.runs import RedisRuns
-from .store.runtime import (
-    ActorInfo,
-    RuntimePage,
-    RuntimeSchedule,
-    RuntimeSchedules,
-)
+from .store.runtime import RuntimePage, RuntimeSchedule, RuntimeSchedules
 from .store.timing import Timing
-from .wiring import Running, Wiring, boot, redis_source, stub_without_redis
+from .wiring import OnRedis, Parts, SchedulerOff, actor_info, redis_source, stub_without_redis, time_limit
 
-if TYPE_CHECKING:  # ops sits above the middleware: imported where used
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from .ops.backfill import BackfillPlan, BackfillReport
-
-__all__ = ["CronConfig", "CronMiddleware", "find_middleware"]
+__all__ = ["CronConfig", "CronMiddleware", "actor_info", "find_middleware"]
 
 #: The keywords that are run monitoring's (``MonitorConfig``).
 _MONITOR_OPTIONS = tuple(f.name for f in dataclasses.fields(MonitorConfig))
@@ -179,28 +156,19 @@ class CronMiddleware(Middleware):
         #: The checked arguments; read them through the properties below.
         self.config = CronConfig(redis=redis, **given)
         self.schedules: dict[str, list[BoundSchedule]] = {}
-        self._running = Running()
-        self._observer: LeaderObserver | None = None
-        self._simulator: Any = None
-        self._off_logged = False
-        self._start_lock = threading.Lock()
-        self._marks: RunningMarks | None = None
+        #: Told what the leader thread does (:meth:`observe_leader`).
+        self.leader_observer: LeaderObserver | None = None
+        self._lock = threading.Lock()
         self._recorder: RunRecorder | None = None
         #: Every Redis client this middleware makes (wiring.py): closed
         #: when it stops (each reconnects if used again); the worker
         #: threads' (run records, running marks) once the worker has
         #: drained, not under a message being processed.
         self._connections: Connections | None = None
-        self._connections_lock = threading.Lock()
-        # Clients still built outside connections() (the runtime API's, the
-        # run records' and running marks'), closed with the rest.
-        self._owned: list[Redis] = []
-        self._owned_by_workers: list[Redis] = []
         self._broker: Broker | None = None  # runtime schedules check actors against it
-        self._cron: Cron | None = None  # the operator service, built at first use
-        # Not the start lock: a web request asking for the runtime schedules
-        # need not wait for a leader thread starting.
-        self._runtime_lock = threading.Lock()
+        self._given: Parts | None = None  # parts handed in (use_parts)
+        self._on_redis: OnRedis | None = None
+        self._off = SchedulerOff(self.logger)
 
     # -- the configuration, read-only -----------------------------------------
 
@@ -256,7 +224,7 @@ class CronMiddleware(Middleware):
         max_runtime = schedule.max_runtime if schedule.max_runtime is not None else config.max_runtime
         if max_runtime is None:
             actor = self._broker.actors.get(schedule.actor_name) if self._broker is not None else None
-            limit = _time_limit(self._broker, actor) if actor is not None and self._broker is not None else None
+            limit = time_limit(self._broker, actor) if actor is not None and self._broker is not None else None
             max_runtime = (limit or DEFAULT_TIME_LIMIT) + RUNTIME_SLACK
         return Policy(
             grace_ms=schedule.grace if schedule.grace is not None else config.grace,
@@ -277,18 +245,43 @@ class CronMiddleware(Middleware):
         parsed = parse_id(schedule_id)
         return parsed.actor, parsed.name, self.monitor_config.default_policy()
 
+    def use_parts(self, parts: Parts | None) -> None:
+        """Run the hooks and the Python API on ``parts`` (a
+        ``testing.CronSimulator``'s: its memory store, service and run
+        records), or with None on this scheduler's Redis again."""
+        self._given = parts
+
     def attach_simulator(self, simulator: Any) -> None:
-        """Let ``simulator`` (a ``testing.CronSimulator``) fire the ticks and
-        keep the runtime schedules (workers then start no leader thread and
-        need no Redis), or no simulator again (None); the Python API then
-        goes to its service (on its memory store)."""
-        self._simulator = simulator
-        self.use_service(None if simulator is None else simulator.cron)
+        """Hand this middleware a ``testing.CronSimulator``'s parts (None: detach)."""
+        self.use_parts(None if simulator is None else simulator.parts)
+
+    def parts(self, broker: Broker | None = None) -> Parts:
+        """What the hooks and the Python API run on (wiring.py): the parts
+        handed in, else none on a ``StubBroker`` without Redis (the
+        scheduler off), else this scheduler's Redis.
+
+        Raises:
+          CronConfigurationError: no broker is known yet.
+        """
+        if self._given is not None:
+            return self._given
+        broker = broker if broker is not None else self._broker
+        if broker is None:
+            raise CronConfigurationError(
+                "CronMiddleware: runtime schedules need the broker: add the middleware to it and declare "
+                "actors (import their modules) first"
+            )
+        if stub_without_redis(self.redis, broker):
+            return self._off
+        with self._lock:
+            if self._on_redis is None:
+                self._on_redis = OnRedis(self, broker)
+            return self._on_redis
 
     def observe_leader(self, observer: LeaderObserver | None) -> None:
         """Tell ``observer`` what the leader thread started from now on does
         (``CronMetrics`` uses it)."""
-        self._observer = observer
+        self.leader_observer = observer
 
     @property
     def actor_options(self) -> set[str]:
@@ -311,7 +304,7 @@ class CronMiddleware(Middleware):
             timezone=self.timezone,
             catch_up=self.catch_up,
             catch_up_window=self.catch_up_window,
-            time_limit=_time_limit(broker, actor),
+            time_limit=time_limit(broker, actor),
             signature=actor_signature(actor.fn),
         )
 
@@ -369,62 +362,20 @@ class CronMiddleware(Middleware):
 
     def run_recorder(self, broker: Broker) -> RunRecorder:
         """The one recorder of this process's cron runs: its sinks are the
-        run records in the store (the simulator's when one is attached,
-        else Redis through a short-timeout client built on first use; none
-        on a StubBroker without Redis), and those ``CronMetrics`` and
+        run records in the store (:meth:`parts`: Redis through a
+        short-timeout worker client, a simulator's memory store, none on a
+        StubBroker without Redis), and those ``CronMetrics`` and
         ``SentryCrons`` add."""
-        if self._recorder is None:
-            with self._start_lock:
-                if self._recorder is None:
-                    redis_runs = functools.cache(
-                        lambda: self._redis_runs(
-                            self._own_for_workers(
-                                scheduler_clients(
-                                    self.redis_source(broker),
-                                    op_timeout_ms=max(self.timing.op_timeout_ms, RECORD_TIMEOUT_MS),
-                                    block_timeout_ms=0,
-                                )
-                            )[0]
-                        )
-                    )
-
-                    def store() -> RunStore | None:
-                        if self._simulator is not None:
-                            return cast(RunStore, self._simulator.run_store)
-                        return None if self._stub_without_redis(broker) else redis_runs()
-
-                    self._recorder = RunRecorder(logger=self.logger, sinks=[StoreSink(store=store, logger=self.logger)])
-        return self._recorder
+        with self._lock:
+            if self._recorder is None:
+                sink = StoreSink(store=lambda: self.parts(broker).run_store(), logger=self.logger)
+                self._recorder = RunRecorder(logger=self.logger, sinks=[sink])
+            return self._recorder
 
     def _clear_running_mark(self, broker: Broker, message: dramatiq.broker.MessageProxy) -> None:
-        if self._simulator is not None or message.options.get("cron_overlap") != "skip":
-            return
         schedule_id = message.options.get("cron_schedule")
-        if not isinstance(schedule_id, str):
-            return
-        if self._marks is None:
-            with self._start_lock:
-                if self._marks is None:
-                    self._marks = RunningMarks(
-                        keys=self.keys,
-                        client_factory=lambda: self._own_for_workers(
-                            scheduler_clients(
-                                self.redis_source(broker), op_timeout_ms=self.timing.op_timeout_ms, block_timeout_ms=0
-                            )
-                        )[0],
-                        logger=self.logger,
-                    )
-        self._marks.clear(schedule_id, message.message_id)
-
-    def _redis_runs(self, client: Redis, blocking: Redis | None = None) -> RedisRuns:
-        config = self.monitor_config
-        return RedisRuns(
-            client,
-            self.keys,
-            run_history=config.run_history,
-            events_length=self.history_length,
-            blocking_client=blocking,
-        )
+        if message.options.get("cron_overlap") == "skip" and isinstance(schedule_id, str):
+            self.parts(broker).clear_mark(schedule_id, message.message_id)
 
     def all_schedules(self) -> list[BoundSchedule]:
         """Every declared schedule, in declaration order."""
@@ -437,34 +388,13 @@ class CronMiddleware(Middleware):
         clear error when none is configured or the URL is malformed.  On a
         ``StubBroker`` with no Redis configured (an app's own tests) the
         scheduler stays off instead, saying so once."""
-        if self._simulator is not None:
-            return
-        if self._stub_without_redis(broker):
-            if not self._off_logged:
-                self._off_logged = True
-                self.logger.info(
-                    "Cron scheduler off: the broker is a StubBroker and no Redis is configured (redis=, %s); "
-                    "actors run as usual. To test schedules, use dramatiq_cron_middleware.testing.CronSimulator.",
-                    ENV_URL,
-                )
-            return
-        boot(self, broker)
+        self.parts(broker).boot(broker)
 
     def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
         """Start the leader thread (once per process, however often called),
         and hand the lease over the moment the process is told to stop
         (see shutdown.py)."""
-        if self._simulator is not None or self._stub_without_redis(broker):
-            return
-        # Before the thread starts: a signal that comes the moment the
-        # lease is won must already find the hand-over (it hands over
-        # whatever leads then, nothing before the thread exists).  Once per
-        # process, for every middleware of it (see shutdown.py).
-        install()
-        self.start(broker)
-
-    def _stub_without_redis(self, broker: Broker) -> bool:
-        return stub_without_redis(self.redis, broker)
+        self.parts(broker).after_boot(broker)
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the leader thread and release the lease, so a follower takes
@@ -477,13 +407,12 @@ class CronMiddleware(Middleware):
         self.stop()
         if self._connections is not None:
             self._connections.close_workers()
-        close_clients(self._owned_by_workers)
 
     @property
     def leader(self) -> LeaderThread[HandOver] | None:
         """This process's leader thread (None before the start, after the
         stop, and in a process that may not lead)."""
-        return self._running.leader
+        return self._on_redis.leader if self._on_redis is not None else None
 
     def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread if it is not running yet, and return it.
@@ -491,68 +420,16 @@ class CronMiddleware(Middleware):
         added at any time, from any process.  In a process that may not
         lead (``lead=False``) it starts the ineligible watch instead and
         returns None."""
-        with self._start_lock:
-            running = self._running
-            if running.leader is not None and running.leader.is_alive():
-                return running.leader
-            running.retire()  # of a leader thread that died
-            wiring = Wiring(self, broker)
-            if not self.config.eligible:
-                alive = running.watch is not None and running.watch.is_alive()
-                self._running = Running(watch=running.watch if alive else wiring.watch())
-                self._running.start()
-                return None
-            client, blocking = wiring.connections.scheduler()
-            monitoring = self._monitoring_for(client, blocking)
-            leader = wiring.leader(
-                runtime=self._runtime_store(client, broker),
-                observer=HealthObserver(monitoring.monitor, self._observer),
-            )
-            # Set before the threads start: monitoring reads self.leader.
-            self._running = Running(leader=leader, monitoring=monitoring)
-            self._running.start()
-            return leader
-
-    def _monitoring_for(self, client: Redis, blocking: Redis) -> MonitorThreads:
-        """Run monitoring's threads for the leader about to start: health
-        decided and alerts delivered while this process leads."""
-
-        def subject(schedule_id: str) -> tuple[str, str | None, Policy]:
-            leader = self.leader
-            return self.health_subject(schedule_id, leader.queue.schedules.get(schedule_id) if leader else None)
-
-        def token() -> str | None:
-            leader = self.leader
-            leadership = leader.leadership if leader is not None else None
-            return None if leadership is None else leadership.token
-
-        return monitor_threads(
-            runs=self._redis_runs(client, blocking),
-            config=self.monitor_config,
-            subject=subject,
-            token=token,
-            timing=self.timing,
-            logger=self.logger,
-            on_health=getattr(self._observer, "health_decided", None),
-        )
+        return self.parts(broker).start(broker)
 
     def connections(self, broker: Broker) -> Connections:
         """Every Redis client of this scheduler, built from
         :meth:`redis_source` (resolved once) in one place
         (``store.connection.Connections``)."""
-        with self._connections_lock:
+        with self._lock:
             if self._connections is None:
                 self._connections = Connections(self.redis_source(broker), timing=self.timing)
             return self._connections
-
-    def _own(self, clients: tuple[Redis, Redis]) -> tuple[Redis, Redis]:
-        """Note clients built outside :meth:`connections`, to close when it stops."""
-        self._owned.extend(clients)
-        return clients
-
-    def _own_for_workers(self, clients: tuple[Redis, Redis]) -> tuple[Redis, Redis]:
-        self._owned_by_workers.extend(clients)  # built once each (under the start lock)
-        return clients
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the leader thread and release the lease if held, then close
@@ -561,17 +438,14 @@ class CronMiddleware(Middleware):
         API or a next start, reconnects.  With the scheduler's Redis
         unresponsive this gives up within about two seconds, whatever the
         lease (see shutdown.py)."""
-        with self._start_lock:
-            running, self._running = self._running, Running()
-            recorder = self._recorder
-        if recorder is not None:
-            recorder.close()
-        running.stop(timeout)
+        if self._recorder is not None:
+            self._recorder.close()
+        if self._on_redis is not None:
+            self._on_redis.stop(timeout)
         # Closing also ends a thread still blocked on one of them (its
         # socket is shut down), so nothing outlives the stop for long.
         if self._connections is not None:
             self._connections.close()
-        close_clients(self._owned)
 
     def redis_source(self, broker: Broker) -> Any:
         """Where the scheduler's Redis is, for ``broker``: the ``redis=``
@@ -611,47 +485,13 @@ class CronMiddleware(Middleware):
     @property
     def service(self) -> Cron:
         """The operator service (service.py) every action below delegates
-        to: built at first use on this scheduler's Redis, or the one a
-        ``testing.CronSimulator`` attached (on its memory store).
+        to: on this scheduler's Redis, or the parts handed in (a
+        ``testing.CronSimulator``'s memory store).
 
         Raises:
           CronConfigurationError: as :attr:`runtime`.
         """
-        with self._runtime_lock:
-            if self._cron is None:
-                self._cron = self._redis_service()
-            return self._cron
-
-    def use_service(self, service: Cron | None) -> None:
-        """Delegate the Python API to ``service`` (a simulator's), or with
-        None to this scheduler's Redis again."""
-        self._cron = service
-
-    def _redis_service(self) -> Cron:
-        broker = self._broker
-        if broker is None:
-            raise CronConfigurationError(
-                "CronMiddleware: runtime schedules need the broker: add the middleware to it and declare "
-                "actors (import their modules) first"
-            )
-        if self._stub_without_redis(broker):
-            raise CronConfigurationError(
-                "CronMiddleware: runtime schedules need Redis, and the broker is a StubBroker with none "
-                "configured: in tests, attach a dramatiq_cron_middleware.testing.CronSimulator to the "
-                f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
-                f"{ENV_URL}"
-            )
-        source = self.redis_source(broker)
-        client, _ = self._own(scheduler_clients(source, op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0))
-        store = RedisOperator(client=client, keys=self.keys, history_length=self.history_length)
-        return Cron(
-            store=store,
-            runtime=self._runtime_store(client, broker),
-            declared=self.all_schedules,
-            broker=self._known_broker,
-            prefix=self.prefix,
-            where=describe(client),
-        )
+        return self.parts().service()
 
     # -- the Python API: runtime schedules, pause, resume, trigger, backfill -------
     #
@@ -861,24 +701,6 @@ class CronMiddleware(Middleware):
         """
         return self.service.trigger(schedule_id, who=who)
 
-    def _runtime_store(self, client: Redis, broker: Broker) -> RuntimeSchedules:
-        """The runtime schedules in Redis through ``client``, checked
-        against ``broker``'s actors and defaulting to this configuration."""
-        return RuntimeSchedules(
-            client,
-            self.keys,
-            resolve_actor=lambda actor: actor_info(broker, actor),
-            timezone=self.timezone,
-            catch_up=self.catch_up,
-            catch_up_window=self.catch_up_window,
-            history_length=self.history_length,
-        )
-
-    def _known_broker(self) -> Broker:
-        if self._broker is None:
-            raise CronConfigurationError("CronMiddleware: declare actors on the broker first")
-        return self._broker
-
     @classmethod
     def of(cls, broker: Broker | None = None) -> CronMiddleware:
         """The middleware added to ``broker`` (by default dramatiq's global
@@ -889,26 +711,6 @@ class CronMiddleware(Middleware):
         The same as :func:`find_middleware`.
         """
         return find_middleware(broker)
-
-
-def actor_info(broker: Broker, actor: object) -> ActorInfo:
-    """A declared actor's name, queue, time limit and signature, for a
-    runtime schedule."""
-    name = actor.actor_name if isinstance(actor, dramatiq.Actor) else actor
-    if not isinstance(name, str):
-        raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
-    try:
-        declared = broker.get_actor(name)
-    except dramatiq.ActorNotFound:
-        raise CronScheduleError(
-            f"runtime schedule: actor {name!r} is not declared on the broker (import the module that declares it)"
-        ) from None
-    return ActorInfo(
-        actor_name=declared.actor_name,
-        queue_name=declared.queue_name,
-        time_limit=_time_limit(broker, declared),
-        signature=actor_signature(declared.fn),
-    )
 
 
 def find_middleware(broker: Broker | None = None, *, needed_by: str | None = None) -> CronMiddleware:
@@ -932,16 +734,3 @@ def find_middleware(broker: Broker | None = None, *, needed_by: str | None = Non
             f"{needed_by} needs a CronMiddleware, and the broker ({type(broker).__name__}) has none"
         )
     raise CronConfigurationError(f"the broker ({type(broker).__name__}) has no CronMiddleware")
-
-
-def _time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:
-    """The actor's time limit in ms, as dramatiq's ``TimeLimit`` would apply it."""
-    limit = actor.options.get("time_limit")
-    if limit is None:
-        for middleware in broker.middleware:
-            if isinstance(middleware, TimeLimit):
-                limit = middleware.time_limit
-                break
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
-        return DEFAULT_TIME_LIMIT
-    return int(limit)

@@ -22,18 +22,18 @@ from dramatiq import Broker
 from dramatiq.brokers.stub import StubBroker
 
 from .audit import Action, AuditLog, Changed, Triggered, TriggerRefused, check_who
+from .backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
 from .errors import CronConfigurationError, CronError, CronScheduleError, CronUnavailableError
 from .monitoring.health import Policy
 from .monitoring.read import HealthApp
 from .monitoring.records import RunRecord, parse_run
-from .ops.backfill import Backfill, BackfillPlan, BackfillReport, instant_ms
-from .ops.control import ReplicasLacking, pause_expiry, replicas_lacking
+from .schedules.instants import pause_expiry
 from .schedules.schedule import BoundSchedule, Schedule
 from .status import Health, Status, StatusReads, read_every_health, read_status
 from .store.abc import OperatorStore, RuntimeDefinitions
 from .store.connection import credentials_refused, redact
 from .store.health_reads import HealthReads
-from .store.operator import HistoryEntry, HistoryPage, LastDecision
+from .store.operator import HistoryEntry, HistoryPage, LastDecision, ReplicasLacking, replicas_lacking
 from .store.runtime import RuntimePage, RuntimeSchedule, as_schedule, changed_schedule, describe_changes, split_id
 from .targets import Target, UnknownTarget, resolve_target
 

@@ -59,13 +59,14 @@ from .schedules.instants import duration_ms, instant_ms
 from .schedules.outcome import Outcome
 from .schedules.planner import message_for
 from .service import Cron
+from .store.abc import RunStore
 from .store.boundary import Boundary, BrokerBoundary
 from .store.clock import ServerClock
 from .store.codes import whole_actor
 from .store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules, MemoryServer
 from .store.keys import Keys
 
-__all__ = ["CronSimulator", "Instant", "cron_middleware_of", "running_worker", "ticks_between"]
+__all__ = ["CronSimulator", "Instant", "SimulatedParts", "cron_middleware_of", "running_worker", "ticks_between"]
 
 #: A point in time: a timezone-aware ``datetime``, or epoch milliseconds.
 Instant = dt.datetime | int
@@ -195,7 +196,10 @@ class CronSimulator:
             where="the simulator's store",
             in_process=True,
         )
-        middleware.attach_simulator(self)
+        #: What the middleware's hooks and Python API run on while this is
+        #: attached (``CronMiddleware.use_parts``): this store, its service.
+        self.parts = SimulatedParts(self)
+        middleware.use_parts(self.parts)
         #: Every message enqueued so far, in order.
         self.enqueued: list[Message[Any]] = []
         self._sent: list[Message[Any]] = []
@@ -363,8 +367,37 @@ class CronSimulator:
 
     def close(self) -> None:
         """Detach from the middleware: workers start leader threads again."""
-        self.middleware.attach_simulator(None)
+        self.middleware.use_parts(None)
         self._leader.stopping.close()
+
+
+class SimulatedParts:
+    """A simulator's parts, handed to the middleware through the seam its
+    Redis parts use (``wiring.Parts``): the operator service and the run
+    records on the simulator's memory store; nothing to boot or start (the
+    simulated leader is turned by :meth:`CronSimulator.advance`), no
+    running mark to clear (``overlap="skip"`` is not simulated)."""
+
+    def __init__(self, simulator: CronSimulator) -> None:
+        self.simulator = simulator
+
+    def boot(self, broker: Broker) -> None:
+        pass
+
+    def after_boot(self, broker: Broker) -> None:
+        pass
+
+    def start(self, broker: Broker) -> None:
+        return None
+
+    def service(self) -> Cron:
+        return self.simulator.cron
+
+    def run_store(self) -> RunStore:
+        return self.simulator.run_store
+
+    def clear_mark(self, schedule_id: str, message_id: str) -> None:
+        pass
 
 
 class _Recording(BrokerBoundary):

@@ -15,21 +15,27 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
+import dramatiq
 import redis
 from dramatiq import Broker
 from dramatiq.brokers.stub import StubBroker
-from redis import Redis
+from dramatiq.middleware import TimeLimit
 
 from .config import ENV_LEAD
-from .errors import CronBootError, CronConfigurationError, CronError, shown
+from .errors import CronBootError, CronConfigurationError, CronError, CronScheduleError, shown
 from .leader.candidates import fingerprint
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import Declared, LeaderObserver, LeaderThread, ServerChecks
-from .monitoring.thread import MonitorThreads
-from .schedules.schedule import BoundSchedule
-from .shutdown import HandOver, register
+from .monitoring.health import Policy
+from .monitoring.recorder import RECORD_TIMEOUT_MS
+from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
+from .schedules.schedule import DEFAULT_TIME_LIMIT, BoundSchedule, actor_signature
+from .service import Cron
+from .shutdown import HandOver, install, register
+from .store.abc import RunStore
 from .store.boundary import BrokerBoundary, boundary_for
 from .store.clock import ServerClock
 from .store.connection import ENV_URL, Connections, describe, same_server, url_from_environment
@@ -38,14 +44,29 @@ from .store.ineligible import IneligibleSet
 from .store.keys import Keys
 from .store.lease import Candidate, Lease
 from .store.ledger import Ledger
+from .store.operator import RedisOperator
 from .store.redis_store import RedisStore
-from .store.runtime import RuntimeSchedules
+from .store.running_marks import RunningMarks
+from .store.runs import RedisRuns
+from .store.runtime import ActorInfo, RuntimeSchedules
 from .store.server_identity import check_eviction_policy, identify
 
 if TYPE_CHECKING:
     from .middleware import CronMiddleware
 
-__all__ = ["Running", "Wiring", "boot", "redis_source", "schedule_table", "stub_without_redis"]
+__all__ = [
+    "OnRedis",
+    "Parts",
+    "Running",
+    "SchedulerOff",
+    "Wiring",
+    "actor_info",
+    "boot",
+    "redis_source",
+    "schedule_table",
+    "stub_without_redis",
+    "time_limit",
+]
 
 
 def redis_source(given: Any, broker: Broker) -> Any:
@@ -128,6 +149,217 @@ class Running:
                 self.leader.hand_over.close()
         if self.monitoring is not None:
             self.monitoring.join(0.1)
+
+
+class Parts(Protocol):
+    """What a middleware's hooks and Python API run on: this scheduler's
+    Redis (:class:`OnRedis`), nothing on a ``StubBroker`` without Redis
+    (:class:`SchedulerOff`), or a ``testing.CronSimulator``'s memory store
+    handed in with ``CronMiddleware.use_parts``.  The middleware calls the
+    same methods whichever it is."""
+
+    def boot(self, broker: Broker) -> None:
+        """At ``before_worker_boot``: check what the scheduler needs."""
+
+    def after_boot(self, broker: Broker) -> None:
+        """At ``after_worker_boot``: start what runs in the worker process."""
+
+    def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
+        """Start the leader thread (or the ineligible watch), once."""
+
+    def service(self) -> Cron:
+        """The operator service the Python API delegates to."""
+
+    def run_store(self) -> RunStore | None:
+        """Where the worker side records runs (None: nowhere)."""
+
+    def clear_mark(self, schedule_id: str, message_id: str) -> None:
+        """Clear a skip-overlap schedule's running mark held by a message."""
+
+
+class SchedulerOff:
+    """A ``StubBroker`` and no Redis configured (an app's own tests): the
+    scheduler stays off, saying so once; actors run as usual."""
+
+    def __init__(self, logger: Any) -> None:
+        self.logger = logger
+        self._said = False
+
+    def boot(self, broker: Broker) -> None:
+        if not self._said:
+            self._said = True
+            self.logger.info(
+                "Cron scheduler off: the broker is a StubBroker and no Redis is configured (redis=, %s); "
+                "actors run as usual. To test schedules, use dramatiq_cron_middleware.testing.CronSimulator.",
+                ENV_URL,
+            )
+
+    def after_boot(self, broker: Broker) -> None:
+        pass
+
+    def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
+        return None
+
+    def service(self) -> Cron:
+        raise CronConfigurationError(
+            "CronMiddleware: runtime schedules need Redis, and the broker is a StubBroker with none "
+            "configured: in tests, attach a dramatiq_cron_middleware.testing.CronSimulator to the "
+            f"broker (the calls then go to it); otherwise pass CronMiddleware(redis='redis://...') or set "
+            f"{ENV_URL}"
+        )
+
+    def run_store(self) -> RunStore | None:
+        return None
+
+    def clear_mark(self, schedule_id: str, message_id: str) -> None:
+        pass
+
+
+class OnRedis:
+    """A middleware's parts on its Redis, every client from its
+    ``Connections``: the leader thread and run monitoring (or the
+    ineligible watch), the operator service, the run records and the
+    running marks of the worker side."""
+
+    def __init__(self, cron: CronMiddleware, broker: Broker) -> None:
+        self.cron = cron
+        self.broker = broker
+        self._lock = threading.Lock()
+        self._running = Running()
+        self._service: Cron | None = None
+        self._runs: RedisRuns | None = None
+        self._marks: RunningMarks | None = None
+
+    @property
+    def connections(self) -> Connections:
+        return self.cron.connections(self.broker)
+
+    @property
+    def leader(self) -> LeaderThread[HandOver] | None:
+        return self._running.leader
+
+    def boot(self, broker: Broker) -> None:
+        boot(self.cron, broker)
+
+    def after_boot(self, broker: Broker) -> None:
+        # Before the thread starts: a signal that comes the moment the
+        # lease is won must already find the hand-over (it hands over
+        # whatever leads then, nothing before the thread exists).  Once per
+        # process, for every middleware of it (see shutdown.py).
+        install()
+        self.start(broker)
+
+    def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
+        with self._lock:
+            running = self._running
+            if running.leader is not None and running.leader.is_alive():
+                return running.leader
+            running.retire()  # of a leader thread that died
+            wiring = Wiring(self.cron, broker)
+            if not self.cron.config.eligible:
+                alive = running.watch is not None and running.watch.is_alive()
+                self._running = Running(watch=running.watch if alive else wiring.watch())
+                self._running.start()
+                return None
+            monitoring = monitoring_for(self.cron, self.connections, leader=lambda: self.leader)
+            leader = wiring.leader(
+                runtime=runtime_schedules(self.cron, self.connections.scheduler()[0], broker),
+                observer=HealthObserver(monitoring.monitor, self.cron.leader_observer),
+            )
+            # Set before the threads start: monitoring reads the leader.
+            self._running = Running(leader=leader, monitoring=monitoring)
+            self._running.start()
+            return leader
+
+    def stop(self, timeout: float) -> None:
+        """Stop what runs (the connections are the middleware's to close)."""
+        with self._lock:
+            running, self._running = self._running, Running()
+        running.stop(timeout)
+
+    def service(self) -> Cron:
+        # Not the start lock: a web request asking for the runtime
+        # schedules need not wait for a leader thread starting.
+        if self._service is None:
+            cron, client = self.cron, self.connections.operator()
+            self._service = Cron(
+                store=RedisOperator(client=client, keys=cron.keys, history_length=cron.history_length),
+                runtime=runtime_schedules(cron, client, self.broker),
+                declared=cron.all_schedules,
+                broker=lambda: self.broker,
+                prefix=cron.prefix,
+                where=describe(client),
+            )
+        return self._service
+
+    def run_store(self) -> RunStore | None:
+        if self._runs is None:
+            timeout = max(self.cron.timing.op_timeout_ms, RECORD_TIMEOUT_MS)
+            self._runs = redis_runs(self.cron, self.connections.for_workers(timeout))
+        return self._runs
+
+    def clear_mark(self, schedule_id: str, message_id: str) -> None:
+        if self._marks is None:
+            timing, connections = self.cron.timing, self.connections
+            self._marks = RunningMarks(
+                keys=self.cron.keys,
+                client_factory=lambda: connections.for_workers(timing.op_timeout_ms),
+                logger=self.cron.logger,
+            )
+        self._marks.clear(schedule_id, message_id)
+
+
+def runtime_schedules(cron: CronMiddleware, client: Any, broker: Broker) -> RuntimeSchedules:
+    """The runtime schedules in Redis through ``client``, checked against
+    ``broker``'s actors and defaulting to ``cron``'s configuration."""
+    return RuntimeSchedules(
+        client,
+        cron.keys,
+        resolve_actor=lambda actor: actor_info(broker, actor),
+        timezone=cron.timezone,
+        catch_up=cron.catch_up,
+        catch_up_window=cron.catch_up_window,
+        history_length=cron.history_length,
+    )
+
+
+def redis_runs(cron: CronMiddleware, client: Any, blocking: Any = None) -> RedisRuns:
+    """The run records in Redis through ``client`` (and ``blocking``, for
+    the monitor's wait on the events stream)."""
+    return RedisRuns(
+        client,
+        cron.keys,
+        run_history=cron.monitor_config.run_history,
+        events_length=cron.history_length,
+        blocking_client=blocking,
+    )
+
+
+def monitoring_for(
+    cron: CronMiddleware, connections: Connections, *, leader: Callable[[], LeaderThread[HandOver] | None]
+) -> MonitorThreads:
+    """Run monitoring's threads for the leader about to start: health
+    decided and alerts delivered while this process leads."""
+
+    def subject(schedule_id: str) -> tuple[str, str | None, Policy]:
+        thread = leader()
+        return cron.health_subject(schedule_id, thread.queue.schedules.get(schedule_id) if thread else None)
+
+    def token() -> str | None:
+        thread = leader()
+        leadership = thread.leadership if thread is not None else None
+        return None if leadership is None else leadership.token
+
+    client, blocking = connections.scheduler()
+    return monitor_threads(
+        runs=redis_runs(cron, client, blocking),
+        config=cron.monitor_config,
+        subject=subject,
+        token=token,
+        timing=cron.timing,
+        logger=cron.logger,
+        on_health=getattr(cron.leader_observer, "health_decided", None),
+    )
 
 
 class Wiring:
@@ -237,7 +469,7 @@ class Wiring:
             durability=durability,
         )
 
-    def _boot_check(self, client: Redis, durability: Durability, *, where: str) -> None:
+    def _boot_check(self, client: Any, durability: Durability, *, where: str) -> None:
         """At the first turn that reaches Redis, before any write: the
         eviction policy, and how many replicas must confirm a write."""
         check_eviction_policy(client, self.logger, where=where)
@@ -297,3 +529,36 @@ def schedule_table(schedules: builtins.list[BoundSchedule]) -> str:
     if len(schedules) > _TABLE_ROWS:
         lines.append(f"  ... and {len(schedules) - _TABLE_ROWS} more (dramatiq-cron list shows them all)")
     return ":\n" + "\n".join(lines)
+
+
+def actor_info(broker: Broker, actor: object) -> ActorInfo:
+    """A declared actor's name, queue, time limit and signature, for a
+    runtime schedule."""
+    name = actor.actor_name if isinstance(actor, dramatiq.Actor) else actor
+    if not isinstance(name, str):
+        raise CronScheduleError(f"runtime schedule: actor must be an actor or an actor name, got {actor!r}")
+    try:
+        declared = broker.get_actor(name)
+    except dramatiq.ActorNotFound:
+        raise CronScheduleError(
+            f"runtime schedule: actor {name!r} is not declared on the broker (import the module that declares it)"
+        ) from None
+    return ActorInfo(
+        actor_name=declared.actor_name,
+        queue_name=declared.queue_name,
+        time_limit=time_limit(broker, declared),
+        signature=actor_signature(declared.fn),
+    )
+
+
+def time_limit(broker: Broker, actor: dramatiq.Actor[Any, Any]) -> int:
+    """The actor's time limit in ms, as dramatiq's ``TimeLimit`` would apply it."""
+    limit = actor.options.get("time_limit")
+    if limit is None:
+        for middleware in broker.middleware:
+            if isinstance(middleware, TimeLimit):
+                limit = middleware.time_limit
+                break
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+        return DEFAULT_TIME_LIMIT
+    return int(limit)

@@ -24,11 +24,10 @@ from dramatiq import Broker
 from ..errors import CronConfigurationError, CronScheduleError
 from ..schedules.schedule import NEVER, BoundSchedule
 from ..store.codes import ClaimResult, parse_ledger_value, whole_actor
-from ..store.connection import scheduler_clients
+from ..store.connection import Connections
 from ..store.health_reads import HealthReads
 from ..store.keys import Keys
 from ..store.runtime import StoredProblem
-from ..store.timing import Timing
 from .health import Facts, Policy
 from .records import PROBLEMS, RunRecord, ScheduleHealth, parse_run
 
@@ -61,7 +60,7 @@ class HealthApp(Protocol):
 
     def health_policy(self, schedule: BoundSchedule) -> Policy: ...
 
-    def redis_source(self, broker: Broker) -> Any: ...
+    def connections(self, broker: Broker) -> Connections: ...
 
 
 def read_runs(client: redis.Redis, keys: Keys, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
@@ -141,18 +140,12 @@ def check_report(cron: HealthApp, broker: Broker) -> CheckReport:
     Raises:
       redis.ConnectionError, redis.TimeoutError: Redis did not answer.
     """
-    client, _ = scheduler_clients(
-        cron.redis_source(broker), op_timeout_ms=Timing.OPERATOR_TIMEOUT_MS, block_timeout_ms=0
-    )
-    try:
-        reads = HealthReads(client, cron.keys)
-        now = reads.server_ms()  # first: an unreachable Redis fails here
-        runtime = runtime_of(cron)
-        schedules = every_schedule(cron.all_schedules(), runtime)
-        report = read_health(reads, schedules, now_ms=now, policy=cron.health_policy)
-        return dataclasses.replace(report, stored=[] if runtime is None else runtime.recheck())
-    finally:
-        client.close()
+    reads = HealthReads(cron.connections(broker).operator(), cron.keys)
+    now = reads.server_ms()  # first: an unreachable Redis fails here
+    runtime = runtime_of(cron)
+    schedules = every_schedule(cron.all_schedules(), runtime)
+    report = read_health(reads, schedules, now_ms=now, policy=cron.health_policy)
+    return dataclasses.replace(report, stored=[] if runtime is None else runtime.recheck())
 
 
 def read_health(

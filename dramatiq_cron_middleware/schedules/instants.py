@@ -15,8 +15,9 @@ import datetime as dt
 import re
 
 from ..errors import shown
+from ..times import iso
 
-__all__ = ["NEVER", "UTC", "duration_ms", "instant_ms"]
+__all__ = ["NEVER", "UTC", "duration_ms", "instant_ms", "pause_expiry"]
 
 #: 9999-01-01T00:00:00Z in epoch ms: later than any tick a schedule
 #: returns, and still a ``datetime`` in every time zone (see
@@ -97,3 +98,33 @@ def duration_ms(value: object, *, positive: bool = True) -> int:
         kind = "a positive" if positive else "a non-negative"
         raise ValueError(f"a duration must be {kind} int of ms, a timedelta or a text like 2h, got {shown(value)}")
     return ms
+
+
+def pause_expiry(now_ms: int, *, until: object = None, duration: object = None) -> int | None:
+    """When a pause given ``until`` or ``duration`` ends, in epoch ms (None:
+    until resumed), for the CLI, the API and the dashboard alike.
+
+    Parameters:
+      now_ms: Redis's time (the scheduler's clock).
+      until: An aware ``datetime``, epoch milliseconds, or an ISO 8601
+        text with its offset (``2026-12-24T09:00+01:00``, ``...Z``).
+      duration: Milliseconds, a ``timedelta``, or a text such as ``2h``,
+        ``90m``, ``1h30m``.
+
+    Raises:
+      ValueError: naming the value: both given, unreadable, not positive,
+        or an instant not after ``now_ms``.
+    """
+    if until is not None and duration is not None:
+        raise ValueError(f"give a pause's end or its duration, not both (got until={until!r}, for={duration!r})")
+    if duration is not None:
+        return now_ms + duration_ms(duration)
+    if until is None:
+        return None
+    try:
+        until = instant_ms(until)
+    except ValueError as exc:
+        raise ValueError(f"a pause's end: {exc}") from None
+    if until <= now_ms:
+        raise ValueError(f"a pause's end must be in the future, got {iso(until)} (Redis's time is {iso(now_ms)})")
+    return until

@@ -20,11 +20,14 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from ..schedules.ids import parse_id
+from ..times import span
 from .codes import RESULT_OUTCOMES, ClaimResult, Status, decode, load_script, parse_ledger_value
 from .keys import Keys
 from .lease import parse_schedule_set
 
 __all__ = [
+    "ReplicasLacking",
+    "replicas_lacking",
     "Candidate",
     "HistoryEntry",
     "HistoryPage",
@@ -193,6 +196,51 @@ def precise(decided: dict[str, LastDecision], recent: Sequence[HistoryEntry]) ->
 def matches(entry: HistoryEntry, match: set[str] | None) -> bool:
     """Whether ``entry`` is one of ``match`` (schedule ids or actor names; None: all)."""
     return match is None or entry.schedule_id in match or entry.actor_name in match
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicasLacking:
+    """A candidate whose writes too few Redis replicas acknowledged (so
+    nothing fires): the record it refreshes at each retry."""
+
+    host: str
+    pid: int
+    acked: int
+    required: int
+    since_ms: int
+    at_ms: int
+    #: Why a majority of the sentinels does not confirm them ("": the
+    #: replicas fell short).
+    sentinels: str = ""
+
+    def describe(self, now_ms: int) -> str:
+        """One line for people."""
+        if self.sentinels:
+            return (
+                f"the writes of {self.host} pid {self.pid} are not confirmed by the sentinels ({self.sentinels}; "
+                f"for {span(now_ms - self.since_ms)}): nothing fires until they are"
+            )
+        return (
+            f"{self.acked} of {self.required} Redis replica(s) acknowledge the writes of {self.host} pid {self.pid} "
+            f"(for {span(now_ms - self.since_ms)}): nothing fires until they do"
+        )
+
+
+def replicas_lacking(fields: dict[str, str]) -> ReplicasLacking | None:
+    """A replicas record (``OperatorStore.replicas_record``) as read; None without one."""
+    try:
+        host, pid, _ = str(fields["member"]).split("|", 2)
+        return ReplicasLacking(
+            host=host,
+            pid=int(pid),
+            acked=int(fields["acked"]),
+            required=int(fields["required"]),
+            since_ms=int(fields["since"]),
+            at_ms=int(fields["at"]),
+            sentinels=str(fields.get("sentinels", "")),
+        )
+    except (KeyError, ValueError):
+        return None
 
 
 class RedisOperator:
