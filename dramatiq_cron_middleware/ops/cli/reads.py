@@ -106,7 +106,7 @@ def _listed(
         "done": done,
         "health": health.get(s.id),
     }
-    ended = "none (ended)" if s.at is None else f"done ({decision.outcome})" if done else "none"
+    ended = "none (ended)" if s.at is None else f"done ({decision.outcome})" if done and decision else "none"
     pause_text = "yes" if end is None else f"until {when(end)} ({span(end - now)} left)"
     row = [
         s.actor_name,
