@@ -31,23 +31,14 @@ import redis
 from ...errors import CronError
 from ...store.connection import credentials_refused, redact
 from . import actions, reads
-from .actions import EXIT_INTERRUPTED, runtime_record, schedule_of
+from .actions import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from .actions import runtime_record as runtime_record
+from .actions import schedule_of as schedule_of
 from .app import EXIT_ERROR, App, Failure, load
 from .arguments import parser
 from .reads import EXIT_NO_LEADER
 
-__all__ = [
-    "main",
-    "parser",
-    "run",
-    "runtime_record",
-    "schedule_of",
-    "EXIT_OK",
-    "EXIT_NO_LEADER",
-    "EXIT_ERROR",
-    "EXIT_UNREACHABLE",
-    "EXIT_INTERRUPTED",
-]
+__all__ = ["main", "run", "parser", "EXIT_OK", "EXIT_NO_LEADER", "EXIT_ERROR", "EXIT_UNREACHABLE"]
 
 EXIT_OK = 0
 #: Redis did not answer.
