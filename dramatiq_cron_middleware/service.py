@@ -29,7 +29,7 @@ from .ops.control import pause_expiry
 from .schedules.schedule import BoundSchedule, Schedule
 from .store.abc import OperatorStore, RuntimeDefinitions
 from .store.connection import credentials_refused, redact
-from .store.operator import HistoryEntry, HistoryPage
+from .store.operator import HistoryEntry, HistoryPage, LastDecision
 from .store.runtime import RuntimePage, RuntimeSchedule, describe_changes, split_id
 from .targets import Target, UnknownTarget, resolve_target
 
@@ -331,6 +331,21 @@ class Cron:
         """The store's time, epoch ms."""
         with self.errors():
             return self.store.server_ms()
+
+    def last_decisions(self) -> dict[str, LastDecision]:
+        """Every schedule's last decided tick, by schedule id."""
+        with self.errors():
+            return self.store.last_decisions()
+
+    def pauses(self) -> dict[str, int | None]:
+        """The live pauses: member -> when it ends (None: until resumed)."""
+        with self.errors():
+            return self.store.pauses()
+
+    def count_by_actor(self) -> dict[str, int]:
+        """How many runtime schedules each actor has."""
+        with self.errors():
+            return self.runtime.count_by_actor()
 
 
 def _added_detail(stored: RuntimeSchedule) -> str:
