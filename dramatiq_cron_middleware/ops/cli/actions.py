@@ -296,7 +296,7 @@ def remove(app: App, args: argparse.Namespace) -> int:
     actor, name = split_id(args.actor) if args.name is None else (args.actor, args.name)
     removed = app.cron.remove(actor, name, who="cli")
     schedule_id = format_id(actor, name, runtime=True)
-    if not removed and not app.declares(actor) and actor not in app.cron.runtime.count_by_actor():
+    if not removed and not app.declares(actor) and actor not in app.cron.count_by_actor():
         raise Failure(f"unknown actor {actor!r} ({app.known_actors()})")
     text = (
         f"Removed runtime schedule {schedule_id}: it fires no more."

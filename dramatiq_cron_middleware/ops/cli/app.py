@@ -92,7 +92,7 @@ class App:
         """The hint after an unknown name: the actors with schedules,
         declared or runtime (those with only runtime schedules too)."""
         declared = sorted({s.actor_name for s in self.middleware.all_schedules()})
-        runtime_only = sorted(set(self.cron.runtime.count_by_actor()) - set(declared))
+        runtime_only = sorted(set(self.cron.count_by_actor()) - set(declared))
         text = f"cron actors: {', '.join(declared) or 'none'}"
         return text + (f"; with runtime schedules only: {', '.join(runtime_only)}" if runtime_only else "")
 

@@ -31,8 +31,8 @@ _LIST_HEADERS = ["ACTOR", "NAME", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST 
 
 def list_schedules(app: App, args: argparse.Namespace) -> int:
     now = app.control.server_ms()
-    last = app.control.last_decisions()
-    paused = app.control.pauses()
+    last = app.cron.last_decisions()
+    paused = app.cron.pauses()
     needle = None if args.search is None else args.search.lower()
     declared = [
         s
