@@ -379,6 +379,14 @@ class Cron:
         """``text`` with the credentials of every URL in it hidden, for a log line."""
         return redact(text)
 
+    def last_decisions(self) -> dict[str, LastDecision]:
+        """Every schedule's last decided tick, by schedule id."""
+        return self.store.last_decisions()
+
+    def count_by_actor(self) -> dict[str, int]:
+        """How many runtime schedules each actor has."""
+        return self.runtime.count_by_actor()
+
 
 class _StatusReads:
     """The store as ``status.StatusReads`` read it: its own reads, and the replicas record parsed."""
