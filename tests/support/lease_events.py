@@ -45,13 +45,19 @@ class LeaseEvents:
         which ("" after ``timeout`` seconds)."""
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            message: Any = self.pubsub.get_message(timeout=left)
-            if message is None:
-                continue
-            assert message["type"] != "subscribe", "the subscription was dropped and made again: events were lost"
-            if message["type"] == "message" and message["data"] in ("del", "expired"):
+            message = self.get_message(timeout=left)
+            if message is not None and message["type"] == "message" and message["data"] in ("del", "expired"):
                 return str(message["data"])
         return ""
+
+    def get_message(self, *, timeout: float) -> Any:
+        """The next event (None after ``timeout`` seconds), failing if the
+        subscription was made again (events were lost in between)."""
+        message: Any = self.pubsub.get_message(timeout=timeout)
+        assert message is None or message["type"] != "subscribe", (
+            "the subscription was dropped and made again: events were lost"
+        )
+        return message
 
     def close(self) -> None:
         """Unsubscribe (the client stays the caller's)."""
