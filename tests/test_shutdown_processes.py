@@ -34,6 +34,7 @@ from dramatiq_cron_middleware import CronMiddleware
 from dramatiq_cron_middleware.store.codes import script_source
 from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import Instance, alive, wait_for
+from tests.support.lease_events import lease_events, lease_gone
 from tests.support.proxy import Proxy
 from tests.support.redis_server import RedisServer
 
@@ -80,20 +81,12 @@ def test_a_storm_at_the_instant_the_hand_over_begins_still_releases(
     short before its send, and a forked worker runs no atexit hook: "in 1
     of 4 SIGTERM storms the worker exited without releasing the lease".)"""
     client = redis_server.client()
-    client.config_set("notify-keyspace-events", "Kgx")
-    events = client.pubsub()  # type: ignore[no-untyped-call]
-    events.subscribe(f"__keyspace@0__:{LEASE}")
-    assert events.get_message(timeout=10) is not None  # the subscription's confirmation
+    events = lease_events(client)
     env = {**app_env, "CRON_APP_TTL": "10000", "SIGNAL_STORM_AT_STOP": "2"}
     instance = instances(env, app="tests.apps.signal_storm")
     worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=30, what="the worker to lead"))
     os.kill(worker, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    gone = ""
-    while not gone and time.monotonic() < deadline:
-        message = events.get_message(timeout=1)
-        if message is not None and message["type"] == "message" and message["data"] in ("del", "expired"):
-            gone = message["data"]
+    gone = lease_gone(events, timeout=60)
     events.close()
     assert gone == "del", f"the lease was not released ({gone or 'still held'}): {instance.log()[-2000:]}"
     wait_for(lambda: not alive(worker), timeout=30, what="the worker to exit")
