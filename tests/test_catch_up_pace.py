@@ -216,7 +216,10 @@ def test_a_renewal_never_waits_behind_a_batch_that_a_stall_stretches(every: int)
     server.ticks = {s.id: f"{start - 300_000}:5:1" for s in declared}
     timing = Timing.for_lease(LEASE_MS)
     store = InMemoryStore(
-        server, clock=ServerClock(monotonic=time.monotonic, wall=time.wall), ttl_ms=LEASE_MS, host="a"
+        server,
+        clock=ServerClock(monotonic=time.monotonic, wall=time.wall),
+        ttl_ms=LEASE_MS,
+        candidate=Candidate(host="a", pid=0),
     )
     renewals = _Renewals(time)
     logger = logging.Logger("stall")
