@@ -271,8 +271,7 @@ class Firing:
         except (NotLeader, BadRequest):
             self._unsettled = None  # refused before writing anything
             raise
-        self._unsettled = None
-        self.granted += 1
+        self._unsettled, self.granted = None, self.granted + 1  # granted: written, confirmed where asked
         self.reports.corrupt(reply.corrupt)
         self._apply(batch, reply.results, reply.server_ms, unsettled.payloads)
 
