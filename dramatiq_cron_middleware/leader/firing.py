@@ -163,6 +163,9 @@ class Firing:
         #: Staged messages may wait in the outbox (durable claims): a
         #: claimer died or its publish failed.  Drained while leading.
         self._outbox_pending = False
+        #: Claims Redis granted (a write it accepted, confirmed where asked):
+        #: a turn that fails after one still ended the fault before it.
+        self.granted = 0
 
     def forget(self) -> None:
         """A term begins or ends: read the ledger (and every runtime
@@ -268,7 +271,7 @@ class Firing:
         except (NotLeader, BadRequest):
             self._unsettled = None  # refused before writing anything
             raise
-        self._unsettled = None
+        self._unsettled, self.granted = None, self.granted + 1  # granted: written, confirmed where asked
         self.reports.corrupt(reply.corrupt)
         self._apply(batch, reply.results, reply.server_ms, unsettled.payloads)
 

@@ -138,6 +138,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         self._release_lock = threading.Lock()
         self._released = False
         self._stopped = False
+        self._granted = 0  # Firing.granted when the turn began
         self.faults = Faults(
             lease=store.lease, timing=timing, logger=logger, observer=self.observer, monotonic=store.clock.monotonic
         )
@@ -257,6 +258,7 @@ class LeaderThread(threading.Thread, Generic[H]):
         test or simulator on a fake clock turns it by hand)."""
         try:
             replies = self.store.clock.observations
+            self._granted = self.firing.granted
             self._turn()
             if self.store.clock.observations != replies:  # Redis answered this turn
                 self.faults.healthy()
@@ -412,6 +414,10 @@ class LeaderThread(threading.Thread, Generic[H]):
             # Met on the way out (a Redis that froze, a connection the stop
             # closed): the release reports how the stop went, in one line.
             return
+        if refused is not None and self.firing.granted != self._granted:
+            # Redis granted a claim this turn before the fault: the fault
+            # before it ended there (the next one is a new episode).
+            self.faults.healthy()
         if unconfirmed is not None:
             self.faults.unconfirmed(unconfirmed)
         else:
