@@ -127,14 +127,18 @@ def test_replicas_zero_fires_without_waiting_for_replicas(
     master_and_replica: tuple[RedisServer, RedisServer],
 ) -> None:
     """Availability over safety: ``replicas=0`` keeps firing while no
-    replica is attached."""
+    replica is attached: it never waits for one, and no WARNING speaks of
+    durability or replicas.  (Only those: a loaded machine may starve the
+    leader past its 2 s lease's firing deadline, which steps it down with
+    a WARNING of its own that says nothing about replicas.)"""
     master, replica = master_and_replica
     replica.client().replicaof("NO", "ONE")
     with in_process_app(master.url, ACTORS, lock_ttl=TTL_MS, replicas=0) as app:
         start = now_ms()
-        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=15, what="ticks")
+        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=60, what="ticks")
         assert not app.logged("wait for"), app.logged("wait for")
-        assert not app.warnings(), app.warnings()
+        durability = [w for w in app.warnings() if "durable" in w or "replica" in w.lower()]
+        assert not durability, durability
 
 
 def test_on_redis_cluster_the_wait_goes_to_the_node_of_the_schedulers_slot(cluster: ClusterGroup) -> None:

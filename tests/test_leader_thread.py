@@ -194,6 +194,32 @@ def test_an_idle_leader_sends_only_renewals_and_waits_on_redis_for_changes(
     assert cpu < 0.5, f"the idle leader thread used {cpu:.2f} s of CPU in three renewal intervals"
 
 
+def test_an_idle_leader_whose_blocking_wait_gets_no_reply_still_renews_in_time(
+    idle_leader: tuple[StubBroker, CronMiddleware],
+) -> None:
+    """Given an idle leader whose wait on Redis for runtime changes gets no
+    reply by its timeout (a starved redis-server or thread answers late),
+    then it stops awaiting the reply when its renewal is due, renews, and
+    keeps its lease (issue 27: it awaited it up to its firing deadline, so
+    a reply a second late on a loaded machine cost it the lease).  The
+    stand-in wait returns only at its bound: the worst a late reply costs."""
+    _, middleware = idle_leader
+    thread = middleware.leader
+    assert thread is not None
+    wait_for(lambda: thread.leading, timeout=30, what="leadership")
+    epoch = thread.epoch
+    waits: list[int] = []
+
+    def no_reply(key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
+        waits.append(bound_ms)
+        thread.stopping.wait(max(bound_ms, timeout_ms) / 1000)
+        return None
+
+    thread.firing.lease.wait_for_push = no_reply  # type: ignore[method-assign]
+    wait_for(lambda: len(waits) >= 3, timeout=60, what="three unanswered waits")
+    assert thread.epoch == epoch, f"the leader lost its lease (epoch {epoch} -> {thread.epoch}); waits {waits}"
+
+
 def test_an_idle_leader_applies_an_add_and_a_remove_before_its_next_renewal(
     sleepy_leader: tuple[StubBroker, CronMiddleware], redis_server: RedisServer
 ) -> None:

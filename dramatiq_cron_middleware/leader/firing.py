@@ -4,12 +4,11 @@ Sync the tick queue with the ledger when it is out of sync, take what is
 due in batches bounded in size and in time (batch_size.py), claim each
 batch (fenced: Redis refuses a deposed leader's token), apply what Redis
 decided (enqueue what it granted), renew before any batch the renewal
-would fall due in, then sleep until
-the next tick or renewal.  The firing
+would fall due in, then sleep until the next tick or renewal.  The firing
 deadline is checked before every batch; the blocking wait for runtime
-changes never outlasts it.  A claim whose reply was lost is settled before
-anything else, even after a step-down: what Redis granted is this
-process's to enqueue.
+changes never outlasts the renewal's due time.  A claim whose reply was
+lost is settled before anything else, even after a step-down: what Redis
+granted is this process's to enqueue.
 """
 
 from __future__ import annotations
@@ -419,11 +418,14 @@ class Firing:
         pause = max(wake - now_mono, 0.0)
         if self.feed is not None and pause > 2 * BLOCK_MARGIN:
             # Idle: wait on Redis, where a runtime schedule change (or a
-            # stop) pushes, instead of polling for changes.
+            # stop) pushes, instead of polling for changes.  A reply later
+            # than the renewal is not awaited: on a starved machine Redis
+            # or this thread can be a second late, and awaiting it up to
+            # the firing deadline left no time to renew before it.
             popped = self.lease.wait_for_push(
                 self.feed.notify_key,
                 int((pause - BLOCK_MARGIN) * 1000),
-                bound_ms=int((term.deadline - self.monotonic()) * 1000),
+                bound_ms=int((min(term.renew_at, term.deadline) - self.monotonic()) * 1000),
             )
             self.feed.notified(popped)
             if self.stopping.is_set() or self.feed.pending:
