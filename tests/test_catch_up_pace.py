@@ -23,7 +23,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.leader.firing import BATCH_LIMIT, LeaderObserver
 from dramatiq_cron_middleware.leader.thread import LeaderThread
-from dramatiq_cron_middleware.schedules.schedule import bind_schedule
+from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_schedule
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryServer
@@ -90,40 +90,9 @@ def test_a_backlog_is_caught_up_under_one_lease_however_long_each_tick_takes(
     server = MemoryServer(now_ms=time.now_ms)
     broker = _SlowBroker(time, cost_ms)
     dramatiq.actor(lambda: None, actor_name=ACTOR, broker=broker)
-    declared = [
-        bind_schedule(
-            ACTOR,
-            "default",
-            Schedule("* * * * * *", name=f"s{i}"),
-            timezone="UTC",
-            catch_up="each",
-            catch_up_window=3_600_000,
-        )
-        for i in range(schedules)
-    ]
     start = time.ms // 1000 * 1000
-    server.epoch = 5
-    server.ticks = {s.id: f"{start - backlog_s * 1000}:5:1" for s in declared}
+    declared, renewals, warnings, leader = _backlogged(time, server, broker, schedules, backlog_ms=backlog_s * 1000)
     timing = Timing.for_lease(LEASE_MS)
-    store = InMemoryStore(
-        server,
-        clock=ServerClock(monotonic=time.monotonic, wall=time.wall),
-        ttl_ms=LEASE_MS,
-        candidate=Candidate(host="a", pid=0),
-    )
-    renewals = _Renewals(time)
-    logger = logging.Logger("backlog")  # not registered: no handler but ours
-    warnings: list[str] = []
-    logger.addHandler(_Lines(warnings))
-    leader: LeaderThread[Any] = LeaderThread(
-        store=store,
-        boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
-        declared=declared,
-        timing=timing,
-        logger=logger,
-        observer=renewals,
-        pace=False,
-    )
     try:
         # When: the leader turns every 100 ms (each turn works off all it
         # can) until the backlog is out and one more minute has passed.
@@ -200,40 +169,8 @@ def test_a_renewal_never_waits_behind_a_batch_that_a_stall_stretches(every: int)
     server = MemoryServer(now_ms=time.now_ms)
     broker = _StallingBroker(time, stall_ms=800, every=every)
     dramatiq.actor(lambda: None, actor_name=ACTOR, broker=broker)
-    declared = [
-        bind_schedule(
-            ACTOR,
-            "default",
-            Schedule("* * * * * *", name=f"s{i}"),
-            timezone="UTC",
-            catch_up="each",
-            catch_up_window=3_600_000,
-        )
-        for i in range(schedules)
-    ]
-    start = time.ms // 1000 * 1000
-    server.epoch = 5
-    server.ticks = {s.id: f"{start - 300_000}:5:1" for s in declared}
+    _, renewals, warnings, leader = _backlogged(time, server, broker, schedules, backlog_ms=300_000)
     timing = Timing.for_lease(LEASE_MS)
-    store = InMemoryStore(
-        server,
-        clock=ServerClock(monotonic=time.monotonic, wall=time.wall),
-        ttl_ms=LEASE_MS,
-        candidate=Candidate(host="a", pid=0),
-    )
-    renewals = _Renewals(time)
-    logger = logging.Logger("stall")
-    warnings: list[str] = []
-    logger.addHandler(_Lines(warnings))
-    leader: LeaderThread[Any] = LeaderThread(
-        store=store,
-        boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
-        declared=declared,
-        timing=timing,
-        logger=logger,
-        observer=renewals,
-        pace=False,
-    )
     try:
         caught_up_at = None
         while caught_up_at is None or time.ms < caught_up_at + 10_000:
@@ -249,3 +186,45 @@ def test_a_renewal_never_waits_behind_a_batch_that_a_stall_stretches(every: int)
     assert max(gaps) < timing.fire_deadline * 1000, f"a renewal came {max(gaps)} ms after the one before"
     counts = Counter(broker.record)
     assert [key for key, n in counts.items() if n > 1] == []
+
+
+def _backlogged(
+    time: FakeTime, server: MemoryServer, broker: StubBroker, schedules: int, *, backlog_ms: int
+) -> tuple[list[BoundSchedule], _Renewals, list[str], LeaderThread[Any]]:
+    """``schedules`` per-second schedules whose last decided tick is
+    ``backlog_ms`` old, and a leader (not started, turned by the test) on
+    the memory store, with its renewals and WARNING lines recorded."""
+    declared = [
+        bind_schedule(
+            ACTOR,
+            "default",
+            Schedule("* * * * * *", name=f"s{i}"),
+            timezone="UTC",
+            catch_up="each",
+            catch_up_window=3_600_000,
+        )
+        for i in range(schedules)
+    ]
+    start = time.ms // 1000 * 1000
+    server.epoch = 5
+    server.ticks = {s.id: f"{start - backlog_ms}:5:1" for s in declared}
+    store = InMemoryStore(
+        server,
+        clock=ServerClock(monotonic=time.monotonic, wall=time.wall),
+        ttl_ms=LEASE_MS,
+        candidate=Candidate(host="a", pid=0),
+    )
+    renewals = _Renewals(time)
+    logger = logging.Logger("backlog")  # not registered: no handler but ours
+    warnings: list[str] = []
+    logger.addHandler(_Lines(warnings))
+    leader: LeaderThread[Any] = LeaderThread(
+        store=store,
+        boundary=BrokerBoundary(broker, Boundary.PLAIN, keys=store.keys, mark_ms=LEASE_MS),
+        declared=declared,
+        timing=Timing.for_lease(LEASE_MS),
+        logger=logger,
+        observer=renewals,
+        pace=False,
+    )
+    return declared, renewals, warnings, leader
