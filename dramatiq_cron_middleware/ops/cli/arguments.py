@@ -182,7 +182,8 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dramatiq-cron",
         description="See and steer the cron schedules of a dramatiq app.",
-        epilog="Exit status: 0 ok, 1 no live leader (status), 2 error, 3 Redis unreachable; "
+        epilog="Exit status: 0 ok, 1 no live leader (status) or the old lock still renewed (migrate), 2 error, "
+        "3 Redis unreachable; "
         "check: 0 ok, 1 warning, 2 critical, 3 Redis unreachable.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
