@@ -44,7 +44,8 @@ class CronBootError(CronConfigurationError, SystemExit):
     a malformed URL): a :class:`CronConfigurationError`, logged once as one
     ERROR by the middleware, that is also a ``SystemExit`` (status 2), so a
     ``dramatiq`` worker process stops without printing a traceback (it is
-    logged at DEBUG); in-process code catches it as the configuration
+    logged at DEBUG), having asked dramatiq's main process to stop (so that
+    it logs no CRITICAL); in-process code catches it as the configuration
     error it is."""
 
     def __init__(self, message: str) -> None:

@@ -12,7 +12,9 @@ package's errors in one place (:meth:`Cron.errors`).
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import datetime as dt
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -37,7 +39,31 @@ from .store.operator import HistoryEntry, HistoryPage, LastDecision, ReplicasLac
 from .store.runtime import RuntimePage, RuntimeSchedule, as_schedule, changed_schedule, describe_changes, split_id
 from .targets import Target, UnknownTarget, resolve_target
 
-__all__ = ["Cron"]
+__all__ = ["CRONTAB_LOCK", "Cron", "OldLock"]
+
+#: dramatiq-crontab's lock key (a redis-py ``Lock``: the holder's token,
+#: a 10 s TTL that a live scheduler extends every 5 s).
+CRONTAB_LOCK = "dramatiq-scheduler"
+#: How long :meth:`Cron.crontab_lock` watches the lock for a renewal: one
+#: of dramatiq-crontab's refresh intervals (5 s) and a second.
+CRONTAB_WATCH_MS = 6_000
+#: How much more than its countdown a PTTL may read and still be unrenewed
+#: (two round trips).
+RENEWAL_SLACK_MS = 250
+
+
+@dataclasses.dataclass(frozen=True)
+class OldLock:
+    """Another scheduler's lock as :meth:`Cron.crontab_lock` found it: its
+    key, holder (None: gone), PTTL in ms (-1: no expiry, -2: gone), whether
+    it was renewed while watched (None: not watched), and whether it was
+    deleted."""
+
+    key: str
+    holder: str | None
+    pttl_ms: int
+    renewed: bool | None
+    deleted: bool
 
 
 class Cron:
@@ -386,6 +412,30 @@ class Cron:
     def count_by_actor(self) -> dict[str, int]:
         """How many runtime schedules each actor has."""
         return self.runtime.count_by_actor()
+
+    # -- migration -------------------------------------------------------------------------
+
+    def crontab_lock(
+        self, *, delete: bool = False, force: bool = False, watch_ms: int = CRONTAB_WATCH_MS, wait: Any = time.sleep
+    ) -> OldLock:
+        """dramatiq-crontab's lock (the key ``dramatiq-scheduler``) on this
+        store: its holder and PTTL; whether it is still renewed (watched
+        ``watch_ms`` when it expires: a ``crontab`` process still runs); and,
+        with ``delete``, deleted if it was watched and not renewed (with
+        ``force``, whatever it is)."""
+        with self.errors():
+            first, start = self.store.foreign_lock(CRONTAB_LOCK), self.store.server_ms()
+            last, renewed = first, None
+            if first.holder is not None and first.pttl_ms > 0 and watch_ms > 0:
+                wait(watch_ms / 1000)
+                last = self.store.foreign_lock(CRONTAB_LOCK)
+                expected = first.pttl_ms - (self.store.server_ms() - start)  # counted down, unrenewed
+                renewed = last.holder is not None and (
+                    last.holder != first.holder or last.pttl_ms > expected + RENEWAL_SLACK_MS
+                )
+            if delete and last.holder is not None and (force or renewed is False):
+                last = self.store.foreign_lock(CRONTAB_LOCK, delete_if=last.holder)
+        return OldLock(CRONTAB_LOCK, last.holder, last.pttl_ms, renewed, last.deleted)
 
 
 class _StatusReads:

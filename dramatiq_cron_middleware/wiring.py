@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import inspect
+import multiprocessing
+import os
+import signal
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -105,9 +109,37 @@ def boot(cron: CronMiddleware, broker: Broker) -> None:
     except CronConfigurationError as exc:
         # One block, no traceback: dramatiq prints the traceback of any
         # other exception that stops a worker process.
-        cron.logger.error("Cron scheduler cannot start, so this worker process stops: %s", exc)
+        main = dramatiq_main_process()
+        if main is None:
+            cron.logger.error("Cron scheduler cannot start, so this worker process stops: %s", exc)
+        else:
+            reason = str(exc).rstrip(".")
+            cron.logger.error(
+                "Cron scheduler cannot start, so dramatiq stops: %s. Fix that and start dramatiq again "
+                "(--verbose logs the traceback).",
+                reason,
+            )
         cron.logger.debug("The boot error was raised here.", exc_info=True)
+        if main:
+            # dramatiq's main process logs a CRITICAL "exited unexpectedly"
+            # for a worker process that exits before it was asked to stop:
+            # ask it first, as SIGTERM does (it stops every worker process).
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.kill(main, signal.SIGTERM)
         raise CronBootError(str(exc)) from None
+
+
+def dramatiq_main_process() -> int | None:
+    """If this is a worker process of the ``dramatiq`` command booting
+    (``dramatiq.cli.worker_process`` is on the stack): the main process's
+    pid, or 0 once the main process asked it to stop.  Else None."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "worker_process" and frame.f_globals.get("__name__") == "dramatiq.cli":
+            parent = multiprocessing.parent_process()
+            return parent.pid if parent is not None and frame.f_locals.get("running") is True else 0
+        frame = frame.f_back
+    return None
 
 
 @dataclasses.dataclass

@@ -58,18 +58,24 @@ def test_a_process_that_never_leads_says_the_same_of_a_refused_password(redis_se
     assert "AuthenticationError" not in warned[0] and "wrong" not in warned[0].replace("a wrong password", ""), warned
 
 
-@pytest.mark.parametrize("verbose", [False, True], ids=["default", "--verbose"])
-def test_a_boot_error_is_one_error_line_and_its_traceback_only_at_debug(verbose: bool) -> None:
+@pytest.mark.parametrize(
+    ("processes", "verbose"), [(1, False), (1, True), (2, False)], ids=["default", "--verbose", "two processes"]
+)
+def test_a_boot_error_is_one_error_line_per_process_and_its_traceback_only_at_debug(
+    processes: int, verbose: bool
+) -> None:
     """Given a worker whose scheduler cannot start (a malformed URL), When
-    `dramatiq` boots it, Then the worker process says so in one ERROR line
-    and stops (dramatiq then shuts down), with no traceback unless DEBUG
-    logging is on (`--verbose`)."""
+    `dramatiq` boots it, Then each worker process says so in one ERROR line
+    that says what to do, and dramatiq stops with status 2, with no
+    CRITICAL or WARNING of its own (the worker asked the main process to
+    stop: issue 30) and no traceback unless DEBUG logging is on
+    (`--verbose`)."""
     env = {
         **os.environ,
         "DRAMATIQ_CRON_REDIS_URL": "redis://localhost:notaport/0",
         "PYTHONPATH": str(ROOT),
     }
-    command = [sys.executable, "-m", "dramatiq", "tests.apps.cronapp", "--processes", "1", "--threads", "1"]
+    command = [sys.executable, "-m", "dramatiq", "tests.apps.cronapp", "--processes", str(processes), "--threads", "1"]
     proc = subprocess.Popen(
         [*command, *(["--verbose"] if verbose else [])],
         cwd=ROOT,
@@ -83,8 +89,11 @@ def test_a_boot_error_is_one_error_line_and_its_traceback_only_at_debug(verbose:
         out, _ = proc.communicate(timeout=120)
     finally:
         stop_group(proc, grace=5)
-    assert proc.returncode != 0, out
+    assert proc.returncode == 2, out
     errors = [line for line in out.splitlines() if "[ERROR]" in line]
-    assert len(errors) == 1 and "Cron scheduler cannot start, so this worker process stops: " in errors[0], out
-    assert "invalid redis URL" in errors[0]
+    assert len(errors) == processes, out
+    for line in errors:
+        assert "Cron scheduler cannot start, so dramatiq stops: CronMiddleware: invalid redis URL" in line, out
+        assert line.endswith("Fix that and start dramatiq again (--verbose logs the traceback)."), out
+    assert "[CRITICAL]" not in out and "[WARNING]" not in out, out
     assert ("Traceback" in out) is verbose, out

@@ -460,15 +460,22 @@ def _zone(name: str) -> dt.tzinfo:
     return parse_timezone(name, what="schedule")
 
 
-def parse_timezone(value: object, *, what: str) -> dt.tzinfo:
-    """Resolve an IANA zone name, or raise naming ``what`` and the value."""
+def parse_timezone(value: object, *, what: str, known: bool = True) -> dt.tzinfo:
+    """Resolve an IANA zone name, or raise naming ``what`` and the value.
+    With ``known=False``, a well-formed name that this machine's zone
+    database lacks is UTC: a Schedule built on its own leaves that finding
+    to its binding, whose error names the actor."""
     if not isinstance(value, str) or not value:
         raise CronScheduleError(f"{what}: time zone must be an IANA name such as 'Europe/Berlin', got {shown(value)}")
     if value.upper() == "UTC":
         return UTC
     try:
         return ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+    except ZoneInfoNotFoundError as exc:
+        if not known:
+            return UTC
+        raise CronScheduleError(f"{what}: unknown time zone {shown(value)}") from exc
+    except (ValueError, OSError) as exc:
         raise CronScheduleError(f"{what}: unknown time zone {shown(value)}") from exc
 
 

@@ -496,7 +496,9 @@ def bind_schedule(
       fields_checked(bool): Whether the options that need neither actor
         nor defaults (windows, jitter, overlap, args, kwargs, options) are
         known good: a :class:`Schedule` checks them when it is built, by
-        calling this with False.  Defaults to True.
+        calling this with False (which leaves a well-formed zone this
+        machine lacks to the binding, so that its error names the actor).
+        Defaults to True.
 
     Raises:
       CronScheduleError: naming the actor and the offending value.
@@ -522,7 +524,7 @@ def bind_schedule(
             raise CronScheduleError(f"{where}: offset= applies to every= schedules only, got {shown(item.offset)}")
     start, end = check_bounds(where, item.start, item.end)
     zone_name = item.timezone if item.timezone is not None else timezone
-    zone = parse_timezone(zone_name, what=where)
+    zone = parse_timezone(zone_name, what=where, known=fields_checked)
     # The name is checked where it becomes part of an id (bound to an
     # actor), so that the error names both.
     given = item.name if name is None else name

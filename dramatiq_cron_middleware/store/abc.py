@@ -46,7 +46,7 @@ from .durability import Unconfirmed
 from .keys import Keys
 from .lease import Acquired, Held, Renewed
 from .ledger import Claim, ClaimReply, Settled, SyncEntry, SyncReply
-from .operator import Candidate, HistoryEntry, HistoryPage, LastDecision, LeaderInfo
+from .operator import Candidate, ForeignLock, HistoryEntry, HistoryPage, LastDecision, LeaderInfo
 from .runs import HealthRead, HealthWrite
 from .runtime import RuntimePage, RuntimeSchedule
 
@@ -379,6 +379,9 @@ class OperatorStore(Protocol):
 
     def round_trip_ms(self) -> float:
         """One round trip, ms."""
+
+    def foreign_lock(self, key: str, *, delete_if: str | None = None) -> ForeignLock:
+        """Another scheduler's lock key, deleted if ``delete_if`` holds it untouched."""
 
     def maxmemory_policy(self) -> str | None:
         """The eviction policy, None where unreadable."""

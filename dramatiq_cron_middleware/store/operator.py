@@ -29,6 +29,7 @@ __all__ = [
     "ReplicasLacking",
     "replicas_lacking",
     "Candidate",
+    "ForeignLock",
     "HistoryEntry",
     "HistoryPage",
     "LastDecision",
@@ -94,6 +95,17 @@ class Candidate:
         host, _, pid = host.rpartition("|")
         fingerprint, _, version = info.partition("|")
         return cls(host, int(pid) if pid.isdigit() else 0, rest, int(seen_ms), fingerprint, version)
+
+
+@dataclasses.dataclass(frozen=True)
+class ForeignLock:
+    """Another scheduler's lock key as the store holds it: its value (the
+    holder's token; None: no such key), its PTTL in ms (-1: no expiry, -2:
+    no key), and whether this call deleted it."""
+
+    holder: str | None
+    pttl_ms: int
+    deleted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,6 +328,26 @@ class RedisOperator:
             return None
         value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
         return str(value) if value else None
+
+    def foreign_lock(self, key: str, *, delete_if: str | None = None) -> ForeignLock:
+        """Another scheduler's lock ``key`` (outside the prefix: a
+        migration's leftover), deleted if its holder is ``delete_if``
+        (compare-and-delete: WATCH, and again if it was touched meanwhile)."""
+        for _ in range(3):
+            with self.client.pipeline() as pipe:
+                pipe.watch(key)  # type: ignore[no-untyped-call]
+                holder: Any = pipe.get(key)
+                pttl = int(pipe.pttl(key))
+                if holder is None or holder != delete_if:
+                    return ForeignLock(holder, pttl)
+                pipe.multi()
+                pipe.delete(key)
+                try:
+                    pipe.execute()
+                except redis.WatchError:
+                    continue
+            return ForeignLock(holder, pttl, deleted=True)
+        return ForeignLock(holder, pttl)
 
     # -- the ledger and the history ----------------------------------------------
 

@@ -13,6 +13,8 @@ from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.errors import CronScheduleError
 from dramatiq_cron_middleware.monitoring.records import parse_run
 from dramatiq_cron_middleware.store.lease import Acquired
+from dramatiq_cron_middleware.store.memory.operator import MemoryOperator
+from dramatiq_cron_middleware.store.operator import ForeignLock, RedisOperator
 from tests.support.redis_server import RedisServer
 from tests.support.stores import MemoryHarness, RedisHarness, StoreHarness
 
@@ -196,3 +198,28 @@ def test_runtime_definitions_are_written_whole_updated_in_part_and_removed(harne
     assert store.count_by_actor() == {"job": 4, "other": 1}
     assert store.remove("job", "r") and not store.remove("job", "r")
     assert store.get("job", "r") is None
+
+
+def test_another_schedulers_lock_is_read_and_deleted_only_by_its_holders_token(harness: StoreHarness) -> None:
+    # dramatiq-crontab's lock after a migration (service.Cron.crontab_lock).
+    store = harness.operator()
+    key = "dramatiq-scheduler"
+
+    def plant(holder: str, ttl_ms: int | None) -> None:
+        if isinstance(store, MemoryOperator):
+            store.foreign[key] = (holder, None if ttl_ms is None else store.server_ms() + ttl_ms)
+        else:
+            assert isinstance(store, RedisOperator)
+            store.client.set(key, holder, px=ttl_ms)
+
+    assert store.foreign_lock(key) == ForeignLock(None, -2)
+    plant("t1", 10_000)
+    found = store.foreign_lock(key, delete_if="other")
+    assert (found.holder, found.deleted) == ("t1", False) and 9_000 < found.pttl_ms <= 10_000
+    assert store.foreign_lock(key, delete_if="t1").deleted
+    assert store.foreign_lock(key) == ForeignLock(None, -2)
+    plant("t2", None)
+    assert store.foreign_lock(key) == ForeignLock("t2", -1)
+    plant("t3", 50)
+    harness.pass_time(100)
+    assert store.foreign_lock(key, delete_if="t3") == ForeignLock(None, -2)

@@ -11,7 +11,8 @@ results (reads.py, actions.py); it holds no logic of its own.
 Runtime schedules (added with ``CronMiddleware.add`` or ``dramatiq-cron
 add``) are listed beside declared ones, each row saying its source.
 
-Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease;
+Exit statuses: 0 success; 1 ``status`` found no leader renewing its lease,
+or ``migrate crontab`` found the old lock still renewed (or did not delete it);
 2 a usage or configuration error (bad module, no middleware, unknown
 actor); 3 Redis could not be reached; 130 ``backfill`` interrupted.  ``check`` follows the
 Nagios plugin convention: 0 every schedule ``ok``, ``pending`` or
@@ -56,6 +57,7 @@ _COMMANDS = {
     "add": actions.add,
     "backfill": actions.backfill,
     "remove": actions.remove,
+    "migrate": actions.migrate,
     "web": actions.web,
 }
 

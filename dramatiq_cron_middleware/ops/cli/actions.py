@@ -1,10 +1,11 @@
 """The commands that act: ``trigger``, ``pause``/``resume``, ``add``,
-``remove``, ``backfill`` and ``web``, each one call of the service (as
+``remove``, ``backfill``, ``migrate`` and ``web``, each one call of the service (as
 ``who="cli"``) and the rendering of what it returns."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -305,3 +306,36 @@ def remove(app: App, args: argparse.Namespace) -> int:
     )
     emit(args, {"schedule": schedule_id, "removed": removed}, text)
     return 0
+
+
+#: ``migrate``: an old scheduler still renews its lock (or the delete was refused).
+EXIT_STILL_RUNS = 1
+
+
+def migrate(app: App, args: argparse.Namespace) -> int:
+    """What is left of the scheduler migrated from: periodiq keeps no lock;
+    dramatiq-crontab's lock key, watched for a renewal, deleted on request."""
+    if args.peer == "periodiq":
+        text = "periodiq keeps no lock in Redis: nothing to clear. Stop its `periodiq` process."
+        emit(args, {"from": "periodiq", "key": None}, text)
+        return 0
+    lock = app.cron.crontab_lock(delete=args.delete, force=args.force, watch_ms=args.watch)
+    data = {"from": "crontab", "where": app.where, **dataclasses.asdict(lock)}
+    key = f"dramatiq-crontab's lock {lock.key!r} on {app.where}"
+    if lock.holder is None:
+        emit(args, data, f"{key}: gone, nothing to clear.")
+        return 0
+    expiry = "no expiry" if lock.pttl_ms < 0 else f"expires in {lock.pttl_ms} ms"
+    said = f"{key}: held by token {lock.holder[:64]!r}, {expiry}; "
+    if lock.deleted:
+        said += "deleted."
+    elif lock.renewed:
+        said += f"renewed within {args.watch} ms: a `manage.py crontab` process still runs; stop it first."
+    elif lock.renewed is None:
+        said += "not watched for a renewal: make sure no `manage.py crontab` runs, then --delete --force it."
+    elif args.delete:
+        said += "it changed while being deleted (renewed?); run again."
+    else:
+        said += f"not renewed in {args.watch} ms: a leftover that expires by itself (or --delete it now)."
+    emit(args, data, said)
+    return 0 if lock.deleted or not (lock.renewed or args.delete) else EXIT_STILL_RUNS

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from ...service import CRONTAB_WATCH_MS
 from ..backfill import DEFAULT_MAX_TICKS
 
 WHEN = "(ISO 8601 with offset, or epoch ms)"
@@ -52,6 +53,8 @@ HELP = {
     "backfill": "enqueue each past tick of a schedule in [--from, --to) once, marked as a backfill",
     "add": "create or replace a runtime schedule of a declared actor (no deploy needed)",
     "remove": "remove a runtime schedule; it never fires again",
+    "migrate": "what is left of the scheduler you came from: dramatiq-crontab's lock key, its holder and PTTL, "
+    "watched for a renewal; exit 1 while an old scheduler still renews it (periodiq keeps no lock)",
     "web": "serve the web dashboard (binds 127.0.0.1:8080 unless --bind says otherwise)",
 }
 
@@ -134,6 +137,12 @@ ARGUMENTS: dict[str, list[Any]] = {
         _one("actor", metavar="ID|ACTOR", help="the schedule's id (actor:name), or its actor's name and NAME"),
         _one("name", nargs="?", metavar="NAME", help="the runtime schedule's name"),
     ],
+    "migrate": [
+        _one("peer", choices=("crontab", "periodiq"), help="the scheduler migrated from"),
+        _one("--delete", **_FLAG, help="delete the lock if nobody renewed it while watched"),
+        _one("--force", **_FLAG, help="with --delete: delete it even if renewed or not watched"),
+        _one("--watch", **_MS, default=CRONTAB_WATCH_MS, help="how long to watch for a renewal (default 6000)"),
+    ],
     "web": [
         _one("--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="where to listen"),
         OneOf(
@@ -173,7 +182,8 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dramatiq-cron",
         description="See and steer the cron schedules of a dramatiq app.",
-        epilog="Exit status: 0 ok, 1 no live leader (status), 2 error, 3 Redis unreachable; "
+        epilog="Exit status: 0 ok, 1 no live leader (status) or the old lock still renewed (migrate), 2 error, "
+        "3 Redis unreachable; "
         "check: 0 ok, 1 warning, 2 critical, 3 Redis unreachable.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

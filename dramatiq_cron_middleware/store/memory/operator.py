@@ -10,6 +10,7 @@ from ..lease import parse_schedule_set
 from ..operator import (
     RECENT,
     Candidate,
+    ForeignLock,
     HistoryEntry,
     HistoryPage,
     LastDecision,
@@ -40,6 +41,8 @@ class MemoryOperator:
         self.server = server
         self.keys = Keys(prefix)
         self.history_length = history_length
+        #: Other schedulers' lock keys: key -> (holder, expiry in epoch ms or None).
+        self.foreign: dict[str, tuple[str, int | None]] = {}
 
     def server_ms(self) -> int:
         return self.server.now_ms()
@@ -64,6 +67,18 @@ class MemoryOperator:
 
     def schedule_sets(self, fingerprints: list[str]) -> dict[str, dict[str, str] | None]:
         return {fp: parse_schedule_set(self.server.candidate_sets.get(fp)) for fp in fingerprints}
+
+    def foreign_lock(self, key: str, *, delete_if: str | None = None) -> ForeignLock:
+        holder, expires = self.foreign.get(key, (None, None))
+        now = self.server.now_ms()
+        if holder is None or (expires is not None and expires <= now):
+            self.foreign.pop(key, None)
+            return ForeignLock(None, -2)
+        pttl = -1 if expires is None else expires - now
+        if holder != delete_if:
+            return ForeignLock(holder, pttl)
+        del self.foreign[key]
+        return ForeignLock(holder, pttl, deleted=True)
 
     def round_trip_ms(self) -> float:
         return 0.0
