@@ -157,7 +157,7 @@ class Backfill:
             raise CronScheduleError(
                 f"{where}: the range starts at {iso(start_ms)}, after Redis's time ({iso(now)}): nothing is past yet"
             )
-        total = schedule.count_between(start_ms, end_ms)
+        total = schedule.cadence.count_between(start_ms, end_ms)
         if max_ticks is not None and total > max_ticks:
             first, last = schedule.next_after(start_ms - 1), schedule.last_before(end_ms)
             raise CronScheduleError(

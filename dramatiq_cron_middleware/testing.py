@@ -65,6 +65,7 @@ from .store.clock import ServerClock
 from .store.codes import whole_actor
 from .store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules, MemoryServer
 from .store.keys import Keys
+from .wiring import Parts
 
 __all__ = ["CronSimulator", "Instant", "SimulatedParts", "cron_middleware_of", "running_worker", "ticks_between"]
 
@@ -145,7 +146,7 @@ def ticks_between(broker: Broker, start: Instant, end: Instant) -> list[Message[
     start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
     found: list[tuple[int, int, Message[Any]]] = []
     for order, schedule in enumerate(middleware.all_schedules()):
-        for tick in schedule.ticks_between(start_ms, end_ms):
+        for tick in schedule.cadence.ticks_between(start_ms, end_ms):
             found.append((tick, order, message_for(schedule, tick, prefix=middleware.prefix)))
     found.sort(key=lambda item: (item[0], item[1]))
     return [message for _, _, message in found]
@@ -371,7 +372,7 @@ class CronSimulator:
         self._leader.stopping.close()
 
 
-class SimulatedParts:
+class SimulatedParts(Parts):
     """A simulator's parts, handed to the middleware through the seam its
     Redis parts use (``wiring.Parts``): the operator service and the run
     records on the simulator's memory store; nothing to boot or start (the
@@ -381,23 +382,11 @@ class SimulatedParts:
     def __init__(self, simulator: CronSimulator) -> None:
         self.simulator = simulator
 
-    def boot(self, broker: Broker) -> None:
-        pass
-
-    def after_boot(self, broker: Broker) -> None:
-        pass
-
-    def start(self, broker: Broker) -> None:
-        return None
-
     def service(self) -> Cron:
         return self.simulator.cron
 
     def run_store(self) -> RunStore:
         return self.simulator.run_store
-
-    def clear_mark(self, schedule_id: str, message_id: str) -> None:
-        pass
 
 
 class _Recording(BrokerBoundary):

@@ -315,15 +315,6 @@ class BoundSchedule:
     def next_after(self, instant_ms: int) -> int:
         return self.cadence.next_after(instant_ms)
 
-    def next_after_if_known(self, instant_ms: int) -> int | None:
-        return self.cadence.next_after_if_known(instant_ms)
-
-    def ticks_between(self, after_ms: int, until_ms: int) -> Iterator[int]:
-        return self.cadence.ticks_between(after_ms, until_ms)
-
-    def count_between(self, start_ms: int, end_ms: int) -> int:
-        return self.cadence.count_between(start_ms, end_ms)
-
     def last_before(self, instant_ms: int) -> int:
         """:meth:`.Cadence.last_before`, its error naming the schedule."""
         try:
