@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from ..errors import CronScheduleError, shown
+from ..errors import CronScheduleError, is_int, shown
 from .cadence import MIN_EVERY, Cadence, cadence, parse_timezone
 from .expression import check_fires, normalise, uses_hash
 from .ids import NAME_PATTERN, NAME_RULE, check_declared_actor, format_id
@@ -539,7 +539,7 @@ def bind_schedule(
         _check_ms(where, "grace", item.grace, allow_none=True)
         _check_ms(where, "max_runtime", item.max_runtime, allow_none=True, positive=True)
         threshold = item.failure_threshold
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
+        if threshold is not None and not is_int(threshold, 1):
             raise CronScheduleError(
                 f"{where}: failure_threshold must be a positive int of runs, got {shown(threshold)}"
             )
@@ -667,7 +667,7 @@ def check_description(where: str, description: object) -> str:
 def interval_label(where: str, every: object, offset: object) -> str:
     """Validate ``every``/``offset``; return the schedule's label (its
     ``expression`` and default name)."""
-    if isinstance(every, bool) or not isinstance(every, int) or every < MIN_EVERY:
+    if not is_int(every, MIN_EVERY):
         raise CronScheduleError(f"{where}: every must be an int of at least {MIN_EVERY} ms, got {shown(every)}")
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < every:
         raise CronScheduleError(f"{where}: offset must be an int of ms with 0 <= offset < every, got {shown(offset)}")
@@ -704,7 +704,7 @@ def _check_ms(where: str, label: str, value: object, *, allow_none: bool, positi
     if value is None and allow_none:
         return
     low = 1 if positive else 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int(value, low):
         kind = "positive" if positive else "non-negative"
         raise CronScheduleError(f"{where}: {label} must be a {kind} int of milliseconds, got {shown(value)}")
 
