@@ -157,7 +157,7 @@ class Backfill:
             raise CronScheduleError(
                 f"{where}: the range starts at {iso(start_ms)}, after Redis's time ({iso(now)}): nothing is past yet"
             )
-        total = schedule.count_between(start_ms, end_ms)
+        total = schedule.cadence.count_between(start_ms, end_ms)
         if max_ticks is not None and total > max_ticks:
             first, last = schedule.next_after(start_ms - 1), schedule.last_before(end_ms)
             raise CronScheduleError(
@@ -201,7 +201,7 @@ class Backfill:
 
     def _sort(self, schedule: BoundSchedule, ticks: list[int], known: _Known, *, into: Ticks) -> None:
         """Sort ``ticks`` (oldest first) as :class:`Ticks` says, into ``into``."""
-        marks = self._marks(schedule, ticks)
+        marks = self.store.backfill_marks(schedule.id, ticks)  # c|<run> claimed, e enqueued
         out = Ticks()
         for tick in ticks:
             if tick > known.limit:
@@ -307,10 +307,6 @@ class Backfill:
         message_id = message_id_for(schedule.id, tick_ms, prefix=f"{self.prefix}|{_ID_SPACE}")
         return message.copy(options=options, message_id=message_id)
 
-    def _marks(self, schedule: BoundSchedule, ticks: list[int]) -> dict[int, str]:
-        """The backfill marks of these ticks: ``c|<run>`` claimed, ``e`` enqueued."""
-        return self.store.backfill_marks(schedule.id, ticks)
-
     def _sent(self, schedule: BoundSchedule, start_ms: int) -> tuple[set[int], int | None]:
         """The ticks the history shows as sent (fired, caught up,
         backfilled, or stood in for by a manual trigger) since
@@ -345,12 +341,7 @@ def instant_ms(value: object, *, what: str) -> int:
 
 
 def _ticks(schedule: BoundSchedule, start_ms: int, end_ms: int, at_most: int) -> Iterator[int]:
-    tick = schedule.next_after(start_ms - 1)
-    count = 0
-    while tick < end_ms and count < at_most:
-        yield tick
-        count += 1
-        tick = schedule.next_after(tick)
+    return itertools.islice(schedule.cadence.ticks_between(start_ms - 1, end_ms - 1), at_most)
 
 
 def _outcome_of_result(result: int) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from .errors import CronConfigurationError
+from .errors import CronConfigurationError, is_int, require
 from .schedules.schedule import DEFAULT_CATCH_UP_WINDOW, CatchUp, parse_timezone
 from .store.keys import Keys
 from .store.timing import Timing
@@ -103,25 +103,25 @@ class CronConfig:
     version: str = field(init=False)
 
     def __post_init__(self) -> None:
-        _require("lock_ttl", _is_int(self.lock_ttl, 300), "an int of at least 300 ms", self.lock_ttl)
-        _require("catch_up", self.catch_up in ("each", "latest", "none"), "'each', 'latest' or 'none'", self.catch_up)
-        _require("catch_up_window", _is_int(self.catch_up_window, 0), "a non-negative int of ms", self.catch_up_window)
+        require("lock_ttl", is_int(self.lock_ttl, 300), "an int of at least 300 ms", self.lock_ttl)
+        require("catch_up", self.catch_up in ("each", "latest", "none"), "'each', 'latest' or 'none'", self.catch_up)
+        require("catch_up_window", is_int(self.catch_up_window, 0), "a non-negative int of ms", self.catch_up_window)
         parse_timezone(self.timezone, what="CronMiddleware(timezone=...)")
         prefix = self.prefix
         well_formed = isinstance(prefix, str) and bool(prefix) and not any(c in prefix for c in "{}")
-        _require("prefix", well_formed, "a non-empty string without braces", prefix)
-        _require("history_length", _is_int(self.history_length, 1), "a positive int", self.history_length)
+        require("prefix", well_formed, "a non-empty string without braces", prefix)
+        require("history_length", is_int(self.history_length, 1), "a positive int", self.history_length)
         ms = self.fast_takeover
-        _require("fast_takeover", ms is None or _is_int(ms, 50), "None or an int of at least 50 ms", ms)
-        _require("replicas", self.replicas is None or _is_int(self.replicas, 0), "None or an int >= 0", self.replicas)
+        require("fast_takeover", ms is None or is_int(ms, 50), "None or an int of at least 50 ms", ms)
+        require("replicas", self.replicas is None or is_int(self.replicas, 0), "None or an int >= 0", self.replicas)
         version = self.app_version
         well_formed = version is None or (isinstance(version, str) and "|" not in version and len(version) <= 100)
-        _require("app_version", well_formed, "a string of at most 100 characters without '|'", version)
+        require("app_version", well_formed, "a string of at most 100 characters without '|'", version)
         resolved = version if version is not None else os.environ.get(ENV_VERSION, "")[:100]
         object.__setattr__(self, "version", resolved)  # a derived field of a frozen value
-        _require("lead", isinstance(self.lead, bool), "True or False", self.lead)
+        require("lead", isinstance(self.lead, bool), "True or False", self.lead)
         retention = self.one_shot_retention
-        _require("one_shot_retention", _is_int(retention, 0), "a non-negative int of ms", retention)
+        require("one_shot_retention", is_int(retention, 0), "a non-negative int of ms", retention)
         text = os.environ.get(ENV_LEAD, "1").strip().lower() or "1"
         if text not in _LEAD_VALUES:
             raise CronConfigurationError(
@@ -141,12 +141,3 @@ class CronConfig:
         return Timing.for_lease(
             self.lock_ttl, fast_takeover_ms=self.fast_takeover, one_shot_retention_ms=self.one_shot_retention
         )
-
-
-def _is_int(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-def _require(argument: str, ok: bool, wanted: str, value: object) -> None:
-    if not ok:
-        raise CronConfigurationError(f"CronMiddleware: {argument} must be {wanted}, got {value!r}")

@@ -22,7 +22,7 @@ from dramatiq import Broker, Middleware, Worker
 from dramatiq.logging import get_logger
 from dramatiq.middleware import SkipMessage
 
-from .errors import CronConfigurationError
+from .errors import CronConfigurationError, is_int
 from .leader.reports import Episode
 from .middleware import CronMiddleware, find_middleware
 from .store.connection import close_clients, redact
@@ -102,7 +102,7 @@ class CronDeduplication(Middleware):
 
     def __init__(self, *, ttl: int | None = None) -> None:
         self.logger = get_logger(__name__, type(self))  # type: ignore[no-untyped-call]
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1000):
+        if ttl is not None and not is_int(ttl, 1000):
             raise CronConfigurationError(
                 f"CronDeduplication: ttl must be None or an int of at least 1000 ms, got {ttl!r}"
             )
@@ -154,7 +154,7 @@ class CronDeduplication(Middleware):
         if "cron_tick" not in options or message.failed:
             return
         attempt = options.get("retries", 0)
-        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        if not is_int(attempt, 0):
             attempt = 0
         try:
             claimed = self._marks_of(broker).claim(message.message_id, attempt)

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import redis
 from dramatiq.middleware import MiddlewareError
 
-__all__ = ["CronBootError", "CronConfigurationError", "CronError", "CronScheduleError", "CronUnavailableError", "shown"]
+__all__ = [
+    "CronBootError",
+    "CronConfigurationError",
+    "CronError",
+    "CronScheduleError",
+    "CronUnavailableError",
+    "is_int",
+    "require",
+    "shown",
+]
 
 
 class CronError(MiddlewareError):
@@ -64,3 +75,15 @@ def shown(value: object, limit: int = SHOWN_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def is_int(value: object, minimum: int) -> TypeGuard[int]:
+    """Whether ``value`` is an int (not a bool) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def require(argument: str, ok: bool, wanted: str, value: object) -> None:
+    """Refuse a middleware argument unless ``ok``: one wording for every
+    one of them (``CronConfig``, ``MonitorConfig``)."""
+    if not ok:
+        raise CronConfigurationError(f"CronMiddleware: {argument} must be {wanted}, got {value!r}")

@@ -251,10 +251,6 @@ class CronMiddleware(Middleware):
         records), or with None on this scheduler's Redis again."""
         self._given = parts
 
-    def attach_simulator(self, simulator: Any) -> None:
-        """Hand this middleware a ``testing.CronSimulator``'s parts (None: detach)."""
-        self.use_parts(None if simulator is None else simulator.parts)
-
     def parts(self, broker: Broker | None = None) -> Parts:
         """What the hooks and the Python API run on (wiring.py): the parts
         handed in, else none on a ``StubBroker`` without Redis (the

@@ -140,7 +140,9 @@ def resolve_target(
         raise UnknownTarget(f"unknown cron actor {shown(actor)}")
     text = name if name is not None else schedule_id
     assert text is not None
-    found = _schedule(declared, runtime, text)
+    found = next((s for s in declared if s.id == text), None)  # declared, else runtime
+    if found is None and runtime is not None:
+        found = find_runtime(runtime, text)
     if found is not None:
         # An id is exactly that schedule, also where it is its actor's name
         # too (an actor's unnamed schedule): the ids ``list`` prints work.
@@ -156,14 +158,6 @@ def resolve_target(
     if text in paused:
         return Target(actor_of(text), text)
     raise UnknownTarget(f"unknown cron {'actor or schedule' if name is not None else 'schedule'} {shown(text)}")
-
-
-def _schedule(declared: Sequence[BoundSchedule], runtime: RuntimeCatalogue | None, text: str) -> BoundSchedule | None:
-    """The schedule whose id is ``text``: declared, else runtime."""
-    schedule = next((s for s in declared if s.id == text), None)
-    if schedule is None and runtime is not None:
-        schedule = find_runtime(runtime, text)
-    return schedule
 
 
 def _runtime_of(runtime: RuntimeCatalogue | None, actor: str, limit: int) -> tuple[list[BoundSchedule], int]:

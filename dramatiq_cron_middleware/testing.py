@@ -52,7 +52,7 @@ from .leader.thread import LeaderThread
 from .middleware import CronMiddleware, actor_info, find_middleware
 from .monitoring.health import Facts, Policy
 from .monitoring.monitor import HealthMonitor
-from .monitoring.read import decide_check
+from .monitoring.read import decide_check, every_schedule
 from .monitoring.records import Alert, RunRecord, parse_run
 from .monitoring.thread import HealthObserver
 from .schedules.instants import duration_ms, instant_ms
@@ -62,9 +62,10 @@ from .service import Cron
 from .store.abc import RunStore
 from .store.boundary import Boundary, BrokerBoundary
 from .store.clock import ServerClock
-from .store.codes import whole_actor
 from .store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules, MemoryServer
 from .store.keys import Keys
+from .targets import paused_by
+from .wiring import Parts
 
 __all__ = ["CronSimulator", "Instant", "SimulatedParts", "cron_middleware_of", "running_worker", "ticks_between"]
 
@@ -145,7 +146,7 @@ def ticks_between(broker: Broker, start: Instant, end: Instant) -> list[Message[
     start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
     found: list[tuple[int, int, Message[Any]]] = []
     for order, schedule in enumerate(middleware.all_schedules()):
-        for tick in schedule.ticks_between(start_ms, end_ms):
+        for tick in schedule.cadence.ticks_between(start_ms, end_ms):
             found.append((tick, order, message_for(schedule, tick, prefix=middleware.prefix)))
     found.sort(key=lambda item: (item[0], item[1]))
     return [message for _, _, message in found]
@@ -319,20 +320,15 @@ class CronSimulator:
         check``), after the simulated leader decided on what the workers
         recorded so far."""
         self._decide()
-        runtime = self.runtime.get_many(self.runtime.ids())
-        schedules = [*self.middleware.all_schedules(), *(r.schedule for r in runtime)]
-        paused = self.server.paused
         out = {}
-        for schedule in schedules:
-            facts = Facts.loads(self.server.health.get(schedule.id))
-            is_paused = schedule.id in paused or whole_actor(schedule.actor_name) in paused
+        for schedule in every_schedule(self.middleware.all_schedules(), self.runtime):
             out[schedule.id], _ = decide_check(
                 schedule,
-                facts,
+                Facts.loads(self.server.health.get(schedule.id)),
                 self.server.ticks.get(schedule.id),
                 now_ms=self._now,
                 policy=self.middleware.health_policy(schedule),
-                paused=is_paused,
+                paused=paused_by(schedule, self.server.paused) is not None,
             )
         return out
 
@@ -371,7 +367,7 @@ class CronSimulator:
         self._leader.stopping.close()
 
 
-class SimulatedParts:
+class SimulatedParts(Parts):
     """A simulator's parts, handed to the middleware through the seam its
     Redis parts use (``wiring.Parts``): the operator service and the run
     records on the simulator's memory store; nothing to boot or start (the
@@ -381,23 +377,11 @@ class SimulatedParts:
     def __init__(self, simulator: CronSimulator) -> None:
         self.simulator = simulator
 
-    def boot(self, broker: Broker) -> None:
-        pass
-
-    def after_boot(self, broker: Broker) -> None:
-        pass
-
-    def start(self, broker: Broker) -> None:
-        return None
-
     def service(self) -> Cron:
         return self.simulator.cron
 
     def run_store(self) -> RunStore:
         return self.simulator.run_store
-
-    def clear_mark(self, schedule_id: str, message_id: str) -> None:
-        pass
 
 
 class _Recording(BrokerBoundary):

@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import dramatiq
 import redis
@@ -28,11 +28,12 @@ from dramatiq import Broker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
-from .config import ENV_LEAD
+from .config import ENV_LEAD, CronConfig
 from .errors import CronBootError, CronConfigurationError, CronError, CronScheduleError, shown
 from .leader.candidates import fingerprint
 from .leader.ineligible import IneligibleWatch
 from .leader.thread import Declared, LeaderObserver, LeaderThread, ServerChecks
+from .monitoring.config import MonitorConfig
 from .monitoring.health import Policy
 from .monitoring.recorder import RECORD_TIMEOUT_MS
 from .monitoring.thread import HealthObserver, MonitorThreads, monitor_threads
@@ -55,10 +56,8 @@ from .store.runs import RedisRuns
 from .store.runtime import ActorInfo, RuntimeSchedules
 from .store.server_identity import check_eviction_policy, identify
 
-if TYPE_CHECKING:
-    from .middleware import CronMiddleware
-
 __all__ = [
+    "Host",
     "OnRedis",
     "Parts",
     "Running",
@@ -71,6 +70,22 @@ __all__ = [
     "stub_without_redis",
     "time_limit",
 ]
+
+
+class Host(Protocol):
+    """What the parts need of the middleware they serve (middleware.py's
+    ``CronMiddleware``, one layer up: named here by what it offers)."""
+
+    config: CronConfig
+    monitor_config: MonitorConfig
+    logger: Any
+    leader_observer: LeaderObserver | None
+
+    def connections(self, broker: Broker) -> Connections: ...
+
+    def all_schedules(self) -> builtins.list[BoundSchedule]: ...
+
+    def health_subject(self, schedule_id: str, schedule: BoundSchedule | None) -> tuple[str, str | None, Policy]: ...
 
 
 def redis_source(given: Any, broker: Broker) -> Any:
@@ -100,7 +115,7 @@ def stub_without_redis(given: Any, broker: Broker) -> bool:
     return isinstance(broker, StubBroker) and given is None and url_from_environment() is None
 
 
-def boot(cron: CronMiddleware, broker: Broker) -> None:
+def boot(cron: Host, broker: Broker) -> None:
     """Parse the Redis source into the scheduler's clients, failing the
     worker's boot with one ERROR line (no traceback) and
     :class:`CronBootError` when it cannot be used."""
@@ -183,12 +198,12 @@ class Running:
             self.monitoring.join(0.1)
 
 
-class Parts(Protocol):
+class Parts:
     """What a middleware's hooks and Python API run on: this scheduler's
     Redis (:class:`OnRedis`), nothing on a ``StubBroker`` without Redis
     (:class:`SchedulerOff`), or a ``testing.CronSimulator``'s memory store
     handed in with ``CronMiddleware.use_parts``.  The middleware calls the
-    same methods whichever it is."""
+    same methods whichever it is; each does nothing unless a kind needs it."""
 
     def boot(self, broker: Broker) -> None:
         """At ``before_worker_boot``: check what the scheduler needs."""
@@ -198,18 +213,21 @@ class Parts(Protocol):
 
     def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
         """Start the leader thread (or the ineligible watch), once."""
+        return None
 
     def service(self) -> Cron:
         """The operator service the Python API delegates to."""
+        raise NotImplementedError
 
     def run_store(self) -> RunStore | None:
         """Where the worker side records runs (None: nowhere)."""
+        return None
 
     def clear_mark(self, schedule_id: str, message_id: str) -> None:
         """Clear a skip-overlap schedule's running mark held by a message."""
 
 
-class SchedulerOff:
+class SchedulerOff(Parts):
     """A ``StubBroker`` and no Redis configured (an app's own tests): the
     scheduler stays off, saying so once; actors run as usual."""
 
@@ -226,12 +244,6 @@ class SchedulerOff:
                 ENV_URL,
             )
 
-    def after_boot(self, broker: Broker) -> None:
-        pass
-
-    def start(self, broker: Broker) -> LeaderThread[HandOver] | None:
-        return None
-
     def service(self) -> Cron:
         raise CronConfigurationError(
             "CronMiddleware: runtime schedules need Redis, and the broker is a StubBroker with none "
@@ -240,20 +252,14 @@ class SchedulerOff:
             f"{ENV_URL}"
         )
 
-    def run_store(self) -> RunStore | None:
-        return None
 
-    def clear_mark(self, schedule_id: str, message_id: str) -> None:
-        pass
-
-
-class OnRedis:
+class OnRedis(Parts):
     """A middleware's parts on its Redis, every client from its
     ``Connections``: the leader thread and run monitoring (or the
     ineligible watch), the operator service, the run records and the
     running marks of the worker side."""
 
-    def __init__(self, cron: CronMiddleware, broker: Broker) -> None:
+    def __init__(self, cron: Host, broker: Broker) -> None:
         self.cron = cron
         self.broker = broker
         self._lock = threading.Lock()
@@ -315,60 +321,60 @@ class OnRedis:
         if self._service is None:
             cron, client = self.cron, self.connections.operator()
             self._service = Cron(
-                store=RedisOperator(client=client, keys=cron.keys, history_length=cron.history_length),
+                store=RedisOperator(client=client, keys=cron.config.keys, history_length=cron.config.history_length),
                 runtime=runtime_schedules(cron, client, self.broker),
                 declared=cron.all_schedules,
                 broker=lambda: self.broker,
-                prefix=cron.prefix,
+                prefix=cron.config.prefix,
                 where=describe(client),
             )
         return self._service
 
     def run_store(self) -> RunStore | None:
         if self._runs is None:
-            timeout = max(self.cron.timing.op_timeout_ms, RECORD_TIMEOUT_MS)
+            timeout = max(self.cron.config.timing.op_timeout_ms, RECORD_TIMEOUT_MS)
             self._runs = redis_runs(self.cron, self.connections.for_workers(timeout))
         return self._runs
 
     def clear_mark(self, schedule_id: str, message_id: str) -> None:
         if self._marks is None:
-            timing, connections = self.cron.timing, self.connections
+            timing, connections = self.cron.config.timing, self.connections
             self._marks = RunningMarks(
-                keys=self.cron.keys,
+                keys=self.cron.config.keys,
                 client_factory=lambda: connections.for_workers(timing.op_timeout_ms),
                 logger=self.cron.logger,
             )
         self._marks.clear(schedule_id, message_id)
 
 
-def runtime_schedules(cron: CronMiddleware, client: Any, broker: Broker) -> RuntimeSchedules:
+def runtime_schedules(cron: Host, client: Any, broker: Broker) -> RuntimeSchedules:
     """The runtime schedules in Redis through ``client``, checked against
     ``broker``'s actors and defaulting to ``cron``'s configuration."""
     return RuntimeSchedules(
         client,
-        cron.keys,
+        cron.config.keys,
         resolve_actor=lambda actor: actor_info(broker, actor),
-        timezone=cron.timezone,
-        catch_up=cron.catch_up,
-        catch_up_window=cron.catch_up_window,
-        history_length=cron.history_length,
+        timezone=cron.config.timezone,
+        catch_up=cron.config.catch_up,
+        catch_up_window=cron.config.catch_up_window,
+        history_length=cron.config.history_length,
     )
 
 
-def redis_runs(cron: CronMiddleware, client: Any, blocking: Any = None) -> RedisRuns:
+def redis_runs(cron: Host, client: Any, blocking: Any = None) -> RedisRuns:
     """The run records in Redis through ``client`` (and ``blocking``, for
     the monitor's wait on the events stream)."""
     return RedisRuns(
         client,
-        cron.keys,
+        cron.config.keys,
         run_history=cron.monitor_config.run_history,
-        events_length=cron.history_length,
+        events_length=cron.config.history_length,
         blocking_client=blocking,
     )
 
 
 def monitoring_for(
-    cron: CronMiddleware, connections: Connections, *, leader: Callable[[], LeaderThread[HandOver] | None]
+    cron: Host, connections: Connections, *, leader: Callable[[], LeaderThread[HandOver] | None]
 ) -> MonitorThreads:
     """Run monitoring's threads for the leader about to start: health
     decided and alerts delivered while this process leads."""
@@ -388,7 +394,7 @@ def monitoring_for(
         config=cron.monitor_config,
         subject=subject,
         token=token,
-        timing=cron.timing,
+        timing=cron.config.timing,
         logger=cron.logger,
         on_health=getattr(cron.leader_observer, "health_decided", None),
     )
@@ -398,11 +404,11 @@ class Wiring:
     """Builds one start's parts from a middleware's configuration and the
     broker, each part once, over the middleware's connections."""
 
-    def __init__(self, cron: CronMiddleware, broker: Broker) -> None:
+    def __init__(self, cron: Host, broker: Broker) -> None:
         self.broker = broker
         self.config = cron.config
-        self.keys: Keys = cron.keys
-        self.timing = cron.timing
+        self.keys: Keys = cron.config.keys
+        self.timing = cron.config.timing
         self.logger = cron.logger
         self.connections: Connections = cron.connections(broker)
         self._all_schedules = cron.all_schedules

@@ -62,11 +62,11 @@ def test_next_ticks_known_without_a_walk_match_a_walk() -> None:
         "job", "default", Schedule(every=90_000, offset=7), timezone="UTC", catch_up="each", catch_up_window=0
     )[0]
     instant = 1_774_745_000_000  # 2026-03-29 00:43 UTC, the spring-forward night in Berlin
-    assert every.next_after_if_known(instant) == every.next_after(instant)  # arithmetic: always known
+    assert every.cadence.next_after_if_known(instant) == every.next_after(instant)  # arithmetic: always known
     unseen = instant - 40 * 86_400_000  # before any walk this test made
-    assert daily.next_after_if_known(unseen) is None
+    assert daily.cadence.next_after_if_known(unseen) is None
     tick = daily.next_after(instant)
-    assert daily.next_after_if_known(instant) == tick  # the walk's window now answers it
-    assert daily.next_after_if_known(tick - 1) == tick
-    assert daily.next_after_if_known(tick) is None  # past the window: a walk of its own
-    assert daily.next_after_if_known(instant - 1) is None
+    assert daily.cadence.next_after_if_known(instant) == tick  # the walk's window now answers it
+    assert daily.cadence.next_after_if_known(tick - 1) == tick
+    assert daily.cadence.next_after_if_known(tick) is None  # past the window: a walk of its own
+    assert daily.cadence.next_after_if_known(instant - 1) is None

@@ -129,7 +129,7 @@ def test_last_before_walks_the_same_ticks_backwards(
 def test_ticks_between_lists_each_instant_once(zone: str, expression: str, start: str, expected: list[str]) -> None:
     """A new leader catching up across a transition sees each tick once."""
     schedule = bind(expression, zone)
-    ticks = list(schedule.ticks_between(ms(start), ms(expected[-1])))
+    ticks = list(schedule.cadence.ticks_between(ms(start), ms(expected[-1])))
     assert ticks == [ms(e) for e in expected]
 
 
@@ -170,7 +170,7 @@ def test_the_shared_next_tick_memo_answers_as_a_fresh_walk_from_any_instant(zone
     spring = int(dt.datetime(2025, 3, 29, tzinfo=ZoneInfo(zone)).timestamp() * 1000)
     fall = int(dt.datetime(2025, 10, 25, tzinfo=ZoneInfo(zone)).timestamp() * 1000)
     instants = [base + rng.randrange(0, 3 * 86_400_000) for base in (spring, fall) for _ in range(150)]
-    ticks = list(schedule.ticks_between(spring, spring + 86_400_000))[:5]
+    ticks = list(schedule.cadence.ticks_between(spring, spring + 86_400_000))[:5]
     instants += [tick + delta for tick in ticks for delta in (-1, 0, 1)]
     rng.shuffle(instants)
     for instant in instants:

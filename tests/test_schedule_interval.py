@@ -76,8 +76,10 @@ def test_every_process_agrees_on_an_intervals_ticks_whatever_its_zone() -> None:
     utc = bind(Schedule(every=7 * MINUTE, offset=MINUTE))
     # Across Berlin's 2026 spring-forward gap: elapsed time, no DST rule.
     start = ms(2026, 3, 29, 0, 0)
-    assert list(berlin.ticks_between(start, start + 4 * HOUR)) == list(utc.ticks_between(start, start + 4 * HOUR))
-    ticks = list(utc.ticks_between(start, start + 4 * HOUR))
+    assert list(berlin.cadence.ticks_between(start, start + 4 * HOUR)) == list(
+        utc.cadence.ticks_between(start, start + 4 * HOUR)
+    )
+    ticks = list(utc.cadence.ticks_between(start, start + 4 * HOUR))
     assert all(b - a == 7 * MINUTE for a, b in itertools.pairwise(ticks))
 
 
@@ -174,7 +176,7 @@ def test_start_and_end_bound_any_schedule_to_a_half_open_span(
 
 def test_ticks_between_stops_at_end_and_never_is_past_every_window() -> None:
     bound = bind(Schedule("0 * * * *", start=T0 + HOUR, end=T0 + 4 * HOUR))
-    assert list(bound.ticks_between(T0 - HOUR, T0 + 100 * HOUR)) == [T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR]
+    assert list(bound.cadence.ticks_between(T0 - HOUR, T0 + 100 * HOUR)) == [T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR]
     assert bound.next_after(NEVER) == NEVER
     # NEVER still converts to a datetime in any zone (the CLI and messages format ticks).
     assert dt.datetime.fromtimestamp(NEVER / 1000, tz=dt.timezone(dt.timedelta(hours=14))).year == 9999

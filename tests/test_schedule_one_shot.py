@@ -40,7 +40,7 @@ def test_a_one_shot_has_exactly_one_tick_at_its_instant() -> None:
     schedule = bind_schedule("job", "default", Schedule(at=AT), timezone="UTC", catch_up="each", catch_up_window=1)
     assert schedule.at == AT and schedule.expression == "once at 2030-01-01T00:00:00.123Z"
     assert schedule.next_after(0) == AT and schedule.next_after(AT - 1) == AT and schedule.next_after(AT) == NEVER
-    assert list(schedule.ticks_between(AT - 10_000, AT + 10_000)) == [AT]
+    assert list(schedule.cadence.ticks_between(AT - 10_000, AT + 10_000)) == [AT]
     assert schedule.last_before(AT + 5) == AT
 
 

@@ -27,7 +27,7 @@ import dramatiq
 
 from ..errors import CronScheduleError
 from ..middleware import find_middleware
-from ..schedules.schedule import Schedule
+from ..schedules.schedule import Schedule, of_actor
 
 __all__ = ["cron", "interval"]
 
@@ -61,10 +61,8 @@ def _schedule(actor: A, decorator: str, **fields: Any) -> A:
             f"@{decorator}(...) decorates a dramatiq actor, got {actor!r}: put it above @dramatiq.actor"
         )
     middleware = find_middleware(actor.broker, needed_by=f"@{decorator}(...) on actor {actor.actor_name!r}")
-    try:
+    with of_actor(actor.actor_name):  # checked before it knew its actor: name it
         schedule = Schedule(**fields, timezone=_django_zone())
-    except CronScheduleError as exc:  # checked before it knew its actor: name it
-        raise CronScheduleError(f"actor {actor.actor_name!r}, {str(exc).removeprefix('Schedule, ')}") from None
     declared = actor.options.get("cron")
     if declared is None:
         actor.options["cron"] = schedule

@@ -24,7 +24,7 @@ from typing import Any
 
 import dramatiq
 
-from ..errors import CronConfigurationError, CronScheduleError
+from ..errors import CronConfigurationError, CronScheduleError, is_int
 from ..middleware import CronMiddleware
 from ..schedules.schedule import Schedule
 
@@ -51,9 +51,7 @@ class PeriodiqMiddleware(CronMiddleware):
     """
 
     def __init__(self, skip_delay: int | None = 30, **options: Any) -> None:
-        if skip_delay is not None and (
-            isinstance(skip_delay, bool) or not isinstance(skip_delay, int) or skip_delay <= 0
-        ):
+        if skip_delay is not None and not is_int(skip_delay, 1):
             raise CronConfigurationError(
                 f"PeriodiqMiddleware: skip_delay must be a positive number of seconds, got {skip_delay!r}"
             )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import CronConfigurationError
+from ..errors import is_int, require
 from ..schedules.schedule import DEFAULT_TIME_LIMIT
 from ..store.connection import redact
 from .health import Policy
@@ -52,17 +52,17 @@ class MonitorConfig:
     alert_for: int = DEFAULT_ALERT_FOR
 
     def __post_init__(self) -> None:
-        _require("grace", _is_int(self.grace, 0), "a non-negative int of ms", self.grace)
+        require("grace", is_int(self.grace, 0), "a non-negative int of ms", self.grace)
         ms = self.max_runtime
-        _require("max_runtime", ms is None or _is_int(ms, 1), "None or a positive int of ms", ms)
-        _require("failure_threshold", _is_int(self.failure_threshold, 1), "a positive int", self.failure_threshold)
-        _require("alert_for", _is_int(self.alert_for, 0), "a non-negative int of ms", self.alert_for)
-        _require("run_history", _is_int(self.run_history, 1), "a positive int", self.run_history)
-        _require("on_alert", self.on_alert is None or callable(self.on_alert), "None or a callable", self.on_alert)
+        require("max_runtime", ms is None or is_int(ms, 1), "None or a positive int of ms", ms)
+        require("failure_threshold", is_int(self.failure_threshold, 1), "a positive int", self.failure_threshold)
+        require("alert_for", is_int(self.alert_for, 0), "a non-negative int of ms", self.alert_for)
+        require("run_history", is_int(self.run_history, 1), "a positive int", self.run_history)
+        require("on_alert", self.on_alert is None or callable(self.on_alert), "None or a callable", self.on_alert)
         url = self.alert_webhook
         parts = urlsplit(url) if isinstance(url, str) else None
         ok = url is None or (parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc))
-        _require("alert_webhook", ok, "None or an http:// or https:// URL", redact(str(url)))
+        require("alert_webhook", ok, "None or an http:// or https:// URL", redact(str(url)))
 
     def default_policy(self) -> Policy:
         """The thresholds of a schedule nobody here knows (a removed runtime
@@ -74,13 +74,3 @@ class MonitorConfig:
             failure_threshold=self.failure_threshold,
             alert_for_ms=self.alert_for,
         )
-
-
-def _is_int(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-def _require(argument: str, ok: bool, wanted: str, value: object) -> None:
-    # The same words as CronConfig's refusals (config.py sits a layer above).
-    if not ok:
-        raise CronConfigurationError(f"CronMiddleware: {argument} must be {wanted}, got {value!r}")

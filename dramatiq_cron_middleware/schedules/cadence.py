@@ -49,6 +49,7 @@ __all__ = ["MIN_EVERY", "Cadence", "cadence", "parse_timezone"]
 MIN_EVERY = 1000
 
 _EPSILON = dt.timedelta(microseconds=1)
+_MS = dt.timedelta(milliseconds=1)
 # croniter yields nothing before this; walking further back means the
 # expression has no earlier match.
 _MIN_WALL = dt.datetime(1971, 1, 1)
@@ -317,7 +318,7 @@ class Cadence:
             return False
         before = _offset(self.zone, start_ms - _STEADY_MS)
         # A change within that while: steady once its length has passed.
-        return before == offset or _offset(self.zone, start_ms - abs(_ms(offset - before))) == offset
+        return before == offset or _offset(self.zone, start_ms - abs(offset - before) // _MS) == offset
 
     def _cron(self, start: dt.datetime) -> croniter:
         # croniter is fed wall-clock times as if they were UTC, so it does
@@ -411,7 +412,7 @@ def _day(cadence: Cadence, tick_ms: int) -> tuple[int, int]:
     """The local day of ``tick_ms``, as ``[start, end)`` in epoch ms."""
     local = dt.datetime.fromtimestamp(tick_ms // 1000, tz=cadence.zone)
     midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
-    start = tick_ms - (tick_ms % 1000) - (local - midnight) // dt.timedelta(milliseconds=1)
+    start = tick_ms - (tick_ms % 1000) - (local - midnight) // _MS
     return start, start + 86_400_000
 
 
@@ -420,10 +421,6 @@ def _hour(cadence: Cadence, tick_ms: int) -> tuple[int, int]:
     local = dt.datetime.fromtimestamp(tick_ms // 1000, tz=cadence.zone)
     start = tick_ms - (tick_ms % 1000) - (local.minute * 60 + local.second) * 1000
     return start, start + 3_600_000
-
-
-def _ms(delta: dt.timedelta) -> int:
-    return delta // dt.timedelta(milliseconds=1)
 
 
 def _minute(cadence: Cadence, tick_ms: int) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import uuid
 from datetime import datetime
 from typing import Any
@@ -70,12 +71,8 @@ def plan(schedule: BoundSchedule, last: int, now: int, *, head: int | None = Non
         out.append(Decision(last_missed, Outcome.MISSED, False, f"outside the catch-up window, from {first}"))
         start = last_missed
     if schedule.catch_up == "each":
-        count = 0
-        for tick in cadence.ticks_between(start, now):
-            out.append(_firing(tick, now))
-            count += 1
-            if limit and count >= limit:
-                break
+        ticks = cadence.ticks_between(start, now)
+        out.extend(_firing(tick, now) for tick in (itertools.islice(ticks, limit) if limit else ticks))
         return out
     due = list(cadence.ticks_between(start, now))
     if not due:

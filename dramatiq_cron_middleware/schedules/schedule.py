@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from ..errors import CronScheduleError, shown
+from ..errors import CronScheduleError, is_int, shown
 from .cadence import MIN_EVERY, Cadence, cadence, parse_timezone
 from .expression import check_fires, normalise, uses_hash
 from .ids import NAME_PATTERN, NAME_RULE, check_declared_actor, format_id
@@ -315,15 +315,6 @@ class BoundSchedule:
     def next_after(self, instant_ms: int) -> int:
         return self.cadence.next_after(instant_ms)
 
-    def next_after_if_known(self, instant_ms: int) -> int | None:
-        return self.cadence.next_after_if_known(instant_ms)
-
-    def ticks_between(self, after_ms: int, until_ms: int) -> Iterator[int]:
-        return self.cadence.ticks_between(after_ms, until_ms)
-
-    def count_between(self, start_ms: int, end_ms: int) -> int:
-        return self.cadence.count_between(start_ms, end_ms)
-
     def last_before(self, instant_ms: int) -> int:
         """:meth:`.Cadence.last_before`, its error naming the schedule."""
         try:
@@ -550,7 +541,7 @@ def bind_schedule(
         _check_ms(where, "grace", item.grace, allow_none=True)
         _check_ms(where, "max_runtime", item.max_runtime, allow_none=True, positive=True)
         threshold = item.failure_threshold
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1):
+        if threshold is not None and not is_int(threshold, 1):
             raise CronScheduleError(
                 f"{where}: failure_threshold must be a positive int of runs, got {shown(threshold)}"
             )
@@ -678,7 +669,7 @@ def check_description(where: str, description: object) -> str:
 def interval_label(where: str, every: object, offset: object) -> str:
     """Validate ``every``/``offset``; return the schedule's label (its
     ``expression`` and default name)."""
-    if isinstance(every, bool) or not isinstance(every, int) or every < MIN_EVERY:
+    if not is_int(every, MIN_EVERY):
         raise CronScheduleError(f"{where}: every must be an int of at least {MIN_EVERY} ms, got {shown(every)}")
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < every:
         raise CronScheduleError(f"{where}: offset must be an int of ms with 0 <= offset < every, got {shown(offset)}")
@@ -715,7 +706,7 @@ def _check_ms(where: str, label: str, value: object, *, allow_none: bool, positi
     if value is None and allow_none:
         return
     low = 1 if positive else 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int(value, low):
         kind = "positive" if positive else "non-negative"
         raise CronScheduleError(f"{where}: {label} must be a {kind} int of milliseconds, got {shown(value)}")
 
