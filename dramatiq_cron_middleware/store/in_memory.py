@@ -72,40 +72,16 @@ class InMemoryStore:
         durability: Durability | None = None,
     ) -> None:
         self.server = server
-        self._keys = Keys(prefix)
+        self.keys = Keys(prefix)
+        self.clock = clock
         durability = durability or Durability()
-        self._clock = clock
-        self._lease = MemoryLease(
+        self.lease = MemoryLease(
             server, ttl_ms=ttl_ms, clock=clock, candidate=candidate, presence=presence, durability=durability
         )
-        self._ledger = MemoryLedger(server, clock=clock, history_length=history_length, durability=durability)
-        self._runtime = MemoryRuntime(server, history_length=history_length)
-        self._runs = MemoryRuns(server, events_length=history_length)
-
-    @property
-    def keys(self) -> Keys:
-        return self._keys
-
-    @property
-    def clock(self) -> ServerClock:
-        return self._clock
-
-    @property
-    def lease(self) -> MemoryLease:
-        return self._lease
-
-    @property
-    def ledger(self) -> MemoryLedger:
-        return self._ledger
-
-    @property
-    def runtime(self) -> MemoryRuntime:
-        return self._runtime
-
-    @property
-    def runs(self) -> MemoryRuns:
-        """Run monitoring's storage (not part of the leader's :class:`~.abc.Store`)."""
-        return self._runs
+        self.ledger = MemoryLedger(server, clock=clock, history_length=history_length, durability=durability)
+        self.runtime = MemoryRuntime(server, history_length=history_length)
+        #: Run monitoring's storage (not part of the leader's :class:`~.abc.Store`).
+        self.runs = MemoryRuns(server, events_length=history_length)
 
 
 if TYPE_CHECKING:

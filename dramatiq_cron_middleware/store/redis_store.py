@@ -29,29 +29,11 @@ class RedisStore:
     """
 
     def __init__(self, *, lease: Lease, ledger: Ledger, runtime: RuntimeSchedules | None = None) -> None:
-        self._lease = lease
-        self._ledger = ledger
-        self._runtime = runtime
-
-    @property
-    def keys(self) -> Keys:
-        return self._lease.keys
-
-    @property
-    def clock(self) -> ServerClock:
-        return self._lease.clock
-
-    @property
-    def lease(self) -> Lease:
-        return self._lease
-
-    @property
-    def ledger(self) -> Ledger:
-        return self._ledger
-
-    @property
-    def runtime(self) -> RuntimeSchedules | None:
-        return self._runtime
+        self.lease = lease
+        self.ledger = ledger
+        self.runtime = runtime
+        self.keys: Keys = lease.keys
+        self.clock: ServerClock = lease.clock
 
 
 if TYPE_CHECKING:
