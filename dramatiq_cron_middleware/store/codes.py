@@ -154,19 +154,13 @@ RESULT_OUTCOMES = {
 _LEDGER_VALUE = re.compile(r"^(-?\d{1,15}):(\d{1,15})(?::(-?\d|baseline))?$")
 
 
-class LedgerValue:
+class LedgerValue(NamedTuple):
     """A parsed ledger value."""
 
-    __slots__ = ("baseline", "epoch", "result", "tick_ms")
-
-    def __init__(self, tick_ms: int, epoch: int, result: int | None, baseline: bool) -> None:
-        self.tick_ms = tick_ms
-        self.epoch = epoch
-        self.result = result
-        self.baseline = baseline
-
-    def __repr__(self) -> str:
-        return f"LedgerValue({self.tick_ms}, epoch={self.epoch}, result={self.result}, baseline={self.baseline})"
+    tick_ms: int
+    epoch: int
+    result: int | None
+    baseline: bool
 
 
 def parse_ledger_value(value: object) -> LedgerValue | None:

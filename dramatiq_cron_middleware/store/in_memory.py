@@ -28,13 +28,13 @@ from .memory.ledger import MemoryLedger
 from .memory.operator import MemoryOperator
 from .memory.runs import MemoryRuns
 from .memory.runtime import MemoryRuntime, MemoryRuntimeSchedules
-from .memory.server import HistoryRecord, MemoryServer
+from .memory.server import MemoryServer
 
 if TYPE_CHECKING:
     from .abc import OperatorStore, RunStore, Store
     from .runs import RedisRuns
 
-__all__ = ["HistoryRecord", "InMemoryStore", "MemoryOperator", "MemoryRuns", "MemoryRuntimeSchedules", "MemoryServer"]
+__all__ = ["InMemoryStore", "MemoryOperator", "MemoryRuns", "MemoryRuntimeSchedules", "MemoryServer"]
 
 #: Who a memory candidate is unless told: not this process.
 _ANONYMOUS = Candidate(host="memory", pid=0)

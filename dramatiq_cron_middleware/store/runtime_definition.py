@@ -378,20 +378,20 @@ def bind_definition(data: dict[str, Any]) -> BoundSchedule:
     # takeover's load of a large runtime set.
     template, values = _template(shared, json.dumps(options, sort_keys=True) if options else "")
     values = values.copy()
-    values[_AT_NAME] = name
-    values[_AT_ARGS] = tuple(args)
-    values[_AT_KWARGS] = kwargs
-    values[_AT_OPTIONS] = dict(template.options)  # a private copy
-    values[_AT_REVISION] = revision
+    values[_AT["name"]] = name
+    values[_AT["args"]] = tuple(args)
+    values[_AT["kwargs"]] = kwargs
+    values[_AT["options"]] = dict(template.options)  # a private copy
+    values[_AT["revision"]] = revision
     if description is not None:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
-        values[_AT_DESCRIPTION] = check_description(where, description)
+        values[_AT["description"]] = check_description(where, description)
     when = template.cadence
     if offset or start is not None or end is not None or zone_name != when.timezone:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         label = interval_label(where, template.every, offset) if offset else when.expression
         when = cadence(label, zone_name, when.every, offset, *check_bounds(where, start, end))
-    values[_AT_CADENCE] = when
+    values[_AT["cadence"]] = when
     return BoundSchedule(*values)
 
 
@@ -470,26 +470,10 @@ _BOUND_TYPES = (int, type(None))
 # BoundSchedule's __init__ arguments, in order, and where the ones a
 # schedule does not share with its template sit.
 _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init)
-(
-    _AT_NAME,
-    _AT_ARGS,
-    _AT_KWARGS,
-    _AT_OPTIONS,
-    _AT_REVISION,
-    _AT_CADENCE,
-    _AT_DESCRIPTION,
-) = map(
-    _INIT_FIELDS.index,
-    (
-        "name",
-        "args",
-        "kwargs",
-        "options",
-        "revision",
-        "cadence",
-        "description",
-    ),
-)
+_AT = {
+    field: _INIT_FIELDS.index(field)
+    for field in ("name", "args", "kwargs", "options", "revision", "cadence", "description")
+}
 
 
 @functools.lru_cache(maxsize=16_384)
