@@ -233,6 +233,8 @@ def already_exists(schedule_id: str) -> CronScheduleError:
 
 #: The options of a :class:`Schedule`, which :meth:`RuntimeSchedules.update` may change.
 SCHEDULE_FIELDS = frozenset(f.name for f in dataclasses.fields(Schedule))
+_SCHEDULE_ORDER = tuple(f.name for f in dataclasses.fields(Schedule))
+_LATER_FIELDS = frozenset(("at", "description", "grace", "max_runtime", "failure_threshold"))
 
 
 def as_schedule(bound: BoundSchedule) -> Schedule:
@@ -409,29 +411,9 @@ def bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
     check_runtime_actor(actor_name)
     if data.get("at") is not None:  # a one-shot: its interval fields follow from at
         data = {**data, "every": None, "offset": 0, "start": None, "end": None}
-    item = Schedule(
-        data["expression"],
-        timezone=data["timezone"],
-        name=data["name"],
-        args=tuple(data["args"]),
-        kwargs=data["kwargs"],
-        catch_up=data["catch_up"],
-        catch_up_window=data["catch_up_window"],
-        jitter=data["jitter"],
-        max_age=data["max_age"],
-        overlap=data["overlap"],
-        overlap_ttl=data["overlap_ttl"],
-        options=data["options"],
-        every=data["every"],
-        offset=data["offset"],
-        start=data["start"],
-        end=data["end"],
-        at=data.get("at"),
-        description=data.get("description"),
-        grace=data.get("grace"),
-        max_runtime=data.get("max_runtime"),
-        failure_threshold=data.get("failure_threshold"),
-    )
+    # Definitions stored before these options existed lack them.
+    values: dict[str, Any] = {f: data.get(f) if f in _LATER_FIELDS else data[f] for f in _SCHEDULE_ORDER}
+    item = Schedule(**{**values, "args": tuple(values["args"])})
     return bind_schedule(
         actor_name,
         data["queue"],
