@@ -17,8 +17,6 @@ the corrupt flags stay empty but for unusable batch records.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .clock import ServerClock
 from .durability import Durability
 from .keys import Keys
@@ -29,10 +27,6 @@ from .memory.operator import MemoryOperator
 from .memory.runs import MemoryRuns
 from .memory.runtime import MemoryRuntime, MemoryRuntimeSchedules
 from .memory.server import MemoryServer
-
-if TYPE_CHECKING:
-    from .abc import OperatorStore, RunStore, Store
-    from .runs import RedisRuns
 
 __all__ = ["InMemoryStore", "MemoryOperator", "MemoryRuns", "MemoryRuntimeSchedules", "MemoryServer"]
 
@@ -82,18 +76,3 @@ class InMemoryStore:
         self.runtime = MemoryRuntime(server, history_length=history_length)
         #: Run monitoring's storage (not part of the leader's :class:`~.abc.Store`).
         self.runs = MemoryRuns(server, events_length=history_length)
-
-
-if TYPE_CHECKING:
-
-    def _operator_conforms(operator: MemoryOperator) -> OperatorStore:
-        return operator
-
-    def _conforms(store: InMemoryStore) -> Store:
-        return store  # mypy checks the protocol here
-
-    def _runs_conform(runs: MemoryRuns) -> RunStore:
-        return runs
-
-    def _redis_runs_conform(runs: RedisRuns) -> RunStore:
-        return runs

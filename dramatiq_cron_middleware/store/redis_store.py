@@ -5,16 +5,11 @@ speak it as they are.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .clock import ServerClock
 from .keys import Keys
 from .lease import Lease
 from .ledger import Ledger
 from .runtime import RuntimeSchedules
-
-if TYPE_CHECKING:
-    from .abc import Store
 
 __all__ = ["RedisStore"]
 
@@ -34,9 +29,3 @@ class RedisStore:
         self.runtime = runtime
         self.keys: Keys = lease.keys
         self.clock: ServerClock = lease.clock
-
-
-if TYPE_CHECKING:
-
-    def _conforms(store: RedisStore) -> Store:
-        return store  # mypy checks the protocol here
