@@ -9,32 +9,11 @@ from typing import Any
 
 from ...errors import CronScheduleError
 from ...schedules.schedule import BoundSchedule
-from ..codes import Outcome
+from ..codes import Outcome, parse_entry
 from ..operator import HistoryEntry
 from ..runs import OUTBOXES, RunEvent
 
 __all__ = ["LeaseRecord", "MemoryServer", "event_key", "parse_entry"]
-
-
-_ENTRY = re.compile(r"^(-?\d+):(\d+)(.*)$")
-_RESULT_TAIL = re.compile(r"^:(-?\d)$")
-
-
-def parse_entry(value: str | None) -> tuple[int, str, int | None] | None:
-    """``(tick, epoch as written, result or None)``, or None when unusable."""
-    if value is None or len(value) > 40:
-        return None
-    match = _ENTRY.match(value)
-    if match is None or len(match.group(1)) > 16 or len(match.group(2)) > 15:
-        return None
-    tail = match.group(3)
-    result = None
-    if tail not in ("", ":baseline"):
-        found = _RESULT_TAIL.match(tail)
-        if found is None:
-            return None
-        result = int(found.group(1))
-    return int(match.group(1)), match.group(2), result
 
 
 @dataclasses.dataclass
