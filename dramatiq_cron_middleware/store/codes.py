@@ -37,6 +37,7 @@ __all__ = [
     "SyncCode",
     "decode",
     "load_script",
+    "parse_entry",
     "parse_ledger_value",
     "whole_actor",
 ]
@@ -148,43 +149,41 @@ RESULT_OUTCOMES = {
     ClaimResult.PAUSED: Outcome.PAUSED,
 }
 
-# The one grammar of a ledger value, on both sides:
-# ``<tick ms>:<epoch>`` optionally followed by ``:<result>`` or ``:baseline``.
-# Ticks are at most 15 digits so that Lua's doubles hold them exactly.
-_LEDGER_VALUE = re.compile(r"^(-?\d{1,15}):(\d{1,15})(?::(-?\d|baseline))?$")
+# The one grammar of a ledger value, as common.lua's parse_entry reads it:
+# ``<tick ms>:<epoch>`` optionally followed by ``:<result>`` or ``:baseline``,
+# at most 40 characters, the tick at most 16 (its sign included) and the
+# epoch at most 15 digits, so that Lua's doubles hold them exactly.
+_LEDGER_VALUE = re.compile(r"(-?\d+):(\d+)(?::(-?\d)|:baseline)?")
 
 
-class LedgerValue:
+class LedgerValue(NamedTuple):
     """A parsed ledger value."""
 
-    __slots__ = ("baseline", "epoch", "result", "tick_ms")
+    tick_ms: int
+    epoch: int
+    result: int | None
+    baseline: bool
 
-    def __init__(self, tick_ms: int, epoch: int, result: int | None, baseline: bool) -> None:
-        self.tick_ms = tick_ms
-        self.epoch = epoch
-        self.result = result
-        self.baseline = baseline
 
-    def __repr__(self) -> str:
-        return f"LedgerValue({self.tick_ms}, epoch={self.epoch}, result={self.result}, baseline={self.baseline})"
+def parse_entry(value: object) -> tuple[int, str, int | None] | None:
+    """A ledger value as the scripts read it, ``(tick, epoch as written,
+    result or None)``; None when it does not follow the grammar."""
+    match = _LEDGER_VALUE.fullmatch(value) if isinstance(value, str) and len(value) <= 40 else None
+    if match is None or len(match.group(1)) > 16 or len(match.group(2)) > 15:
+        return None
+    result = match.group(3)
+    return int(match.group(1)), match.group(2), None if result is None else int(result)
 
 
 def parse_ledger_value(value: object) -> LedgerValue | None:
     """Parse a ledger value, or None if it does not follow the grammar."""
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    if not isinstance(value, str):
+    parsed = parse_entry(value)
+    if parsed is None:
         return None
-    match = _LEDGER_VALUE.match(value)
-    if match is None:
-        return None
-    tail = match.group(3)
-    return LedgerValue(
-        tick_ms=int(match.group(1)),
-        epoch=int(match.group(2)),
-        result=int(tail) if tail is not None and tail != "baseline" else None,
-        baseline=tail == "baseline",
-    )
+    tick, epoch, result = parsed
+    return LedgerValue(tick, int(epoch), result, str(value).endswith(":baseline"))
 
 
 def _preamble() -> str:

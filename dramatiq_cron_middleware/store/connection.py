@@ -17,6 +17,7 @@ client speaks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import threading
@@ -339,23 +340,15 @@ class MasterChanged(redis.ReadOnlyError):
     """
 
 
+@dataclasses.dataclass(frozen=True)
 class _SentinelSpec:
     """What the scheduler needs to build its own Sentinel-managed clients."""
 
-    def __init__(
-        self,
-        *,
-        sentinels: list[tuple[str, int]],
-        service: str,
-        master: dict[str, Any],
-        sentinel: dict[str, Any],
-        ssl: bool,
-    ) -> None:
-        self.sentinels = sentinels
-        self.service = service
-        self.master = master
-        self.sentinel = sentinel
-        self.ssl = ssl
+    sentinels: list[tuple[str, int]]
+    service: str
+    master: dict[str, Any]
+    sentinel: dict[str, Any]
+    ssl: bool
 
 
 class _WatchedConnection(SentinelManagedConnection):
@@ -391,11 +384,7 @@ def _parse_sentinel_url(url: str) -> _SentinelSpec:
             f"CronMiddleware: a sentinel URL is {SENTINEL_SCHEME}://host:port[,host:port...]/service[/db], "
             f"got {redact(url)!r}"
         )
-    master: dict[str, Any] = {"db": int(path[1]) if len(path) == 2 else 0}
-    if userinfo:
-        username, has_password, password = userinfo.partition(":")
-        master["username"] = unquote(username) or None
-        master["password"] = unquote(password) if has_password else None
+    master = {"db": int(path[1]) if len(path) == 2 else 0, **_credentials(userinfo)}
     return _SentinelSpec(sentinels=sentinels, service=path[0], master=master, sentinel={}, ssl=False)
 
 
@@ -464,12 +453,15 @@ def _parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]
         raise CronConfigurationError(
             f"CronMiddleware: a cluster URL is {CLUSTER_SCHEME}://host:port[,host:port...], got {redact(url)!r}"
         ) from None
-    kwargs: dict[str, Any] = {}
-    if userinfo:
-        username, has_password, password = userinfo.partition(":")
-        kwargs["username"] = unquote(username) or None
-        kwargs["password"] = unquote(password) if has_password else None
-    return nodes, kwargs
+    return nodes, _credentials(userinfo)
+
+
+def _credentials(userinfo: str) -> dict[str, Any]:
+    """The user name and password of a URL's user-info part, decoded."""
+    if not userinfo:
+        return {}
+    username, has_password, password = userinfo.partition(":")
+    return {"username": unquote(username) or None, "password": unquote(password) if has_password else None}
 
 
 def _cluster_clients(

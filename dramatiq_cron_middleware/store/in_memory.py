@@ -17,8 +17,6 @@ the corrupt flags stay empty but for unusable batch records.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .clock import ServerClock
 from .durability import Durability
 from .keys import Keys
@@ -28,13 +26,9 @@ from .memory.ledger import MemoryLedger
 from .memory.operator import MemoryOperator
 from .memory.runs import MemoryRuns
 from .memory.runtime import MemoryRuntime, MemoryRuntimeSchedules
-from .memory.server import HistoryRecord, MemoryServer
+from .memory.server import MemoryServer
 
-if TYPE_CHECKING:
-    from .abc import OperatorStore, RunStore, Store
-    from .runs import RedisRuns
-
-__all__ = ["HistoryRecord", "InMemoryStore", "MemoryOperator", "MemoryRuns", "MemoryRuntimeSchedules", "MemoryServer"]
+__all__ = ["InMemoryStore", "MemoryOperator", "MemoryRuns", "MemoryRuntimeSchedules", "MemoryServer"]
 
 #: Who a memory candidate is unless told: not this process.
 _ANONYMOUS = Candidate(host="memory", pid=0)
@@ -72,52 +66,13 @@ class InMemoryStore:
         durability: Durability | None = None,
     ) -> None:
         self.server = server
-        self._keys = Keys(prefix)
+        self.keys = Keys(prefix)
+        self.clock = clock
         durability = durability or Durability()
-        self._clock = clock
-        self._lease = MemoryLease(
+        self.lease = MemoryLease(
             server, ttl_ms=ttl_ms, clock=clock, candidate=candidate, presence=presence, durability=durability
         )
-        self._ledger = MemoryLedger(server, clock=clock, history_length=history_length, durability=durability)
-        self._runtime = MemoryRuntime(server, history_length=history_length)
-        self._runs = MemoryRuns(server, events_length=history_length)
-
-    @property
-    def keys(self) -> Keys:
-        return self._keys
-
-    @property
-    def clock(self) -> ServerClock:
-        return self._clock
-
-    @property
-    def lease(self) -> MemoryLease:
-        return self._lease
-
-    @property
-    def ledger(self) -> MemoryLedger:
-        return self._ledger
-
-    @property
-    def runtime(self) -> MemoryRuntime:
-        return self._runtime
-
-    @property
-    def runs(self) -> MemoryRuns:
-        """Run monitoring's storage (not part of the leader's :class:`~.abc.Store`)."""
-        return self._runs
-
-
-if TYPE_CHECKING:
-
-    def _operator_conforms(operator: MemoryOperator) -> OperatorStore:
-        return operator
-
-    def _conforms(store: InMemoryStore) -> Store:
-        return store  # mypy checks the protocol here
-
-    def _runs_conform(runs: MemoryRuns) -> RunStore:
-        return runs
-
-    def _redis_runs_conform(runs: RedisRuns) -> RunStore:
-        return runs
+        self.ledger = MemoryLedger(server, clock=clock, history_length=history_length, durability=durability)
+        self.runtime = MemoryRuntime(server, history_length=history_length)
+        #: Run monitoring's storage (not part of the leader's :class:`~.abc.Store`).
+        self.runs = MemoryRuns(server, events_length=history_length)

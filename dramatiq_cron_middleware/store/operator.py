@@ -15,7 +15,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
@@ -557,10 +557,3 @@ def live_pauses(members: Any, expiries: Any, now_ms: int) -> dict[str, int | Non
         if expiry is None or expiry > now_ms:
             out[str(member)] = expiry
     return out
-
-
-if TYPE_CHECKING:
-    from .abc import OperatorStore
-
-    def _conforms(operator: RedisOperator) -> OperatorStore:
-        return operator

@@ -5,16 +5,11 @@ speak it as they are.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .clock import ServerClock
 from .keys import Keys
 from .lease import Lease
 from .ledger import Ledger
 from .runtime import RuntimeSchedules
-
-if TYPE_CHECKING:
-    from .abc import Store
 
 __all__ = ["RedisStore"]
 
@@ -29,32 +24,8 @@ class RedisStore:
     """
 
     def __init__(self, *, lease: Lease, ledger: Ledger, runtime: RuntimeSchedules | None = None) -> None:
-        self._lease = lease
-        self._ledger = ledger
-        self._runtime = runtime
-
-    @property
-    def keys(self) -> Keys:
-        return self._lease.keys
-
-    @property
-    def clock(self) -> ServerClock:
-        return self._lease.clock
-
-    @property
-    def lease(self) -> Lease:
-        return self._lease
-
-    @property
-    def ledger(self) -> Ledger:
-        return self._ledger
-
-    @property
-    def runtime(self) -> RuntimeSchedules | None:
-        return self._runtime
-
-
-if TYPE_CHECKING:
-
-    def _conforms(store: RedisStore) -> Store:
-        return store  # mypy checks the protocol here
+        self.lease = lease
+        self.ledger = ledger
+        self.runtime = runtime
+        self.keys: Keys = lease.keys
+        self.clock: ServerClock = lease.clock

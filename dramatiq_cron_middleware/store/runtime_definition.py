@@ -233,6 +233,8 @@ def already_exists(schedule_id: str) -> CronScheduleError:
 
 #: The options of a :class:`Schedule`, which :meth:`RuntimeSchedules.update` may change.
 SCHEDULE_FIELDS = frozenset(f.name for f in dataclasses.fields(Schedule))
+_SCHEDULE_ORDER = tuple(f.name for f in dataclasses.fields(Schedule))
+_LATER_FIELDS = frozenset(("at", "description", "grace", "max_runtime", "failure_threshold"))
 
 
 def as_schedule(bound: BoundSchedule) -> Schedule:
@@ -378,20 +380,20 @@ def bind_definition(data: dict[str, Any]) -> BoundSchedule:
     # takeover's load of a large runtime set.
     template, values = _template(shared, json.dumps(options, sort_keys=True) if options else "")
     values = values.copy()
-    values[_AT_NAME] = name
-    values[_AT_ARGS] = tuple(args)
-    values[_AT_KWARGS] = kwargs
-    values[_AT_OPTIONS] = dict(template.options)  # a private copy
-    values[_AT_REVISION] = revision
+    values[_AT["name"]] = name
+    values[_AT["args"]] = tuple(args)
+    values[_AT["kwargs"]] = kwargs
+    values[_AT["options"]] = dict(template.options)  # a private copy
+    values[_AT["revision"]] = revision
     if description is not None:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
-        values[_AT_DESCRIPTION] = check_description(where, description)
+        values[_AT["description"]] = check_description(where, description)
     when = template.cadence
     if offset or start is not None or end is not None or zone_name != when.timezone:
         where = f"actor {template.actor_name!r}, runtime schedule {shown(name)}"
         label = interval_label(where, template.every, offset) if offset else when.expression
         when = cadence(label, zone_name, when.every, offset, *check_bounds(where, start, end))
-    values[_AT_CADENCE] = when
+    values[_AT["cadence"]] = when
     return BoundSchedule(*values)
 
 
@@ -409,29 +411,9 @@ def bind_fully(data: dict[str, Any], revision: int) -> BoundSchedule:
     check_runtime_actor(actor_name)
     if data.get("at") is not None:  # a one-shot: its interval fields follow from at
         data = {**data, "every": None, "offset": 0, "start": None, "end": None}
-    item = Schedule(
-        data["expression"],
-        timezone=data["timezone"],
-        name=data["name"],
-        args=tuple(data["args"]),
-        kwargs=data["kwargs"],
-        catch_up=data["catch_up"],
-        catch_up_window=data["catch_up_window"],
-        jitter=data["jitter"],
-        max_age=data["max_age"],
-        overlap=data["overlap"],
-        overlap_ttl=data["overlap_ttl"],
-        options=data["options"],
-        every=data["every"],
-        offset=data["offset"],
-        start=data["start"],
-        end=data["end"],
-        at=data.get("at"),
-        description=data.get("description"),
-        grace=data.get("grace"),
-        max_runtime=data.get("max_runtime"),
-        failure_threshold=data.get("failure_threshold"),
-    )
+    # Definitions stored before these options existed lack them.
+    values: dict[str, Any] = {f: data.get(f) if f in _LATER_FIELDS else data[f] for f in _SCHEDULE_ORDER}
+    item = Schedule(**{**values, "args": tuple(values["args"])})
     return bind_schedule(
         actor_name,
         data["queue"],
@@ -470,26 +452,10 @@ _BOUND_TYPES = (int, type(None))
 # BoundSchedule's __init__ arguments, in order, and where the ones a
 # schedule does not share with its template sit.
 _INIT_FIELDS = tuple(f.name for f in dataclasses.fields(BoundSchedule) if f.init)
-(
-    _AT_NAME,
-    _AT_ARGS,
-    _AT_KWARGS,
-    _AT_OPTIONS,
-    _AT_REVISION,
-    _AT_CADENCE,
-    _AT_DESCRIPTION,
-) = map(
-    _INIT_FIELDS.index,
-    (
-        "name",
-        "args",
-        "kwargs",
-        "options",
-        "revision",
-        "cadence",
-        "description",
-    ),
-)
+_AT = {
+    field: _INIT_FIELDS.index(field)
+    for field in ("name", "args", "kwargs", "options", "revision", "cadence", "description")
+}
 
 
 @functools.lru_cache(maxsize=16_384)

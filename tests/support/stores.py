@@ -230,7 +230,8 @@ class MemoryHarness(StoreHarness):
 
     def history(self) -> list[Entry]:
         return [
-            Entry(h.schedule_id, h.tick_ms, h.outcome, h.epoch, h.detail, h.message_id) for h in self.server.history
+            Entry(h.schedule_id, h.tick_ms, h.outcome, "" if h.epoch is None else str(h.epoch), h.detail, h.message_id)
+            for h in self.server.history
         ]
 
     def add_runtime(self, actor: str, expression: str | Schedule, name: str) -> BoundSchedule:

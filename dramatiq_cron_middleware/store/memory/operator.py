@@ -21,7 +21,7 @@ from ..operator import (
     precise,
 )
 from .runs import MemoryRuns
-from .server import HistoryRecord, MemoryServer, event_key, parse_entry
+from .server import MemoryServer, event_key, parse_entry
 
 __all__ = ["MemoryOperator"]
 
@@ -96,30 +96,13 @@ class MemoryOperator:
     def last_decisions(self) -> dict[str, LastDecision]:
         return precise(self.decisions(list(self.server.ticks)), self.history(limit=RECENT))
 
-    def _entries(self) -> list[HistoryEntry]:
-        """The history, oldest first."""
-        return [
-            HistoryEntry(
-                entry_id=h.entry_id,
-                schedule_id=h.schedule_id,
-                tick_ms=h.tick_ms,
-                outcome=h.outcome,
-                at_ms=h.at_ms,
-                epoch=int(h.epoch) if h.epoch.isdigit() else None,
-                detail=h.detail,
-                message_id=h.message_id,
-                who=h.who,
-            )
-            for h in self.server.history
-        ]
-
     def history(self, *, limit: int, match: set[str] | None = None) -> list[HistoryEntry]:
-        return [e for e in reversed(self._entries()) if matches(e, match)][:limit]
+        return [e for e in reversed(self.server.history) if matches(e, match)][:limit]
 
     def schedule_history(
         self, schedule_id: str, *, limit: int, before: str | None = None, scan: int = 2500
     ) -> HistoryPage:
-        entries = list(reversed(self._entries()))
+        entries = list(reversed(self.server.history))
         if before is not None:
             entries = [e for e in entries if event_key(e.entry_id) < event_key(before)]
         found = [e for e in entries if e.schedule_id == schedule_id]
@@ -127,7 +110,7 @@ class MemoryOperator:
         return HistoryPage(entries=found[:limit], older=found[limit - 1].entry_id if more else None, scanned=0)
 
     def history_since(self, start_ms: int) -> Iterator[HistoryEntry]:
-        return iter([e for e in self._entries() if e.at_ms >= start_ms])
+        return iter([e for e in self.server.history if e.at_ms >= start_ms])
 
     def history_reach(self, start_ms: int) -> int | None:
         if not self.server.history_trimmed or not self.server.history:
@@ -150,8 +133,8 @@ class MemoryOperator:
         epoch = fields.get("epoch", "") if fields else ""
         for schedule_id, detail in entries:
             tick = now if tick_ms is None else tick_ms
-            record = HistoryRecord(schedule_id, tick, action, now, epoch, detail, message_id, who)
-            s.append_history(self.history_length, record)
+            number = int(epoch) if epoch.isdigit() else None
+            s.add_history(self.history_length, schedule_id, tick, action, now, number, detail, message_id, who)
         return now
 
     def run_records(self, schedule_id: str, *, limit: int) -> list[str]:
@@ -214,8 +197,8 @@ class MemoryOperator:
         for tick, message_id in sent:
             if marks.get(tick) == mine:
                 marks[tick] = "e"
-                record = HistoryRecord(schedule_id, tick, Outcome.BACKFILLED.value, now, "", "backfill", message_id)
-                s.append_history(self.history_length, record)
+                outcome = Outcome.BACKFILLED.value
+                s.add_history(self.history_length, schedule_id, tick, outcome, now, None, "backfill", message_id)
         for tick in unsent:
             if marks.get(tick) == mine:
                 del marks[tick]

@@ -153,11 +153,6 @@ class MemoryRuns:
         kept = self.server.runs.get(schedule_id, {})
         return [json.dumps(kept[tick]) for tick in sorted(kept, reverse=True)[:limit]]
 
-    def last_runs(self, schedule_ids: Sequence[str]) -> list[str | None]:
-        """Each schedule's newest run record as stored (JSON), or None."""
-        last = self.server.runs_last
-        return [json.dumps(last[sid]) if sid in last else None for sid in schedule_ids]
-
     def _put(self, schedule_id: str, tick: int, record: dict[str, Any]) -> None:
         kept = self.server.runs.setdefault(schedule_id, {})
         kept[tick] = record

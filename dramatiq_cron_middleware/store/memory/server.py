@@ -9,48 +9,11 @@ from typing import Any
 
 from ...errors import CronScheduleError
 from ...schedules.schedule import BoundSchedule
-from ..codes import Outcome
+from ..codes import Outcome, parse_entry
+from ..operator import HistoryEntry
 from ..runs import OUTBOXES, RunEvent
 
-__all__ = ["HistoryRecord", "LeaseRecord", "MemoryServer", "event_key", "parse_entry"]
-
-
-_ENTRY = re.compile(r"^(-?\d+):(\d+)(.*)$")
-_RESULT_TAIL = re.compile(r"^:(-?\d)$")
-
-
-def parse_entry(value: str | None) -> tuple[int, str, int | None] | None:
-    """``(tick, epoch as written, result or None)``, or None when unusable."""
-    if value is None or len(value) > 40:
-        return None
-    match = _ENTRY.match(value)
-    if match is None or len(match.group(1)) > 16 or len(match.group(2)) > 15:
-        return None
-    tail = match.group(3)
-    result = None
-    if tail not in ("", ":baseline"):
-        found = _RESULT_TAIL.match(tail)
-        if found is None:
-            return None
-        result = int(found.group(1))
-    return int(match.group(1)), match.group(2), result
-
-
-@dataclasses.dataclass(frozen=True)
-class HistoryRecord:
-    """One history entry, with the fields the stream holds."""
-
-    schedule_id: str
-    tick_ms: int
-    outcome: str
-    at_ms: int
-    epoch: str
-    detail: str
-    message_id: str
-    #: Who did an operator action ("" for the leader's outcomes).
-    who: str = ""
-    #: Its id, ``<at>-<seq>`` as a stream entry's.
-    entry_id: str = ""
+__all__ = ["LeaseRecord", "MemoryServer", "event_key", "parse_entry"]
 
 
 @dataclasses.dataclass
@@ -91,7 +54,7 @@ class MemoryServer:
         #: Schedule id -> ledger value (the grammar of protocol.py).
         self.ticks: dict[str, str] = {}
         self.shapes: dict[str, str] = {}
-        self.history: list[HistoryRecord] = []
+        self.history: list[HistoryEntry] = []
         self.history_seq = 0
         #: How many entries the cap dropped (a trimmed history reaches less far back).
         self.history_trimmed = 0
@@ -169,14 +132,21 @@ class MemoryServer:
         return None if record is None else record[0]
 
     def add_history(
-        self, history_length: int, sid: str, tick: int, outcome: str, at: int, epoch: int, detail: str, message: str
+        self,
+        history_length: int,
+        sid: str,
+        tick: int,
+        outcome: str,
+        at: int,
+        epoch: int | None,
+        detail: str,
+        message: str,
+        who: str = "",
     ) -> None:
-        self.append_history(history_length, HistoryRecord(sid, tick, outcome, at, str(epoch), detail, message))
-
-    def append_history(self, history_length: int, record: HistoryRecord) -> None:
         """Append to the history (with the next entry id), capped at ``history_length``."""
         self.history_seq += 1
-        self.history.append(dataclasses.replace(record, entry_id=f"{record.at_ms}-{self.history_seq}"))
+        entry_id = f"{at}-{self.history_seq}"
+        self.history.append(HistoryEntry(entry_id, sid, tick, outcome, at, epoch, detail, message, who))
         self.history_trimmed += max(len(self.history) - history_length, 0)
         del self.history[: max(len(self.history) - history_length, 0)]
 
