@@ -8,7 +8,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from ..backfill import DEFAULT_MAX_TICKS
+from ...backfill import DEFAULT_MAX_TICKS
 
 WHEN = "(ISO 8601 with offset, or epoch ms)"
 
