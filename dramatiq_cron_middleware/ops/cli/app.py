@@ -48,8 +48,9 @@ class App:
 
     @property
     def cron(self) -> Cron:
-        """The operator service (service.py)."""
-        return self.middleware.service
+        """The operator service (service.py) of the loaded broker (also
+        of an app that declares no actor)."""
+        return self.middleware.parts(self.broker).service()
 
     @property
     def where(self) -> str:

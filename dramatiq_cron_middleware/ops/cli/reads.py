@@ -8,7 +8,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from ...monitoring.read import read_health
 from ...monitoring.records import PROBLEMS
@@ -16,7 +16,7 @@ from ...schedules.ids import parse_id
 from ...schedules.schedule import BoundSchedule
 from ...status import Problem, Status, pause_end, status_sets_json, upcoming
 from ...store.codes import Outcome
-from ...store.runtime import RuntimeSchedule
+from ...store.runtime import RuntimeSchedule, RuntimeSchedules
 from ...targets import UnknownTarget, paused_by
 from ...times import iso, span, when
 from .app import App, Failure, emit, row, source_of, table
@@ -233,7 +233,8 @@ def _problem_lines(label: str, problem: Problem) -> list[str]:
 
 def check(app: App, args: argparse.Namespace) -> int:
     found = app.status()
-    report = dataclasses.replace(found.health.report, stored=app.middleware.runtime.recheck())
+    runtime = cast(RuntimeSchedules, app.cron.runtime)  # on Redis: the store's
+    report = dataclasses.replace(found.health.report, stored=runtime.recheck())
     rows = [
         [
             h.schedule_id,
