@@ -149,7 +149,7 @@ def _health_read(app: Any, title: str, repeat: int = 3) -> None:
     samples = []
     for _ in range(repeat):
         started, cpu = time.perf_counter(), time.process_time()
-        read_all(app.control, middleware.all_schedules(), app.runtime_index, policy=middleware.health_policy)
+        read_all(app.cron, middleware.all_schedules(), app.runtime_index, policy=middleware.health_policy)
         samples.append(((time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000))
     wall, cpu_ms = statistics.median(w for w, _ in samples), statistics.median(c for _, c in samples)
     print(f"  every schedule's health, {title}: {wall:.0f} ms median of {repeat} ({cpu_ms:.0f} ms CPU)")

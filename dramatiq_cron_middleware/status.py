@@ -48,7 +48,7 @@ DESCRIBED = 1000
 
 
 class StatusReads(Protocol):
-    """The scheduler's state that the status reads (``ops.control.Control``)."""
+    """The scheduler's state that the status reads (the store's operator reads)."""
 
     def server_ms(self) -> int: ...
 
@@ -179,7 +179,7 @@ class Status:
     where: str
     now_ms: int
     round_trip_ms: float
-    #: The lease as Redis holds it (``ops.control.LeaderInfo``), None: free.
+    #: The lease as Redis holds it (``store.operator.LeaderInfo``), None: free.
     leader: Any
     #: The lease length the windows below are counted in.
     lease_ms: int

@@ -18,7 +18,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, CronScheduleError, Schedule
-from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.store.operator import RedisOperator
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedule, RuntimeSchedules
 from dramatiq_cron_middleware.testing import CronSimulator
 from tests.support.redis_server import RedisServer
@@ -168,7 +168,7 @@ def test_every_change_is_recorded_in_the_history_with_who_and_logged_at_info(
     assert "Cron cleanup:*: pause by cli." in logged
     assert len(logged) == 7
     # The operator's reader shows who did it.
-    read = Control(client=app.cron.runtime.client, keys=app.cron.keys).history(limit=10)
+    read = RedisOperator(client=app.cron.runtime.client, keys=app.cron.keys).history(limit=10)
     assert [e.who for e in read][:2] == ["erin", "dave"]
 
 

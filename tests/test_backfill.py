@@ -24,12 +24,12 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
-from dramatiq_cron_middleware.ops.backfill import Backfill
-from dramatiq_cron_middleware.ops.control import Control
+from dramatiq_cron_middleware.backfill import Backfill
 from dramatiq_cron_middleware.schedules.schedule import bind_schedule
 from dramatiq_cron_middleware.store.codes import decode, load_script
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.operator import RedisOperator
 from tests.support.instances import ROOT, History, Instance, now_ms, wait_for
 from tests.support.redis_server import RedisServer
 from tests.test_cli import APP, app_env, cli, cli_json
@@ -208,7 +208,7 @@ def test_ticks_whose_enqueue_failed_are_released_and_the_next_run_enqueues_them(
     ``backfilled`` and the 20 others are released, not lost, And a second
     run with a working broker enqueues exactly those 20."""
     client = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)[0]
-    control = Control(client=client, keys=Keys("dramatiq-cron"))
+    control = RedisOperator(client=client, keys=Keys("dramatiq-cron"))
     schedule = bind_schedule("job", "default", "* * * * * *", timezone="UTC", catch_up="each", catch_up_window=1000)
     backfill = Backfill(control, prefix="dramatiq-cron")
     start = (control.server_ms() // 1000 - 600) * 1000
@@ -264,7 +264,7 @@ def test_how_far_back_the_history_reaches_is_known_on_every_redis(redis_server: 
     entry are unknown (they need ``--include-fired``)."""
     client = redis_server.client()
     keys = Keys("reach")
-    store = Control(client=client, keys=keys, history_length=50)
+    store = RedisOperator(client=client, keys=keys, history_length=50)
     start = 1_700_000_000_000
     for i in range(10):
         client.xadd(keys.history, {"schedule": "job", "tick": str(start + i)}, id=f"{start + 1000 + i}-0", maxlen=50)

@@ -13,8 +13,8 @@ import json
 
 import redis
 
-from dramatiq_cron_middleware.ops.control import Control
 from dramatiq_cron_middleware.store.keys import Keys
+from dramatiq_cron_middleware.store.operator import RedisOperator
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.redis_server import RedisServer, free_port
 from tests.test_cli import APP, cli, cli_json
@@ -108,7 +108,7 @@ def test_history_shows_each_entrys_source_and_filters_runtime_schedules_by_actor
 ) -> None:
     env = env_of(redis_server)
     cli_json(env, "add", APP, "tick_0", "0 * * * *", "--name", "hourly")
-    control = Control(client=redis.Redis.from_url(redis_server.url, decode_responses=True), keys=KEYS)
+    control = RedisOperator(client=redis.Redis.from_url(redis_server.url, decode_responses=True), keys=KEYS)
     control.record("triggered", who="api", entries=[("tick_0:hourly", "manual")], tick_ms=1_000, message_id="m-runtime")
     control.record("triggered", who="api", entries=[("tick_0", "manual")], tick_ms=2_000, message_id="m-code")
 

@@ -20,17 +20,15 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_cron_middleware.ops.control import Control
-from dramatiq_cron_middleware.status import read_status
 from dramatiq_cron_middleware.store.boundary import Boundary, BrokerBoundary
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.codes import ClaimResult
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability, Unconfirmed, required_replicas
-from dramatiq_cron_middleware.store.health_reads import HealthReads
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Acquired, Candidate, Held, Lease
 from dramatiq_cron_middleware.store.ledger import Claim
+from dramatiq_cron_middleware.store.operator import RedisOperator, replicas_lacking
 from tests.support.inprocess import InProcessApp, in_process_app
 from tests.support.instances import now_ms, wait_for
 from tests.support.redis_server import RedisServer, replicas_online
@@ -94,11 +92,10 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         during = [t for _, t in enqueued_ticks(app) if t > detached + 1000]
         assert not during, f"enqueued while no replica acknowledged: {during}"
         # Operators see why: `status` and the dashboard read the same record.
-        control = Control(client=master.client(), keys=app.keys)
-        lacking = control.replicas_lacking()
+        control = RedisOperator(client=master.client(), keys=app.keys)
+        lacking = replicas_lacking(control.replicas_record())
         assert lacking is not None and (lacking.acked, lacking.required) == (0, 1), lacking
-        reads = HealthReads(control.client, control.keys)
-        status = read_status(control, reads, app.middleware, runtime=None, declares=lambda _: True, where=master.url)
+        status = app.middleware.service.status(app.middleware, declares=lambda _: True)
         assert any("0 of 1 Redis replica(s)" in p.text for p in status.problems), status.problems
 
         replica.client().replicaof("127.0.0.1", master.port)
@@ -119,7 +116,7 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         since = [r.getMessage() for r in app.records() if r.created * 1000 >= detached and r.levelno >= 30]
         assert len([m for m in since if "not confirmed durable" in m]) == 1, since
         wait_for(lambda: app.warnings("writes are confirmed durable again"), timeout=30, what="recovery")
-        wait_for(lambda: control.replicas_lacking() is None, timeout=30, what="the record to go")
+        wait_for(lambda: replicas_lacking(control.replicas_record()) is None, timeout=30, what="the record to go")
         assert not app.errors(), app.errors()
 
 

@@ -15,7 +15,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.errors import CronScheduleError
-from dramatiq_cron_middleware.ops.format import instant_ms
+from dramatiq_cron_middleware.schedules.instants import instant_ms
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
 from tests.test_cli import APP, app_env, cli

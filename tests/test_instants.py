@@ -16,8 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
-from dramatiq_cron_middleware.ops.control import pause_expiry
-from dramatiq_cron_middleware.schedules.instants import NEVER, UTC, duration_ms, instant_ms
+from dramatiq_cron_middleware.schedules.instants import NEVER, UTC, duration_ms, instant_ms, pause_expiry
 from dramatiq_cron_middleware.schedules.schedule import bind_schedule
 from dramatiq_cron_middleware.testing import CronSimulator
 

@@ -20,9 +20,7 @@ Three rules:
 - **Only store/ talks to Redis.** Outside store/, no call of a Redis command
   method, no script loaded (``register_script``, ``eval``, ``script_load``,
   a ``.lua`` file), and every name taken from redis-py is an exception type
-  (to catch or to subclass).  Exempt: ``monitoring/read.py``'s ``read_runs``,
-  whose parameter is typed ``redis.Redis`` (it only hands the client to
-  ``store.health_reads.HealthReads``; the run read moves into the service).
+  (to catch or to subclass).
 """
 
 from __future__ import annotations
@@ -41,8 +39,6 @@ NAME = PACKAGE.name
 
 #: Private names of other projects a module may use, and why (see above).
 FOREIGN_PRIVATES = {("store/boundary.py", "_dispatch")}
-#: Modules outside store/ allowed a redis-py name that is no exception type.
-REDIS_TYPE_EXEMPT = {"monitoring/read.py": {"Redis"}}
 #: Redis commands as redis-py's client methods (names nothing else here uses).
 REDIS_COMMANDS = frozenset(
     "hget hset hmget hgetall hdel hscan hscan_iter hlen hexists hincrby zadd zrange zrangebyscore zrevrange "
@@ -169,7 +165,6 @@ def test_only_the_store_talks_to_redis() -> None:
         if module.path.startswith("store/"):
             continue
         redis_names = _redis_bindings(module.tree)
-        exempt = REDIS_TYPE_EXEMPT.get(module.path, set())
         inner = {id(n.value) for n in ast.walk(module.tree) if isinstance(n, ast.Attribute)}
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -180,11 +175,11 @@ def test_only_the_store_talks_to_redis() -> None:
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "redis":
                 source = _resolve(node.module or "redis")
                 for alias in node.names:
-                    if not _exception(getattr(source, alias.name, None)) and alias.name not in exempt:
+                    if not _exception(getattr(source, alias.name, None)):
                         talking.append(f"{module.path}:{node.lineno} imports redis's {alias.name}")
             elif isinstance(node, ast.Attribute) and _root_name(node) in redis_names and id(node) not in inner:
                 value = _resolve(ast.unparse(node).replace(_root_name(node) or "", "redis", 1))
-                if not _exception(value) and node.attr not in exempt and not _module_value(value):
+                if not _exception(value) and not _module_value(value):
                     talking.append(f"{module.path}:{node.lineno} uses {ast.unparse(node)}")
     assert talking == []
 

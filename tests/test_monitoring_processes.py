@@ -17,12 +17,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from dramatiq_cron_middleware.monitoring.read import read_runs
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.runs import ALIVE_MS
 from tests.support.instances import ROOT, Instance, wait_for
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.stores import read_runs
 
 APP = "tests.apps.monitorapp"
 KEYS = Keys("dramatiq-cron")

@@ -11,9 +11,8 @@ from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.middleware import find_middleware
-from dramatiq_cron_middleware.monitoring.read import check_report, read_runs
+from dramatiq_cron_middleware.monitoring.read import check_report
 from dramatiq_cron_middleware.schedules.planner import message_for
-from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.testing import running_worker
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
@@ -58,8 +57,7 @@ def test_a_registered_schedule_that_never_ran_is_pending_and_the_check_passes(re
         ],
         "stored": [],
     }
-    scheduler, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
-    assert read_runs(scheduler, cron.keys, "nightly") == []
+    assert cron.service.runs("nightly") == []
 
 
 def test_an_empty_redis_with_no_worker_fails_the_check_once_a_tick_is_grace_overdue(
@@ -125,8 +123,7 @@ def test_a_worker_records_each_run_with_its_outcome_newest_first(redis_server: R
     finally:
         cron.stop()
 
-    client, _ = scheduler_clients(redis_server.url, op_timeout_ms=1000, block_timeout_ms=0)
-    runs = read_runs(client, cron.keys, "nightly", limit=10)
+    runs = cron.service.runs("nightly", limit=10)
     assert [r.tick_ms for r in runs] == ticks[:0:-1]  # newest first, three kept
     assert [r.outcome for r in runs] == ["failed", "succeeded", "succeeded"]
     failed = runs[0]

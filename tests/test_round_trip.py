@@ -18,7 +18,7 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
@@ -133,6 +133,8 @@ def test_the_edit_form_saved_unchanged_leaves_every_schedule_as_stored(
 
 @_SETTINGS
 @given(schedule=schedules(), name=_NAMES)
+# Python 3.11's argparse read ``--name=--`` as ``[]``.
+@example(schedule=Schedule(at=1_893_456_001_000), name="--")
 def test_the_json_of_add_given_back_as_its_flags_stores_the_same_schedule(
     cron: CronMiddleware, schedule: Schedule, name: str
 ) -> None:

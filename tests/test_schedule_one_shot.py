@@ -15,8 +15,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_cron_middleware import CronMiddleware, Schedule
 from dramatiq_cron_middleware.errors import CronScheduleError
-from dramatiq_cron_middleware.ops.control import pause_expiry
-from dramatiq_cron_middleware.ops.format import duration_ms, instant_ms
+from dramatiq_cron_middleware.schedules.instants import duration_ms, instant_ms, pause_expiry
 from dramatiq_cron_middleware.schedules.schedule import NEVER, bind_schedule, of_actor
 from dramatiq_cron_middleware.store.runtime_definition import bind_definition, definition_of
 from dramatiq_cron_middleware.testing import CronSimulator

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from dramatiq_cron_middleware.ops.control import ReplicasLacking
 from dramatiq_cron_middleware.store.durability import Ack, Durability, SentinelQuorum, Unconfirmed, required_replicas
+from dramatiq_cron_middleware.store.operator import ReplicasLacking
 from tests.support.sentinel_model import DEFAULT, REPLICA_ALONE, Outcome, World, partitions
 
 ISSUE_28 = frozenset({"A", "M", "R2", "S1"})

@@ -431,7 +431,7 @@ def test_an_h_field_is_described_by_the_minute_the_schedule_really_fires_at() ->
 
 
 def test_the_chart_draws_one_mark_per_entry_coloured_by_outcome() -> None:
-    from dramatiq_cron_middleware.ops.control import HistoryEntry
+    from dramatiq_cron_middleware.store.operator import HistoryEntry
     from dramatiq_cron_middleware.web.chart import lag_chart
 
     entries = [

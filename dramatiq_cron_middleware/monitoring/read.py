@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-import redis
 from dramatiq import Broker
 
 from ..errors import CronConfigurationError, CronScheduleError
@@ -29,9 +28,9 @@ from ..store.health_reads import HealthReads
 from ..store.keys import Keys
 from ..store.runtime import StoredProblem
 from .health import Facts, Policy
-from .records import PROBLEMS, RunRecord, ScheduleHealth, parse_run
+from .records import PROBLEMS, ScheduleHealth, parse_run
 
-__all__ = ["CheckReport", "HealthApp", "check_report", "decide_check", "every_schedule", "read_health", "read_runs"]
+__all__ = ["CheckReport", "HealthApp", "check_report", "decide_check", "every_schedule", "read_health"]
 
 #: Schedules whose health is read per round trip.
 CHUNK = 1000
@@ -61,18 +60,6 @@ class HealthApp(Protocol):
     def health_policy(self, schedule: BoundSchedule) -> Policy: ...
 
     def connections(self, broker: Broker) -> Connections: ...
-
-
-def read_runs(client: redis.Redis, keys: Keys, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
-    """The newest ``limit`` runs of a schedule, newest first (at most the
-    ``run_history`` kept).  ``client`` decodes responses (see
-    ``store.connection.scheduler_clients``).
-
-    Raises:
-      redis.ConnectionError: Redis did not answer.
-    """
-    runs = (parse_run(schedule_id, v) for v in HealthReads(client, keys).runs(schedule_id, limit=limit))
-    return [run for run in runs if run is not None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +199,3 @@ def _last_tick_before(schedule: BoundSchedule, instant_ms: int) -> int | None:
         return schedule.last_before(instant_ms)
     except CronScheduleError:
         return None
-
-
-def schedules_by_id(schedules: Sequence[BoundSchedule]) -> dict[str, BoundSchedule]:
-    return {s.id: s for s in schedules}

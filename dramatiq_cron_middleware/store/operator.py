@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from ..schedules.ids import parse_id
+from ..schedules.outcome import Outcome
 from ..times import span
 from .codes import RESULT_OUTCOMES, ClaimResult, Status, decode, load_script, parse_ledger_value
 from .keys import Keys
@@ -137,6 +138,12 @@ class HistoryEntry:
     def actor_name(self) -> str:
         """The actor part of the schedule id."""
         return entry_actor(self.schedule_id)
+
+    @property
+    def lag_ms(self) -> int | None:
+        """The fire lag (claim time minus tick) of a tick that fired, else None."""
+        fired = self.outcome in (Outcome.FIRED, Outcome.CAUGHT_UP) and self.detail.isdigit()
+        return int(self.detail) if fired else None
 
     @classmethod
     def of(cls, entry_id: str, fields: dict[str, str]) -> HistoryEntry:

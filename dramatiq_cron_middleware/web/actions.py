@@ -8,7 +8,7 @@ then answers with a redirect carrying a notice (:meth:`CronDashboard.back`).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..audit import TriggerRefused, check_who
 from ..errors import CronScheduleError
@@ -67,7 +67,7 @@ def confirm(dash: CronDashboard, request: Request) -> Response:
         what = "Its message is enqueued now, besides its regular ticks."
     else:
         schedule_id = request.query.get("id", "")
-        schedule = find_runtime(_writable_runtime(dash), schedule_id)
+        schedule = find_runtime(dash.cron.runtime, schedule_id)
         field, verb = "id", "Remove"
         what = "It never fires again; its history stays. This cannot be undone."
     if schedule is None:
@@ -81,7 +81,7 @@ def confirm(dash: CronDashboard, request: Request) -> Response:
 
 def runtime_form(dash: CronDashboard, request: Request) -> Response:
     """``GET /runtime/new`` (``actor`` preselected) and ``GET /runtime/edit?id=``."""
-    store = _writable_runtime(dash)
+    store = dash.cron.runtime
     if request.path == "/runtime/edit":
         schedule = find_runtime(store, request.query.get("id", ""))
         if schedule is None:
@@ -92,7 +92,7 @@ def runtime_form(dash: CronDashboard, request: Request) -> Response:
 
 def runtime_save(dash: CronDashboard, request: Request) -> Response:
     """``POST /runtime/new`` and ``/runtime/edit``: saved, or the form again with every error (400)."""
-    store = _writable_runtime(dash)
+    store = dash.cron.runtime
     editing = request.path == "/runtime/edit"
     original = request.form.get("original", "") if editing else ""
     stored = find_runtime(store, original) if original else None
@@ -108,7 +108,7 @@ def runtime_save(dash: CronDashboard, request: Request) -> Response:
 
 def runtime_remove(dash: CronDashboard, request: Request) -> Response:
     """``POST /runtime/remove``: the schedule removed, recorded with what it was."""
-    schedule = find_runtime(_writable_runtime(dash), request.form.get("id", ""))
+    schedule = find_runtime(dash.cron.runtime, request.form.get("id", ""))
     if schedule is None:
         raise HTTPError("404 Not Found", "No such runtime schedule.")
     was = f"was {schedule.expression} in {schedule.timezone}"
@@ -136,12 +136,6 @@ def user(dash: CronDashboard, request: Request) -> str:
         return check_who(who)
     except CronScheduleError:  # a proxy's REMOTE_USER of control characters
         return "dashboard"
-
-
-def _writable_runtime(dash: CronDashboard) -> Any:
-    if dash.runtime is None or not hasattr(dash.runtime, "add"):
-        raise HTTPError("404 Not Found", "This app has no runtime schedules.")
-    return dash.runtime
 
 
 def _target(dash: CronDashboard, request: Request) -> Target:

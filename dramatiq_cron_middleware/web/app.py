@@ -152,14 +152,9 @@ class CronDashboard:
         return self.middleware.service
 
     @functools.cached_property
-    def runtime(self) -> Any:
-        """The app's runtime schedules (the service's)."""
-        return self.cron.runtime
-
-    @functools.cached_property
-    def runtime_index(self) -> pages.RuntimeIndex | None:
+    def runtime_index(self) -> pages.RuntimeIndex:
         """The runtime ids in natural order, kept (see :class:`~.pages.RuntimeIndex`)."""
-        return None if self.runtime is None else pages.RuntimeIndex(self.runtime)
+        return pages.RuntimeIndex(self.middleware.runtime)
 
     # -- WSGI -----------------------------------------------------------------
 
@@ -369,7 +364,6 @@ class CronDashboard:
             read_only=self.read_only,
             notice=request.notice,
             where=self.cron.where,
-            runtime=self.runtime is not None,
             here=relative(request.path, request.query),
             **context,
         )

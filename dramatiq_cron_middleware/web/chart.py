@@ -50,22 +50,14 @@ RUN_COLOURS: dict[str, str] = {
 _WIDTH, _HEIGHT, _PAD = 640, 120, 24
 
 
-def lag_ms(entry: HistoryEntry) -> int | None:
-    """The fire lag of an entry (claim time minus tick), when it fired."""
-    if entry.outcome in (Outcome.FIRED, Outcome.CAUGHT_UP) and entry.detail.isdigit():
-        return int(entry.detail)
-    return None
-
-
 def lag_chart(entries: Sequence[HistoryEntry]) -> str:
     """An SVG of ``entries`` (any order), oldest on the left."""
     points = sorted(entries, key=lambda e: (e.at_ms, e.entry_id))
     if not points:
         return ""
-    lags = [lag_ms(e) for e in points]
     marks = [
-        (OUTCOME_COLOURS.get(e.outcome, "#9e9e9e"), e.outcome, lag, f"{when(e.tick_ms)} {e.outcome}", "+")
-        for e, lag in zip(points, lags, strict=True)
+        (OUTCOME_COLOURS.get(e.outcome, "#9e9e9e"), e.outcome, e.lag_ms, f"{when(e.tick_ms)} {e.outcome}", "+")
+        for e in points
     ]
     title = f"Fire lag and outcome of the last {len(points)} ticks"
     return _bars(marks, title=title, measure="fire lag", first=points[0].at_ms, last=points[-1].at_ms)

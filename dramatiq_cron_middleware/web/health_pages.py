@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 PolicyOf = Callable[[BoundSchedule], "Policy"]
 
 
-def read_all(cron: Cron, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, policy: PolicyOf) -> Health:
+def read_all(cron: Cron, code: Sequence[BoundSchedule], runtime: RuntimeIndex, *, policy: PolicyOf) -> Health:
     """Every schedule's health, declared and runtime, in the schedules
     page's order (declared ones as declared, then runtime ones in natural
     order of their ids), and the stored definitions read differently now
@@ -54,10 +54,9 @@ def read_all(cron: Cron, code: Sequence[BoundSchedule], runtime: RuntimeIndex | 
       redis.ConnectionError, redis.TimeoutError: Redis did not answer.
     """
     now = cron.server_ms()
-    stored = [] if runtime is None else sorted(runtime.schedules(), key=lambda s: natural_key(s.id))
+    stored = sorted(runtime.schedules(), key=lambda s: natural_key(s.id))
     health = cron.health([*code, *stored], now_ms=now, policy=policy)
-    problems = [] if runtime is None else runtime.problems()
-    return dataclasses.replace(health, report=dataclasses.replace(health.report, stored=problems))
+    return dataclasses.replace(health, report=dataclasses.replace(health.report, stored=runtime.problems()))
 
 
 class ReportCache:
@@ -172,7 +171,6 @@ def filtered_view(cron: Cron, report: Health, filters: Filters) -> SchedulesView
         filters=filters,
         pages=pages,
         now_ms=now,
-        runtime_known=True,
     )
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..audit import ACTIONS, Action
 from ..monitoring.records import HEALTH_STATES
@@ -21,26 +21,24 @@ from ..schedules.ids import parse_id, whole_actor
 from ..schedules.schedule import NEVER, BoundSchedule
 from ..service import Cron
 from ..status import pause_end, upcoming
-from ..targets import RuntimeCatalogue, Target, find_runtime, paused_by
+from ..targets import Target, paused_by
 from ..times import span, when
-from .chart import lag_chart, lag_ms
+from .chart import lag_chart
 from .describe import describe
 
 if TYPE_CHECKING:
     from ..store.operator import HistoryEntry, HistoryPage, LastDecision
+    from ..store.runtime import RuntimeSchedules
 
 __all__ = [
     "HEALTH_FILTERS",
-    "BrowsableRuntime",
     "Filters",
     "HistoryView",
     "NextRun",
     "Row",
-    "RuntimeCatalogue",
     "RuntimeIndex",
     "SchedulesView",
     "declared_view",
-    "find_runtime",
     "history_view",
     "matches",
     "natural_key",
@@ -52,8 +50,6 @@ __all__ = [
 
 #: Runtime schedules listed a round trip (for the next-to-run view).
 RUNTIME_PAGE = 10_000
-#: How many next fire times a schedule row shows.
-NEXT_RUNS = 3
 #: Page sizes a visitor may ask for; the first is the default.
 PAGE_SIZES = (50, 20, 100, 200)
 #: Entries per page of a schedule's history.
@@ -146,30 +142,12 @@ class SchedulesView:
     filters: Filters
     pages: int
     now_ms: int
-    runtime_known: bool
     error: str | None = None
 
     @property
     def first(self) -> int:
         """The position of the page's first row, from 1."""
         return (self.filters.page - 1) * self.filters.per_page + 1
-
-
-class BrowsableRuntime(RuntimeCatalogue, Protocol):
-    """What the schedules pages read of the runtime schedules (see
-    :class:`~dramatiq_cron_middleware.store.runtime.RuntimeSchedules`)."""
-
-    def version(self) -> int:
-        """The counter every write and removal moves."""
-
-    def ids(self) -> list[str]:
-        """Every stored id."""
-
-    def get_many(self, schedule_ids: Sequence[str]) -> list[Any]:
-        """The stored schedules of these ids, in their order."""
-
-    def recheck(self) -> list[Any]:
-        """The stored definitions read differently now, or not at all."""
 
 
 def natural_key(text: str) -> tuple[list[Any], str]:
@@ -184,6 +162,7 @@ def natural_key(text: str) -> tuple[list[Any], str]:
 
 
 _DIGITS = re.compile(r"(\d+)")
+_T = TypeVar("_T")
 
 
 class RuntimeIndex:
@@ -195,21 +174,24 @@ class RuntimeIndex:
     never changed in place.
     """
 
-    def __init__(self, runtime: BrowsableRuntime) -> None:
+    def __init__(self, runtime: RuntimeSchedules) -> None:
         self.runtime = runtime
-        self._ids: tuple[int, list[str]] = (-1, [])
-        self._schedules: tuple[int, list[BoundSchedule]] = (-1, [])
-        self._problems: tuple[int, list[Any]] = (-1, [])
+        self._kept: dict[str, tuple[int, Any]] = {}
+
+    def _of_version(self, what: str, read: Callable[[], _T]) -> _T:
+        """``read()``, kept until the version moves (the version is read
+        first, so a write in between reads again next time rather than
+        being missed)."""
+        version = self.runtime.version()
+        known, value = self._kept.get(what, (-1, None))
+        if known != version:
+            value = read()
+            self._kept[what] = (version, value)
+        return value  # type: ignore[no-any-return]
 
     def ids(self) -> list[str]:
-        """Every id, in natural order (the version is read first, so a write
-        in between reads again next time rather than being missed)."""
-        version = self.runtime.version()
-        known, ids = self._ids
-        if known != version:
-            ids = sorted(self.runtime.ids(), key=natural_key)
-            self._ids = (version, ids)
-        return ids
+        """Every id, in natural order."""
+        return self._of_version("ids", lambda: sorted(self.runtime.ids(), key=natural_key))
 
     def read(self, ids: Sequence[str]) -> list[BoundSchedule]:
         """The stored schedules of these ids, in their order (one read)."""
@@ -218,27 +200,20 @@ class RuntimeIndex:
     def problems(self) -> list[Any]:
         """The stored definitions this version reads differently or not at
         all (``RuntimeSchedules.recheck``, as ``dramatiq-cron check``)."""
-        version = self.runtime.version()
-        known, problems = self._problems
-        if known != version:
-            problems = self.runtime.recheck()
-            self._problems = (version, problems)
-        return problems
+        return self._of_version("problems", self.runtime.recheck)
 
     def schedules(self) -> list[BoundSchedule]:
         """Every stored schedule (for the next-to-run view)."""
-        version = self.runtime.version()
-        known, schedules = self._schedules
-        if known != version:
-            schedules = []
-            cursor: str | None = None
-            while True:  # a page of them at a time
-                page = self.runtime.list(cursor=cursor, limit=RUNTIME_PAGE)
-                schedules += [r.schedule for r in page.items]
-                if (cursor := page.cursor) is None:
-                    break
-            self._schedules = (version, schedules)
-        return schedules
+        return self._of_version("schedules", self._every)
+
+    def _every(self) -> list[BoundSchedule]:
+        schedules: list[BoundSchedule] = []
+        cursor: str | None = None
+        while True:  # a page of them at a time
+            page = self.runtime.list(cursor=cursor, limit=RUNTIME_PAGE)
+            schedules += [r.schedule for r in page.items]
+            if (cursor := page.cursor) is None:
+                return schedules
 
 
 def matches(schedule: BoundSchedule, needle: str) -> bool:
@@ -264,7 +239,7 @@ def words(schedule: BoundSchedule) -> str:
 def schedules_view(
     cron: Cron,
     code: Sequence[BoundSchedule],
-    runtime: RuntimeIndex | None,
+    runtime: RuntimeIndex,
     filters: Filters,
 ) -> SchedulesView:
     """The schedules page: code schedules first (declaration order), then
@@ -288,7 +263,7 @@ def schedules_view(
     if filters.source in ("all", "code"):
         code_matches = [s for s in code if (not needle or matches(s, needle)) and state_ok(s.actor_name, s.id)]
     runtime_ids: list[str] = []
-    if runtime is not None and filters.source in ("all", "runtime"):
+    if filters.source in ("all", "runtime"):
         runtime_ids = [
             i for i in runtime.ids() if (not needle or needle in i.lower()) and state_ok(parse_id(i).actor, i)
         ]
@@ -296,7 +271,7 @@ def schedules_view(
     filters, pages, first = paged(filters, total)
     picked = code_matches[first : first + size]
     wanted = runtime_ids[max(0, first - len(code_matches)) : max(0, first + size - len(code_matches))]
-    if runtime is not None and wanted:
+    if wanted:
         picked += runtime.read(wanted)
     return SchedulesView(
         rows=rows_of(cron, picked, now_ms=now, pauses=paused),
@@ -304,7 +279,6 @@ def schedules_view(
         filters=filters,
         pages=pages,
         now_ms=now,
-        runtime_known=runtime is not None,
     )
 
 
@@ -338,9 +312,7 @@ def declared_view(code: Sequence[BoundSchedule], filters: Filters, *, now_ms: in
         Row(schedule=s, words=words(s), next_ms=upcoming(s, now_ms), last=None, paused_by=None)
         for s in found[first : first + filters.per_page]
     ]
-    return SchedulesView(
-        rows=rows, total=len(found), filters=filters, pages=pages, now_ms=now_ms, runtime_known=False, error=error
-    )
+    return SchedulesView(rows=rows, total=len(found), filters=filters, pages=pages, now_ms=now_ms, error=error)
 
 
 def paged(filters: Filters, total: int) -> tuple[Filters, int, int]:
@@ -369,14 +341,14 @@ class NextRun:
 
 
 def next_to_run(
-    cron: Cron, code: Sequence[BoundSchedule], runtime: RuntimeIndex | None, *, limit: int = NEXT_TO_RUN
+    cron: Cron, code: Sequence[BoundSchedule], runtime: RuntimeIndex, *, limit: int = NEXT_TO_RUN
 ) -> tuple[int, list[NextRun]]:
     """The ``limit`` schedules that fire soonest, declared and runtime
     together, soonest first (paused ones included and marked: pausing skips
     ticks, it does not move them); returns the server's now and the list."""
     now = cron.server_ms()
     pauses = cron.pauses()
-    every = [*code, *(runtime.schedules() if runtime is not None else [])]
+    every = [*code, *runtime.schedules()]
     soonest = heapq.nsmallest(
         limit, ((s.next_after(now), natural_key(s.id), s) for s in every), key=lambda t: (t[0], t[1])
     )
@@ -390,21 +362,13 @@ def next_to_run(
 
 
 @dataclasses.dataclass(frozen=True)
-class HistoryRow:
-    """One history entry with its lag worked out."""
-
-    entry: HistoryEntry
-    lag_ms: int | None
-
-
-@dataclasses.dataclass(frozen=True)
 class HistoryView:
     """A page of one schedule's history."""
 
     schedule_id: str
     schedule: BoundSchedule | None
     source: str | None
-    rows: list[HistoryRow]
+    rows: list[HistoryEntry]
     page: HistoryPage
     chart: str
     paused_by: Target | None
@@ -433,7 +397,7 @@ def history_view(
         schedule_id=schedule_id,
         schedule=schedule,
         source=source,
-        rows=[HistoryRow(entry=e, lag_ms=lag_ms(e)) for e in page.entries],
+        rows=page.entries,
         page=page,
         # The chart is of ticks: an operator's action (but a trigger, which
         # is a tick too) is listed, not drawn.

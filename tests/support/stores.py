@@ -18,13 +18,13 @@ from typing import Any
 import redis
 
 from dramatiq_cron_middleware import Schedule
-from dramatiq_cron_middleware.monitoring.read import read_runs
 from dramatiq_cron_middleware.monitoring.records import RunRecord, parse_run
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, bind_schedule
 from dramatiq_cron_middleware.store.abc import OperatorStore, RunStore, RuntimeDefinitions, Store
 from dramatiq_cron_middleware.store.clock import ServerClock
 from dramatiq_cron_middleware.store.connection import scheduler_clients
 from dramatiq_cron_middleware.store.durability import Durability
+from dramatiq_cron_middleware.store.health_reads import HealthReads
 from dramatiq_cron_middleware.store.in_memory import InMemoryStore, MemoryOperator, MemoryRuns, MemoryRuntimeSchedules
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.lease import Candidate, Lease
@@ -392,3 +392,10 @@ class RedisHarness(StoreHarness):
             client.close()
         if self._replica is not None:
             self._replica.close()
+
+
+def read_runs(client: redis.Redis, keys: Keys, schedule_id: str, *, limit: int = 100) -> list[RunRecord]:
+    """The newest ``limit`` runs of a schedule in Redis, newest first, read
+    with ``client`` (decoding responses) outside any service."""
+    runs = (parse_run(schedule_id, v) for v in HealthReads(client, keys).runs(schedule_id, limit=limit))
+    return [run for run in runs if run is not None]

@@ -17,6 +17,7 @@ from ...schedules.ids import format_id
 from ...schedules.schedule import BoundSchedule, Schedule, of_actor
 from ...store.connection import redact
 from ...store.runtime import RuntimeSchedule, split_id
+from ...store.runtime_definition import definition_of
 from ...targets import paused_by
 from ...times import iso, span, when
 from .app import App, Failure, emit, instant_option, json_option
@@ -266,27 +267,17 @@ def add(app: App, args: argparse.Namespace) -> int:
 
 
 def runtime_record(stored: RuntimeSchedule) -> dict[str, Any]:
-    """``add --json``: the stored definition."""
+    """``add --json``: the stored definition, its instants in ISO 8601 (a
+    one-shot's ``at`` only)."""
     s = stored.schedule
+    record = {"schedule": s.id, **definition_of(s), "source": s.source, "revision": stored.revision}
+    del record["v"]
+    for bound in ("start", "end", "at"):
+        shown = record[bound] is not None and (bound == "at" or s.at is None)
+        record[bound] = iso(record[bound], s.zone) if shown else None
     return {
-        "schedule": s.id,
-        "actor": s.actor_name,
-        "name": s.name,
-        "source": s.source,
-        "revision": stored.revision,
+        **record,
         "expression": s.expression,
-        "every": s.every,
-        "offset": s.offset,
-        "timezone": s.timezone,
-        "queue": s.queue_name,
-        "args": list(s.args),
-        **{name: getattr(s, name) for name in ("kwargs", "catch_up", "catch_up_window", "jitter", "max_age")},
-        **{name: getattr(s, name) for name in ("overlap", "overlap_ttl", "options")},
-        "start": None if s.start is None or s.at is not None else iso(s.start, s.zone),
-        "end": None if s.end is None or s.at is not None else iso(s.end, s.zone),
-        "at": None if s.at is None else iso(s.at, s.zone),
-        "description": s.description or None,
-        **{name: getattr(s, name) for name in ("grace", "max_runtime", "failure_threshold")},
         "created": iso(stored.created_ms),
         "updated": iso(stored.updated_ms),
         "next": None if stored.next_ms is None else iso(stored.next_ms, s.zone),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import functools
 import importlib
 import json
 import sys
@@ -18,14 +17,12 @@ import dramatiq
 
 from ...errors import CronConfigurationError
 from ...middleware import CronMiddleware, find_middleware
-from ...monitoring.read import runtime_of
 from ...schedules.ids import parse_id
 from ...schedules.instants import instant_ms
 from ...service import Cron
-from ...status import Status, read_status
-from ...store.connection import Connections, describe, redact
-from ...store.health_reads import HealthReads
-from ..control import AmbiguousTarget, Control, Target, UnknownTarget
+from ...status import Status
+from ...store.connection import Connections, redact
+from ...targets import AmbiguousTarget, Target, UnknownTarget
 from ..django_project import setup_from_environment
 
 #: Bad module, no CronMiddleware on the broker, unknown actor, bad arguments.
@@ -51,21 +48,13 @@ class App:
 
     @property
     def cron(self) -> Cron:
-        """The operator service (service.py)."""
-        return self.middleware.service
-
-    @functools.cached_property
-    def control(self) -> Control:
-        m = self.middleware
-        return Control(client=self.connections.operator(), keys=m.keys, history_length=m.history_length)
+        """The operator service (service.py) of the loaded broker (also
+        of an app that declares no actor)."""
+        return self.middleware.parts(self.broker).service()
 
     @property
     def where(self) -> str:
-        return describe(self.connections.operator())
-
-    @functools.cached_property
-    def health_reads(self) -> HealthReads:
-        return HealthReads(self.connections.operator(), self.middleware.keys)
+        return self.cron.where
 
     def zone_of(self, schedule_id: str) -> dt.tzinfo:
         found = None if source_of(schedule_id) == "actor" else self.cron.find(schedule_id)
@@ -102,10 +91,7 @@ class App:
         return actor_name in self.broker.actors
 
     def status(self) -> Status:
-        runtime = runtime_of(self.middleware)
-        return read_status(
-            self.control, self.health_reads, self.middleware, runtime=runtime, declares=self.declares, where=self.where
-        )
+        return self.cron.status(self.middleware, declares=self.declares)
 
 
 def load(spec: str, paths: Sequence[str]) -> App:

@@ -8,8 +8,8 @@ import argparse
 import dataclasses
 from typing import Any
 
+from ...backfill import DEFAULT_MAX_TICKS
 from ...service import CRONTAB_WATCH_MS
-from ..backfill import DEFAULT_MAX_TICKS
 
 WHEN = "(ISO 8601 with offset, or epoch ms)"
 
@@ -177,9 +177,19 @@ _COMMON = [
 _JSON = _one("--json", action="store_true", help="print JSON instead of a table")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but ``--name=--`` gives ``"--"`` (Python 3.11's argparse
+    drops a ``--`` value given with ``=`` and leaves ``[]``)."""
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        if arg_strings == ["--"] and action.option_strings and action.nargs is None and action.type is None:
+            return "--"
+        return super()._get_values(action, arg_strings)
+
+
 def parser() -> argparse.ArgumentParser:
     """The parser of ``dramatiq-cron``'s arguments."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dramatiq-cron",
         description="See and steer the cron schedules of a dramatiq app.",
         epilog="Exit status: 0 ok, 1 no live leader (status) or the old lock still renewed (migrate), 2 error, "

@@ -8,15 +8,15 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from ...monitoring.read import read_health, runtime_of
+from ...monitoring.read import read_health
 from ...monitoring.records import PROBLEMS
 from ...schedules.ids import parse_id
 from ...schedules.schedule import BoundSchedule
 from ...status import Problem, Status, pause_end, status_sets_json, upcoming
 from ...store.codes import Outcome
-from ...store.runtime import RuntimeSchedule
+from ...store.runtime import RuntimeSchedule, RuntimeSchedules
 from ...targets import UnknownTarget, paused_by
 from ...times import iso, span, when
 from .app import App, Failure, emit, row, source_of, table
@@ -30,7 +30,7 @@ _LIST_HEADERS = ["ACTOR", "NAME", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST 
 
 
 def list_schedules(app: App, args: argparse.Namespace) -> int:
-    now = app.control.server_ms()
+    now = app.cron.store.server_ms()
     last = app.cron.last_decisions()
     paused = app.cron.pauses()
     needle = None if args.search is None else args.search.lower()
@@ -44,7 +44,7 @@ def list_schedules(app: App, args: argparse.Namespace) -> int:
     out = _Listing(args, now_iso=iso(now))
 
     def add(schedules: Sequence[BoundSchedule], stored: Sequence[RuntimeSchedule | None]) -> None:
-        report = read_health(app.health_reads, schedules, now_ms=now, policy=app.middleware.health_policy)
+        report = read_health(app.cron.health_reads(), schedules, now_ms=now, policy=app.middleware.health_policy)
         health = {h.schedule_id: h.health for h in report.schedules}
         out.add(
             [_listed(app, s, r, now, last, paused, args.next, health) for s, r in zip(schedules, stored, strict=True)]
@@ -233,8 +233,8 @@ def _problem_lines(label: str, problem: Problem) -> list[str]:
 
 def check(app: App, args: argparse.Namespace) -> int:
     found = app.status()
-    runtime = runtime_of(app.middleware)
-    report = dataclasses.replace(found.health.report, stored=[] if runtime is None else runtime.recheck())
+    runtime = cast(RuntimeSchedules, app.cron.runtime)  # on Redis: the store's
+    report = dataclasses.replace(found.health.report, stored=runtime.recheck())
     rows = [
         [
             h.schedule_id,
@@ -303,8 +303,7 @@ def history(app: App, args: argparse.Namespace) -> int:
     records, rows = [], []
     for e in reversed(app.cron.history(limit=args.limit, match=match)):
         source, zone = source_of(e.schedule_id), app.zone_of(e.schedule_id)
-        delay_ms = int(e.detail) if e.outcome in (Outcome.FIRED, Outcome.CAUGHT_UP) and e.detail.isdigit() else None
-        delay = None if delay_ms is None else "+" + span(delay_ms)
+        delay = None if e.lag_ms is None else "+" + span(e.lag_ms)
         records.append(
             {
                 "at": iso(e.at_ms),
@@ -314,7 +313,7 @@ def history(app: App, args: argparse.Namespace) -> int:
                 "actor": parse_id(e.schedule_id).actor if source == "runtime" else e.actor_name,
                 "tick": iso(e.tick_ms, zone),
                 "tick_ms": e.tick_ms,
-                "delay_ms": delay_ms,
+                "delay_ms": e.lag_ms,
                 "delay": delay,
                 "epoch": e.epoch,
                 "detail": e.detail,
