@@ -221,6 +221,33 @@ def test_an_idle_leader_whose_blocking_wait_gets_no_reply_still_renews_in_time(
     assert thread.epoch == epoch, f"the leader lost its lease (epoch {epoch} -> {thread.epoch}); waits {waits}"
 
 
+def test_an_idle_leader_that_misses_a_notification_applies_the_change_after_its_next_renewal(
+    idle_leader: tuple[StubBroker, CronMiddleware],
+) -> None:
+    """Given an idle leader whose wait for runtime changes never reports
+    one (a notification lost with a connection, or a writer of an earlier
+    version that does not publish), when a schedule is added, then the
+    renewal's version counter shows the change and the leader applies it
+    (it used to wait for the next notification, or a takeover)."""
+    _, middleware = idle_leader
+    thread = middleware.leader
+    assert thread is not None
+    wait_for(lambda: thread.leading, timeout=30, what="leadership")
+
+    waits: list[int] = []
+
+    def deaf(key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
+        waits.append(bound_ms)
+        thread.stopping.wait(min(bound_ms, timeout_ms) / 1000)
+        return None
+
+    thread.firing.lease.wait_for_push = deaf  # type: ignore[method-assign]
+    # The real wait under way when it was replaced has ended: none reads now.
+    wait_for(lambda: waits, timeout=30, what="a deaf wait")
+    added = middleware.add("tenant_report", "0 9 * * *", name="acme")
+    wait_for(lambda: added.id in thread.queue.schedules, timeout=60, what="the add to take effect")
+
+
 def test_an_idle_leader_applies_an_add_and_a_remove_before_its_next_renewal(
     sleepy_leader: tuple[StubBroker, CronMiddleware], redis_server: RedisServer
 ) -> None:

@@ -215,6 +215,8 @@ class Firing:
         self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
         term.renewed(now, self.timing)
         self.schedule_sets.check(renewed.live)
+        if self.feed is not None:
+            self.feed.renewed(renewed.runtime_version)
 
     def _sync(self, term: Leadership) -> None:
         # Baselines are the server's now, unless its clock jumped ahead and

@@ -54,9 +54,12 @@ class Held:
 @dataclasses.dataclass(frozen=True)
 class Renewed:
     """The lease was extended; ``live`` holds ``(fingerprint, version)`` of
-    every candidate seen within two leases (this one included)."""
+    every candidate seen within two leases (this one included), and
+    ``runtime_version`` the runtime schedules' version counter (None: not
+    a counter)."""
 
     live: list[tuple[str, str]]
+    runtime_version: int | None = None
 
 
 def parse_schedule_set(value: str | bytes | None) -> dict[str, str] | None:
@@ -188,18 +191,19 @@ class Lease:
             return None
         result, acked = self._call(
             self._renew,
-            [self.keys.lease, self.keys.candidates, self.keys.candidate_info],
+            [self.keys.lease, self.keys.candidates, self.keys.candidate_info, self.keys.runtime_version],
             [self.token, self.ttl_ms, self.member, self.presence_id(), self._timing.candidate_live_ms],
         )
         if not result.ok:
             self.token = None
             return None
         self.durability.check(acked)
+        version, *infos = result.payload
         live = []
-        for info in result.payload:
-            fingerprint, _, version = str(info).partition("|")
-            live.append((fingerprint, version))
-        return Renewed(live=live)
+        for info in infos:
+            fingerprint, _, app_version = str(info).partition("|")
+            live.append((fingerprint, app_version))
+        return Renewed(live=live, runtime_version=int(version) if str(version).isdigit() else None)
 
     def release(self, client: redis.Redis | None = None) -> bool:
         """Give the lease up (compare-and-delete) and wake the followers;
