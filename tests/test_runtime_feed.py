@@ -204,3 +204,22 @@ def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServ
         assert stall.is_alive(), "the wait followed the stalled server"
     finally:
         stall.join()
+
+
+def test_a_change_published_while_the_leaders_subscription_was_down_counts_on_the_new_one(
+    redis_server: RedisServer,
+) -> None:
+    """Given a leader subscribed to runtime changes, when its connection is
+    killed and a schedule is added before it reconnects (the message went
+    to nobody), then its next wait subscribes again and reports a change:
+    the leader reads the version rather than miss the add."""
+    app = make_app(redis_server.url)
+    keys = app.store.keys
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=ServerClock())
+    assert lease.wait_for_push(keys.runtime_notify, 5000, bound_ms=5000) == keys.runtime_notify  # subscribed
+    assert lease.wait_for_push(keys.runtime_notify, 50, bound_ms=5000) is None
+    assert redis_server.client().client_kill_filter(_type="pubsub") == 1
+    app.cron.add("report", "0 9 * * *", name="while-down")
+    assert lease.wait_for_push(keys.runtime_notify, 5000, bound_ms=5000) == keys.runtime_notify
+    assert lease.wait_for_push(keys.runtime_notify, 50, bound_ms=5000) is None

@@ -359,16 +359,19 @@ class Lease:
         it.  The timeout is this process's clock, not the server's.
         """
         subscription = self._subscription
-        if subscription is None:
-            subscription = self._subscription = self._blocking.pubsub()
-            subscription.subscribe(key, self.keys.wake_one(self.candidate_id))
         try:
+            if subscription is None:
+                subscription = self._subscription = self._blocking.pubsub()  # type: ignore[no-untyped-call]
+                subscription.subscribe(key, self.keys.wake_one(self.candidate_id))
             message = subscription.get_message(timeout=max(min(timeout_ms, bound_ms), 0) / 1000)
             popped = None
             while message is not None:  # all that arrived, in one: a change (or a subscription) first
                 channel = str(message["channel"]) if message["type"] == "message" else key
                 popped = key if key in (popped, channel) else channel
                 message = subscription.get_message(timeout=0)
+        except redis.TimeoutError:  # a reply cut short: the next wait subscribes anew
+            self.unsubscribe()
+            return None
         except BaseException:
             self.unsubscribe()
             raise
