@@ -107,7 +107,7 @@ def idle_leader(redis_server: RedisServer) -> Iterator[tuple[StubBroker, CronMid
 
 @pytest.fixture
 def sleepy_leader(redis_server: RedisServer) -> Iterator[tuple[StubBroker, CronMiddleware]]:
-    """A leader with a 60 s lease (renewed every 20 s: longer than any stall
+    """A leader with a 60 s lease (renewed every 24 s: longer than any stall
     of a loaded machine) whose only schedule is due next New Year."""
     broker, middleware = new_year_app(redis_server.url, lock_ttl=60_000)
     middleware.start(broker)
