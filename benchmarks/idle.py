@@ -6,8 +6,8 @@ at the default lease, monitoring included), and its two followers'.
 A real ``dramatiq`` process leads 100 yearly schedules (nothing falls due)
 on its own redis-server, beside a second process with two followers;
 the commands each process sends are counted with MONITOR over the window
-(``benchmarks.ours.redis_cost``).  Prints one JSON object; nothing is
-asserted.
+(``benchmarks.ours.redis_cost``), the leader's by name too.  Prints one
+JSON object; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any, cast
 
 from benchmarks import measure, ours
 from tests.support.redis_server import RedisServer
@@ -33,16 +34,33 @@ def main() -> int:
             monitors.append(self)
 
     ours.Monitor = Counting  # type: ignore[misc]
+    seen: dict[str, Any] = {}  # the window's socket owners and the leader then
+
+    def owners(port: int) -> dict[int, int]:
+        seen["owners"] = measure.socket_owners(port)
+        return dict(seen["owners"])
+
+    def leader_pid(stage: ours.Stage) -> int | None:
+        seen["leader"] = leader_pid_of(stage)
+        return cast("int | None", seen["leader"])
+
+    leader_pid_of = ours._leader_pid
+    ours.socket_owners = owners
+    ours._leader_pid = leader_pid
     with RedisServer() as lease, RedisServer() as broker:
         stage = ours.Stage(lease, broker)
         result = ours.redis_cost(stage, ttl=args.ttl, shape="idle", schedules=100, seconds=args.seconds)
     by_name: dict[str, int] = {}
+    leader_by_name: dict[str, int] = {}
     for (client, name), n in monitors[0].counts.items():
         if client != "lua":  # a script's own commands are in its EVALSHA
             by_name[name] = by_name.get(name, 0) + n
+            if seen.get("owners", {}).get(int(client.rsplit(":", 1)[-1])) == seen.get("leader"):
+                leader_by_name[name] = leader_by_name.get(name, 0) + n
     result["all_processes_by_command_per_s"] = {
         name: round(n / monitors[0].elapsed, 3) for name, n in sorted(by_name.items())
     }
+    result["leader_commands_in_window"] = dict(sorted(leader_by_name.items()))
     print(json.dumps(result, indent=2))
     return 0
 

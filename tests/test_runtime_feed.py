@@ -102,10 +102,10 @@ def test_the_feed_reads_all_then_only_changes_and_again_after_a_wipe(
     assert queue.schedules[second.id] == second.schedule and queue.in_sync
     assert queue.last(second.id) == baseline
 
-    # An idle leader blocks on the notification list instead: the add left
-    # a notification (read: nothing new), then a wait times out (as good as
-    # a read), and a removal wakes it and is applied at once, the clock
-    # standing still.
+    # An idle leader waits on its subscription instead: the first wait
+    # subscribes, which counts as a change (read: nothing new), then a wait
+    # times out (as good as a read), and a removal wakes it and is applied
+    # at once, the clock standing still.
     feed.notified(lease.wait_for_push(feed.notify_key, 5000, bound_ms=6000))
     assert feed.pending
     feed.follow(lease.token, acquired.epoch)
@@ -177,10 +177,10 @@ def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(red
 
 
 def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServer) -> None:
-    """BLPOP times out on the server's clock, which may step back or stall:
-    given a Redis that stalls for five seconds, the leader's wait for
-    runtime changes still returns (as a timeout, not an error) at its own
-    bound, while the stall still goes on."""
+    """The wait times out on this process's clock, not the server's (which
+    may step back or stall): given a Redis that stalls for five seconds,
+    the leader's wait for runtime changes still returns (as a timeout, not
+    an error) at its own bound, while the stall still goes on."""
     keys = make_app(redis_server.url).store.keys
     client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
     lease = Lease(
@@ -191,7 +191,8 @@ def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServ
         clock=ServerClock(),
         candidate=Candidate("h", 1),
     )
-    assert lease.wait_for_push(keys.runtime_notify, 10, bound_ms=1000) is None  # connected, as a leader's is
+    # Subscribed, as a leader is (a new subscription counts as a change).
+    assert lease.wait_for_push(keys.runtime_notify, 5000, bound_ms=5000) == keys.runtime_notify
     stall = threading.Thread(
         target=lambda: redis_server.client(socket_timeout=None).execute_command("DEBUG", "SLEEP", "5")
     )
@@ -203,3 +204,22 @@ def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServ
         assert stall.is_alive(), "the wait followed the stalled server"
     finally:
         stall.join()
+
+
+def test_a_change_published_while_the_leaders_subscription_was_down_counts_on_the_new_one(
+    redis_server: RedisServer,
+) -> None:
+    """Given a leader subscribed to runtime changes, when its connection is
+    killed and a schedule is added before it reconnects (the message went
+    to nobody), then its next wait subscribes again and reports a change:
+    the leader reads the version rather than miss the add."""
+    app = make_app(redis_server.url)
+    keys = app.store.keys
+    client, blocking = scheduler_clients(redis_server.url, op_timeout_ms=2000, block_timeout_ms=2000)
+    lease = Lease(client=client, blocking_client=blocking, keys=keys, ttl_ms=30_000, clock=ServerClock())
+    assert lease.wait_for_push(keys.runtime_notify, 5000, bound_ms=5000) == keys.runtime_notify  # subscribed
+    assert lease.wait_for_push(keys.runtime_notify, 50, bound_ms=5000) is None
+    assert redis_server.client().client_kill_filter(_type="pubsub") == 1
+    app.cron.add("report", "0 9 * * *", name="while-down")
+    assert lease.wait_for_push(keys.runtime_notify, 5000, bound_ms=5000) == keys.runtime_notify
+    assert lease.wait_for_push(keys.runtime_notify, 50, bound_ms=5000) is None

@@ -52,9 +52,9 @@ BATCH_LIMIT = 1000
 #: naps: thread wake-ups come up to a millisecond late.
 WAKE_EARLY = 0.002
 
-#: An idle leader waits on Redis for runtime schedule changes (a blocking
-#: pop) until this long before it must wake, and the rest locally: Redis
-#: ends a blocking wait up to a server cron cycle late.
+#: An idle leader waits on Redis for runtime schedule changes (on its
+#: subscription, sending nothing) until this long before it must wake, and
+#: the rest locally, in short naps before a tick.
 BLOCK_MARGIN = 0.15
 
 _RECORDED = (ClaimResult.FIRE, ClaimResult.RECORDED, ClaimResult.SKIPPED, ClaimResult.PAUSED)
@@ -215,6 +215,8 @@ class Firing:
         self.observer.renewed(latency_ms=(self.monotonic() - now) * 1000)
         term.renewed(now, self.timing)
         self.schedule_sets.check(renewed.live)
+        if self.feed is not None:
+            self.feed.renewed(renewed.runtime_version)
 
     def _sync(self, term: Leadership) -> None:
         # Baselines are the server's now, unless its clock jumped ahead and
@@ -418,10 +420,11 @@ class Firing:
         pause = max(wake - now_mono, 0.0)
         if self.feed is not None and pause > 2 * BLOCK_MARGIN:
             # Idle: wait on Redis, where a runtime schedule change (or a
-            # stop) pushes, instead of polling for changes.  A reply later
-            # than the renewal is not awaited: on a starved machine Redis
-            # or this thread can be a second late, and awaiting it up to
-            # the firing deadline left no time to renew before it.
+            # stop) is published, instead of polling for changes: the
+            # renewal is an idle leader's only command.  Never past the
+            # renewal: on a starved machine this thread can be a second
+            # late, and waiting up to the firing deadline left no time to
+            # renew before it.
             popped = self.lease.wait_for_push(
                 self.feed.notify_key,
                 int((pause - BLOCK_MARGIN) * 1000),

@@ -108,6 +108,13 @@ class RuntimeFeed:
         elif popped is None:
             self.checked = self.clock.monotonic()
 
+    def renewed(self, version: int | None) -> None:
+        """A renewal read the store's ``version``: a change this leader was
+        not notified of (a lost notification, a writer of a version that
+        only pushed the list) is read at the next :meth:`follow`."""
+        if None not in (version, self.version) and version != self.version:
+            self.pending = True
+
     def forget(self) -> None:
         """Drop the runtime schedules from the queue (leadership lost or
         about to be taken anew): they are read again in full."""

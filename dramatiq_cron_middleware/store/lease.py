@@ -21,7 +21,6 @@ import redis
 
 from .clock import ServerClock
 from .codes import Corrupt, Reply, decode, load_script
-from .connection import pool_for
 from .durability import Ack, Durability, Unconfirmed
 from .keys import Keys
 from .timing import Timing
@@ -55,9 +54,12 @@ class Held:
 @dataclasses.dataclass(frozen=True)
 class Renewed:
     """The lease was extended; ``live`` holds ``(fingerprint, version)`` of
-    every candidate seen within two leases (this one included)."""
+    every candidate seen within two leases (this one included), and
+    ``runtime_version`` the runtime schedules' version counter (None: not
+    a counter)."""
 
     live: list[tuple[str, str]]
+    runtime_version: int | None = None
 
 
 def parse_schedule_set(value: str | bytes | None) -> dict[str, str] | None:
@@ -132,6 +134,8 @@ class Lease:
         self._release = load_script(client, "release")
         self._depose = load_script(client, "depose")
         self.presence_client = presence_client
+        #: The leader's subscription to runtime changes and its wake-ups.
+        self._subscription: redis.client.PubSub | None = None
 
     def acquire(self) -> Acquired | Held:
         """Try once to take the lease.
@@ -187,18 +191,19 @@ class Lease:
             return None
         result, acked = self._call(
             self._renew,
-            [self.keys.lease, self.keys.candidates, self.keys.candidate_info],
+            [self.keys.lease, self.keys.candidates, self.keys.candidate_info, self.keys.runtime_version],
             [self.token, self.ttl_ms, self.member, self.presence_id(), self._timing.candidate_live_ms],
         )
         if not result.ok:
             self.token = None
             return None
         self.durability.check(acked)
+        version, *infos = result.payload
         live = []
-        for info in result.payload:
-            fingerprint, _, version = str(info).partition("|")
-            live.append((fingerprint, version))
-        return Renewed(live=live)
+        for info in infos:
+            fingerprint, _, app_version = str(info).partition("|")
+            live.append((fingerprint, app_version))
+        return Renewed(live=live, runtime_version=int(version) if str(version).isdigit() else None)
 
     def release(self, client: redis.Redis | None = None) -> bool:
         """Give the lease up (compare-and-delete) and wake the followers;
@@ -207,6 +212,7 @@ class Lease:
         of its own)."""
         # A pending attempt's lost reply may have won the lease: release that too.
         token, self.token, self._attempt = self.release_token, None, None
+        self.unsubscribe()
         result = self._release(
             keys=[self.keys.lease, self.keys.wake, self.keys.candidates, self.keys.candidate_info],
             args=[token or "-", self.member, self.ttl_ms, self._timing.candidate_live_ms],
@@ -218,7 +224,8 @@ class Lease:
         """The shutdown path's commands, for a connection of its own: the
         release (as :meth:`release`, by the script's source, so no
         ``NOSCRIPT`` can interrupt it) and a push to this candidate's
-        wake-up list, which ends the leader thread's blocking wait.  Only
+        wake-up list and channel, which ends the leader thread's blocking
+        wait (following or leading).  Only
         reads attributes: called from a signal handler."""
         token = self.release_token or "-"
         wake = self.keys.wake_one(self.candidate_id)
@@ -228,11 +235,14 @@ class Lease:
             ("EVAL", self._release.script, len(keys), *keys, *args),
             ("RPUSH", wake, 1),
             ("PEXPIRE", wake, self.ttl_ms),
+            ("PUBLISH", wake, 1),
         ]
 
     def forget(self) -> None:
-        """Drop the local belief of leading, without touching Redis."""
+        """Drop the local belief of leading, without touching Redis (the
+        subscription's socket is closed)."""
         self.token = None
+        self.unsubscribe()
 
     @property
     def release_token(self) -> str | None:
@@ -337,41 +347,51 @@ class Lease:
         return popped is not None
 
     def wait_for_push(self, key: str, timeout_ms: int, *, bound_ms: int) -> str | None:
-        """Block until ``key`` or our own wake-up list is pushed, or
-        ``timeout_ms`` passes; the key popped from, or None on timeout.
-        (The leader waits so for runtime schedule changes and a stop.)
+        """Wait until ``key`` or our own wake-up channel is published, or
+        ``timeout_ms`` passes (at most ``bound_ms``); the channel, or None
+        on timeout.  (The leader waits so for runtime schedule changes and
+        a stop.)
 
-        BLPOP times out on the server's clock, which may step back: the
-        reply is awaited at most ``bound_ms`` by this process's clock (the
-        leader's firing deadline), on one pooled connection, never retried.
+        The leader stays subscribed while it leads: a wait sends nothing,
+        and a change published while it was busy is read at its next wait.
+        A new subscription (the first, or one redis-py made again after a
+        reconnection) counts as a change: one may have gone unseen before
+        it.  The timeout is this process's clock, not the server's.
         """
-        timeout = max(timeout_ms, 1) / 1000
-        pool = pool_for(self._blocking, key)
-        connection = pool.get_connection()
+        subscription = self._subscription
         try:
-            connection.send_command("BLPOP", key, self.keys.wake_one(self.candidate_id), timeout)
-            # (can_read, not read_response(timeout=...), which redis-py
-            # only has since 8.0.)
-            if not connection.can_read(timeout=max(bound_ms, timeout_ms) / 1000):
-                connection.disconnect()  # the bound passed first: see above
-                return None
-            popped = connection.read_response()
-        except redis.TimeoutError:
-            connection.disconnect()
+            if subscription is None:
+                subscription = self._subscription = self._blocking.pubsub()  # type: ignore[no-untyped-call]
+                subscription.subscribe(key, self.keys.wake_one(self.candidate_id))
+            message = subscription.get_message(timeout=max(min(timeout_ms, bound_ms), 0) / 1000)
+            popped = None
+            while message is not None:  # all that arrived, in one: a change (or a subscription) first
+                channel = str(message["channel"]) if message["type"] == "message" else key
+                popped = key if key in (popped, channel) else channel
+                message = subscription.get_message(timeout=0)
+        except redis.TimeoutError:  # a reply cut short: the next wait subscribes anew
+            self.unsubscribe()
             return None
         except BaseException:
-            connection.disconnect()
+            self.unsubscribe()
             raise
-        finally:
-            pool.release(connection)
-        return None if popped is None else str(popped[0])
+        return popped
+
+    def unsubscribe(self) -> None:
+        """Close the leader's subscription (a step-down, a release, a fault
+        on it); the next wait subscribes again."""
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            subscription.close()
 
     def wake_self(self) -> None:
-        """Interrupt our own ``wait_for_release`` (used at shutdown)."""
+        """Interrupt our own ``wait_for_release`` or ``wait_for_push``
+        (used at shutdown)."""
         key = self.keys.wake_one(self.candidate_id)
         pipe = self._client.pipeline(transaction=False)
         pipe.rpush(key, 1)
         pipe.pexpire(key, self.ttl_ms)
+        pipe.publish(key, 1)  # a leader's wait
         pipe.execute()
 
     def _call(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Reply, Ack]:

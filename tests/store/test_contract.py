@@ -678,6 +678,21 @@ def test_a_runtime_write_or_removal_wakes_a_leader_waiting_for_changes(harness: 
     assert popped is not None and popped != notify
 
 
+def test_a_renewal_reports_the_runtime_schedules_version(harness: StoreHarness) -> None:
+    """The renewal carries the runtime version counter, so an idle leader
+    whose notification went missing (a writer of a version that did not
+    publish, a reconnection) learns of the change within a renewal
+    interval, at no round trip of its own."""
+    a = harness.candidate("a")
+    lead(a)
+    renewed = a.lease.renew()
+    assert renewed is not None and renewed.runtime_version == 0
+    harness.add_runtime("job", "* * * * *", name="r")
+    assert harness.remove_runtime("job", "r")
+    renewed = a.lease.renew()
+    assert renewed is not None and renewed.runtime_version == 2
+
+
 # -- durable writes (replicas) --------------------------------------------------
 
 

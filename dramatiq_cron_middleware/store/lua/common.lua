@@ -65,13 +65,16 @@ local function runtime_keys_refusal()
   return nil
 end
 
--- Wake the leader after a runtime write: one notification (the version
--- counter KEYS[3]) in the list LIST it blocks on (see runtime_feed.py);
--- the list is only ever written here.
+-- Wake the leader after a runtime write: the version counter KEYS[3]
+-- published on the channel LIST it is subscribed to (see lease.py), and
+-- one notification in the list LIST, which earlier leaders blocked on
+-- (a rolling deploy); the list is only ever written here.
 local function notify_runtime(list)
+  local version = redis.call('GET', KEYS[3]) or '0'
   redis.call('DEL', list)
-  redis.call('RPUSH', list, redis.call('GET', KEYS[3]) or '0')
+  redis.call('RPUSH', list, version)
   redis.call('PEXPIRE', list, 600000)
+  redis.call('PUBLISH', list, version)
 end
 
 -- Store a run record (run monitoring): JSON under TICK in the runs hash

@@ -126,7 +126,7 @@ class MemoryLease:
             ):
                 fingerprint, _, version = s.candidate_info.get(member, "").partition("|")
                 live.append((fingerprint, version))
-            return now, Renewed(live=live)
+            return now, Renewed(live=live, runtime_version=s.runtime_version)
 
         renewed = self._observe("renew", run)
         assert renewed is None or isinstance(renewed, Renewed)
