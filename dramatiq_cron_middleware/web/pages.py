@@ -50,8 +50,6 @@ __all__ = [
     "schedules_view",
 ]
 
-#: Runtime schedules listed a round trip (for the next-to-run view).
-RUNTIME_PAGE = 10_000
 #: How many next fire times a schedule row shows.
 NEXT_RUNS = 3
 #: Page sizes a visitor may ask for; the first is the default.
@@ -168,8 +166,9 @@ class BrowsableRuntime(RuntimeCatalogue, Protocol):
     def get_many(self, schedule_ids: Sequence[str]) -> list[Any]:
         """The stored schedules of these ids, in their order."""
 
-    def recheck(self) -> list[Any]:
-        """The stored definitions read differently now, or not at all."""
+    def survey(self) -> tuple[list[Any], list[Any]]:
+        """Every stored schedule that reads, and the stored definitions
+        read differently now or not at all."""
 
 
 def natural_key(text: str) -> tuple[list[Any], str]:
@@ -198,8 +197,7 @@ class RuntimeIndex:
     def __init__(self, runtime: BrowsableRuntime) -> None:
         self.runtime = runtime
         self._ids: tuple[int, list[str]] = (-1, [])
-        self._schedules: tuple[int, list[BoundSchedule]] = (-1, [])
-        self._problems: tuple[int, list[Any]] = (-1, [])
+        self._surveyed: tuple[int, tuple[list[BoundSchedule], list[Any]]] = (-1, ([], []))
 
     def ids(self) -> list[str]:
         """Every id, in natural order (the version is read first, so a write
@@ -218,27 +216,20 @@ class RuntimeIndex:
     def problems(self) -> list[Any]:
         """The stored definitions this version reads differently or not at
         all (``RuntimeSchedules.recheck``, as ``dramatiq-cron check``)."""
-        version = self.runtime.version()
-        known, problems = self._problems
-        if known != version:
-            problems = self.runtime.recheck()
-            self._problems = (version, problems)
-        return problems
+        return self._survey()[1]
 
     def schedules(self) -> list[BoundSchedule]:
         """Every stored schedule (for the next-to-run view)."""
+        return self._survey()[0]
+
+    def _survey(self) -> tuple[list[BoundSchedule], list[Any]]:
+        """Both of the above, from one read of every definition."""
         version = self.runtime.version()
-        known, schedules = self._schedules
+        known, survey = self._surveyed
         if known != version:
-            schedules = []
-            cursor: str | None = None
-            while True:  # a page of them at a time
-                page = self.runtime.list(cursor=cursor, limit=RUNTIME_PAGE)
-                schedules += [r.schedule for r in page.items]
-                if (cursor := page.cursor) is None:
-                    break
-            self._schedules = (version, schedules)
-        return schedules
+            survey = self.runtime.survey()
+            self._surveyed = (version, survey)
+        return survey
 
 
 def matches(schedule: BoundSchedule, needle: str) -> bool:

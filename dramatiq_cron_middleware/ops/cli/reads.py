@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ...monitoring.read import read_health, runtime_of
+from ...monitoring.read import read_health
 from ...monitoring.records import PROBLEMS
 from ...schedules.ids import parse_id
 from ...schedules.schedule import BoundSchedule
@@ -31,7 +30,6 @@ _LIST_HEADERS = ["ACTOR", "NAME", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST 
 
 def list_schedules(app: App, args: argparse.Namespace) -> int:
     now = app.control.server_ms()
-    last = app.cron.last_decisions()
     paused = app.cron.pauses()
     needle = None if args.search is None else args.search.lower()
     declared = [
@@ -46,6 +44,7 @@ def list_schedules(app: App, args: argparse.Namespace) -> int:
     def add(schedules: Sequence[BoundSchedule], stored: Sequence[RuntimeSchedule | None]) -> None:
         report = read_health(app.health_reads, schedules, now_ms=now, policy=app.middleware.health_policy)
         health = {h.schedule_id: h.health for h in report.schedules}
+        last = app.cron.decisions([s.id for s in schedules])
         out.add(
             [_listed(app, s, r, now, last, paused, args.next, health) for s, r in zip(schedules, stored, strict=True)]
         )
@@ -233,8 +232,7 @@ def _problem_lines(label: str, problem: Problem) -> list[str]:
 
 def check(app: App, args: argparse.Namespace) -> int:
     found = app.status()
-    runtime = runtime_of(app.middleware)
-    report = dataclasses.replace(found.health.report, stored=[] if runtime is None else runtime.recheck())
+    report = found.health.report
     rows = [
         [
             h.schedule_id,
