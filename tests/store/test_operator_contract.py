@@ -196,3 +196,15 @@ def test_runtime_definitions_are_written_whole_updated_in_part_and_removed(harne
     assert store.count_by_actor() == {"job": 4, "other": 1}
     assert store.remove("job", "r") and not store.remove("job", "r")
     assert store.get("job", "r") is None
+
+
+def test_a_survey_reads_every_stored_schedule_once_in_id_order(harness: StoreHarness) -> None:
+    store = harness.definitions()
+    assert store.survey() == ([], [])
+    store.add_many([("job", "0 9 * * *", n) for n in ("b", "a", "c")] + [("other", "H * * * *", "z")])
+    store.remove("job", "c")
+    schedules, problems = store.survey()
+    listed = [r.schedule for r in store.list(limit=10).items]
+    assert [s.id for s in schedules] == ["job:a", "job:b", "other:z"] and problems == []
+    assert schedules == listed  # bound as the listing binds them
+    assert store.recheck() == []
