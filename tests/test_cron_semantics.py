@@ -199,3 +199,5 @@ def test_an_h_day_that_never_comes_is_refused_for_the_names_that_pick_it(express
         bind(Schedule(expression, name=bad))
     assert "actor 'report'" in str(caught.value) and said in str(caught.value), caught.value
     assert next_runs(bind(Schedule(expression, name=good)))[0].month == 2
+    with pytest.raises(CronScheduleError, match=said):  # after a name whose H value fires, too
+        bind(Schedule(expression, name=bad))

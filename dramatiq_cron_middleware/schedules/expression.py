@@ -228,9 +228,19 @@ def check_fires(where: str, text: str, has_seconds: bool, hash_id: str) -> None:
     try:
         # Through the parse cache: declaring 10,000 schedules that share a
         # few expressions parses each expression once.
-        it = copy.copy(parsed(text, has_seconds, hash_id, either))
-        it.set_current(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), force=True)
-        it.get_next(float)
+        it = parsed(text, has_seconds, hash_id, either)
+        # The walk depends on the values H picked, not on the id: the many
+        # ids whose H picks the same values (runtime schedules read back in
+        # bulk) share one walk.
+        found = (it.expanded, it.nth_weekday_of_month, getattr(it, "nearest_weekday", None))
+        picked = (text, has_seconds, either, repr(found))
+        if picked not in _FIRES:
+            it = copy.copy(it)
+            it.set_current(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), force=True)
+            it.get_next(float)
+            if len(_FIRES) >= 100_000:
+                _FIRES.clear()
+            _FIRES.add(picked)
     except CroniterBadDateError:
         hashed = f" (with the value H picks for {hash_id!r})" if hash_id and "/" in hash_id else ""
         raise CronScheduleError(
@@ -240,6 +250,8 @@ def check_fires(where: str, text: str, has_seconds: bool, hash_id: str) -> None:
         raise CronScheduleError(f"{where}: {exc}") from None
 
 
+# Expressions (their H values picked) known to fire.
+_FIRES: set[tuple[object, ...]] = set()
 _RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
 _BLANKS = re.compile(r"[ \t\n\r\f\v]+")
 
