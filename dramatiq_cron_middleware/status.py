@@ -25,6 +25,7 @@ from .monitoring.health import Policy
 from .monitoring.read import CheckReport, HealthApp, every_schedule, read_health
 from .monitoring.records import HEALTH_STATES, PROBLEMS, ScheduleHealth
 from .schedules.schedule import NEVER, BoundSchedule
+from .store.collector import collector_paused
 from .store.health_reads import HealthReads
 from .store.runtime_definition import StoredProblem
 from .store.timing import Timing
@@ -176,7 +177,8 @@ def read_every_health(
             kept[schedule.id] = schedule
             yield schedule
 
-    report = read_health(reads, keeping(), now_ms=now_ms, policy=policy, stored=stored)
+    with collector_paused():  # (many objects, no cyclic garbage)
+        report = read_health(reads, keeping(), now_ms=now_ms, policy=policy, stored=stored)
     return Health(report=report, schedules=kept)
 
 

@@ -11,16 +11,8 @@ from dramatiq.logging import get_logger
 from ...errors import CronScheduleError
 from ...schedules.schedule import DEFAULT_CATCH_UP_WINDOW, BoundSchedule, CatchUp
 from ..codes import Outcome
-from ..runtime import RuntimeSchedules
-from ..runtime_definition import (
-    ActorInfo,
-    RuntimePage,
-    RuntimeSchedule,
-    StoredProblem,
-    already_exists,
-    check_listing,
-    schedule_id_of,
-)
+from ..runtime import RuntimeSchedules, StoredProblem
+from ..runtime_definition import ActorInfo, RuntimePage, RuntimeSchedule, already_exists, check_listing, schedule_id_of
 from .server import MemoryServer, parse_entry
 
 __all__ = ["MemoryRuntime", "MemoryRuntimeSchedules"]
