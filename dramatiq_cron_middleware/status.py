@@ -25,7 +25,9 @@ from .monitoring.health import Policy
 from .monitoring.read import CheckReport, HealthApp, every_schedule, read_health
 from .monitoring.records import HEALTH_STATES, PROBLEMS, ScheduleHealth
 from .schedules.schedule import NEVER, BoundSchedule
+from .store.collector import collector_paused
 from .store.health_reads import HealthReads
+from .store.runtime_definition import StoredProblem
 from .store.timing import Timing
 from .targets import paused_by
 from .times import iso, span
@@ -159,9 +161,15 @@ def pause_end(schedule: BoundSchedule, pauses: Mapping[str, int | None]) -> int 
 
 
 def read_every_health(
-    reads: HealthReads, schedules: Iterable[BoundSchedule], *, now_ms: int, policy: Callable[[BoundSchedule], Policy]
+    reads: HealthReads,
+    schedules: Iterable[BoundSchedule],
+    *,
+    now_ms: int,
+    policy: Callable[[BoundSchedule], Policy],
+    stored: Sequence[StoredProblem] = (),
 ) -> Health:
-    """The health of every one of ``schedules`` (see ``monitoring.read``)."""
+    """The health of every one of ``schedules`` (see ``monitoring.read``),
+    ``stored`` the report's stored problems."""
     kept: dict[str, BoundSchedule] = {}
 
     def keeping() -> Iterable[BoundSchedule]:
@@ -169,7 +177,9 @@ def read_every_health(
             kept[schedule.id] = schedule
             yield schedule
 
-    return Health(report=read_health(reads, keeping(), now_ms=now_ms, policy=policy), schedules=kept)
+    with collector_paused():  # (many objects, no cyclic garbage)
+        report = read_health(reads, keeping(), now_ms=now_ms, policy=policy, stored=stored)
+    return Health(report=report, schedules=kept)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,9 +328,8 @@ def read_status(
     sets = _schedule_sets(reads, live, leader)
     declared = cron.all_schedules()
     if health is None:
-        health = read_every_health(
-            health_reads, every_schedule(declared, runtime), now_ms=now, policy=cron.health_policy
-        )
+        schedules, stored = every_schedule(declared, runtime)
+        health = read_every_health(health_reads, schedules, now_ms=now, policy=cron.health_policy, stored=stored)
     by_actor = collections.Counter(s.actor_name for s in health.runtime())
     status = Status(
         where=where,

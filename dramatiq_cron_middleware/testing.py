@@ -321,7 +321,7 @@ class CronSimulator:
         recorded so far."""
         self._decide()
         out = {}
-        for schedule in every_schedule(self.middleware.all_schedules(), self.runtime):
+        for schedule in every_schedule(self.middleware.all_schedules(), self.runtime)[0]:
             out[schedule.id], _ = decide_check(
                 schedule,
                 Facts.loads(self.server.health.get(schedule.id)),

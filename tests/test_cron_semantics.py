@@ -15,6 +15,7 @@ import datetime as dt
 from importlib import metadata
 
 import pytest
+from croniter import croniter
 from cronsim import CronSim
 
 from dramatiq_cron_middleware import CronScheduleError, Schedule
@@ -199,3 +200,16 @@ def test_an_h_day_that_never_comes_is_refused_for_the_names_that_pick_it(express
         bind(Schedule(expression, name=bad))
     assert "actor 'report'" in str(caught.value) and said in str(caught.value), caught.value
     assert next_runs(bind(Schedule(expression, name=good)))[0].month == 2
+    with pytest.raises(CronScheduleError, match=said):  # after a name whose H value fires, too
+        bind(Schedule(expression, name=bad))
+
+
+def test_h_schedules_share_walks_only_with_the_ids_that_pick_the_same_values() -> None:
+    """Walks are shared by the values H picks, not by the expression: each
+    id still gets its own ticks, as croniter gives them for that id."""
+    start = int(dt.datetime(2026, 3, 1, 12, 0, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    schedules = [bind(Schedule("H H * * *", name=f"tenant-{n}")) for n in range(300)]
+    assert len({s.next_after(start) for s in schedules}) > 100  # picked apart, not one shared walk
+    for s in schedules:  # asked after the others: a wrongly shared walk would answer for another id
+        oracle = croniter("H H * * *", start / 1000, hash_id=f"report/{s.name}".encode()).get_next(float)
+        assert s.next_after(start) == oracle * 1000 and s.next_after(start + 86_400_000) == oracle * 1000 + 86_400_000

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from dramatiq import Broker
@@ -34,8 +34,6 @@ __all__ = ["CheckReport", "HealthApp", "check_report", "decide_check", "every_sc
 
 #: Schedules whose health is read per round trip.
 CHUNK = 1000
-#: Runtime schedules listed per page while reading every schedule.
-RUNTIME_PAGE = 10_000
 
 PolicyOf = Callable[[BoundSchedule], Policy]
 
@@ -107,17 +105,13 @@ def runtime_of(cron: HealthApp) -> Any:
         return None
 
 
-def every_schedule(declared: Iterable[BoundSchedule], runtime: Any) -> Iterator[BoundSchedule]:
-    """The declared schedules, then every runtime one, listed a page at a
-    time (``runtime`` None: none)."""
-    yield from declared
-    cursor: str | None = None
-    while runtime is not None:
-        page = runtime.list(cursor=cursor, limit=RUNTIME_PAGE)
-        yield from (r.schedule for r in page.items)
-        cursor = page.cursor
-        if cursor is None:
-            return
+def every_schedule(declared: Iterable[BoundSchedule], runtime: Any) -> tuple[list[BoundSchedule], list[StoredProblem]]:
+    """The declared schedules, then every runtime one in id order, and the
+    stored runtime definitions read differently now or not at all: one read
+    of every definition, each bound once (``RuntimeSchedules.survey``;
+    ``runtime`` None: none)."""
+    schedules, stored = ([], []) if runtime is None else runtime.survey()
+    return [*declared, *schedules], stored
 
 
 def check_report(cron: HealthApp, broker: Broker) -> CheckReport:
@@ -129,18 +123,21 @@ def check_report(cron: HealthApp, broker: Broker) -> CheckReport:
     """
     reads = HealthReads(cron.connections(broker).operator(), cron.keys)
     now = reads.server_ms()  # first: an unreachable Redis fails here
-    runtime = runtime_of(cron)
-    schedules = every_schedule(cron.all_schedules(), runtime)
-    report = read_health(reads, schedules, now_ms=now, policy=cron.health_policy)
-    return dataclasses.replace(report, stored=[] if runtime is None else runtime.recheck())
+    schedules, stored = every_schedule(cron.all_schedules(), runtime_of(cron))
+    return read_health(reads, schedules, now_ms=now, policy=cron.health_policy, stored=stored)
 
 
 def read_health(
-    reads: HealthReads, schedules: Iterable[BoundSchedule], *, now_ms: int, policy: PolicyOf
+    reads: HealthReads,
+    schedules: Iterable[BoundSchedule],
+    *,
+    now_ms: int,
+    policy: PolicyOf,
+    stored: Sequence[StoredProblem] = (),
 ) -> CheckReport:
     """The health of ``schedules`` at ``now_ms``, read :data:`CHUNK` at a
     time however many there are; ``policy(schedule)`` gives each one's
-    :class:`Policy`."""
+    :class:`Policy`; ``stored``: the report's stored problems."""
     out: list[ScheduleHealth] = []
     paused = reads.pauses(now_ms)
     it = iter(schedules)
@@ -161,7 +158,7 @@ def read_health(
                     registered=entry is not None,
                 )
             )
-    return CheckReport(schedules=out, now_ms=now_ms)
+    return CheckReport(schedules=out, now_ms=now_ms, stored=list(stored))
 
 
 def decide_check(

@@ -40,7 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from ..errors import CronScheduleError, shown
-from .expression import cron_shape, parsed
+from .expression import cron_shape, parsed, picked
 from .instants import NEVER, UTC
 
 __all__ = ["MIN_EVERY", "Cadence", "cadence", "parse_timezone"]
@@ -196,7 +196,8 @@ class Cadence:
         share their walks."""
         cached = self._key
         if cached is None:
-            cached = (self.expression, self.has_seconds, self.day_or, self.timezone, self.fixed_time, self.hash_id)
+            hashed = picked(self.expression, self.has_seconds, self.hash_id, self.day_or)
+            cached = (self.expression, self.has_seconds, self.day_or, self.timezone, self.fixed_time, hashed)
             if not self.hash_id:  # one tuple for the thousands of schedules sharing it
                 if len(_NEXT_TICKS_KEYS) >= _NEXT_TICKS_LIMIT:
                     _NEXT_TICKS_KEYS.clear()  # as _NEXT_TICKS: never grow without bound

@@ -47,6 +47,7 @@ __all__ = [
     "day_or",
     "normalise",
     "parsed",
+    "picked",
     "uses_hash",
 ]
 
@@ -228,9 +229,15 @@ def check_fires(where: str, text: str, has_seconds: bool, hash_id: str) -> None:
     try:
         # Through the parse cache: declaring 10,000 schedules that share a
         # few expressions parses each expression once.
-        it = copy.copy(parsed(text, has_seconds, hash_id, either))
-        it.set_current(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), force=True)
-        it.get_next(float)
+        # (The many ids whose H picks the same values share one walk.)
+        key = (text, has_seconds, either, picked(text, has_seconds, hash_id, either))
+        if key not in _FIRES:
+            it = copy.copy(parsed(text, has_seconds, hash_id, either))
+            it.set_current(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), force=True)
+            it.get_next(float)
+            if len(_FIRES) >= 100_000:
+                _FIRES.clear()
+            _FIRES.add(key)
     except CroniterBadDateError:
         hashed = f" (with the value H picks for {hash_id!r})" if hash_id and "/" in hash_id else ""
         raise CronScheduleError(
@@ -240,6 +247,8 @@ def check_fires(where: str, text: str, has_seconds: bool, hash_id: str) -> None:
         raise CronScheduleError(f"{where}: {exc}") from None
 
 
+# Expressions (their H values picked) known to fire.
+_FIRES: set[tuple[object, ...]] = set()
 _RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
 _BLANKS = re.compile(r"[ \t\n\r\f\v]+")
 
@@ -327,6 +336,16 @@ def _hashed(expression: str) -> bool:
     schedule's identity, so thousands of schedules sharing an expression
     share one parse."""
     return any(field[:1] in ("H", "h") for field in expression.split(" "))
+
+
+def picked(expression: str, has_seconds: bool, hash_id: str, day_or: bool) -> str:
+    """The values the H fields of ``expression`` pick for ``hash_id`` ("" for
+    none): what its ticks depend on instead of the id, so the ids picking
+    the same values share their walks."""
+    if not hash_id:
+        return ""
+    it = parsed(expression, has_seconds, hash_id, day_or)
+    return repr((it.expanded, it.nth_weekday_of_month, getattr(it, "nearest_weekday", None)))
 
 
 @functools.lru_cache(maxsize=100_000)

@@ -308,14 +308,24 @@ class RuntimeReader:
         Raises:
           CronUnavailableError: Redis did not answer.
         """
-        problems: builtins.list[StoredProblem] = []
-        with redis_errors(self.client, "check the runtime schedules"):
+        return self.survey()[1]
+
+    def survey(self) -> tuple[builtins.list[BoundSchedule], builtins.list[StoredProblem]]:
+        """Every stored schedule that can be read, and :meth:`recheck`'s
+        problems, both in id order, from one read of every definition (each
+        bound once): what the operators' reads of every schedule's health
+        take.  Nothing is logged.
+
+        Raises:
+          CronUnavailableError: Redis did not answer.
+        """
+        found: dict[str, tuple[BoundSchedule | None, StoredProblem | None]] = {}
+        with redis_errors(self.client, "check the runtime schedules"), collector_paused():
             for page in read_ahead(self._scan()):
-                for schedule_id, text in page.items():
-                    problem = self._recheck(schedule_id, text)[1]
-                    if problem is not None:
-                        problems.append(problem)
-        return sorted(problems, key=lambda p: p.schedule_id)
+                for schedule_id, text in page.items():  # (HSCAN may return an id twice)
+                    found[schedule_id] = self._recheck(schedule_id, text)
+        read = [found[i] for i in sorted(found)]
+        return [b for b, _ in read if b is not None], [p for _, p in read if p is not None]
 
     def _recheck(self, schedule_id: str, text: str) -> tuple[BoundSchedule | None, StoredProblem | None]:
         """A stored definition as a schedule (None when it cannot be read),

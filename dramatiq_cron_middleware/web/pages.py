@@ -48,8 +48,6 @@ __all__ = [
     "schedules_view",
 ]
 
-#: Runtime schedules listed a round trip (for the next-to-run view).
-RUNTIME_PAGE = 10_000
 #: Page sizes a visitor may ask for; the first is the default.
 PAGE_SIZES = (50, 20, 100, 200)
 #: Entries per page of a schedule's history.
@@ -200,20 +198,11 @@ class RuntimeIndex:
     def problems(self) -> list[Any]:
         """The stored definitions this version reads differently or not at
         all (``RuntimeSchedules.recheck``, as ``dramatiq-cron check``)."""
-        return self._of_version("problems", self.runtime.recheck)
+        return self._of_version("survey", self.runtime.survey)[1]
 
     def schedules(self) -> list[BoundSchedule]:
         """Every stored schedule (for the next-to-run view)."""
-        return self._of_version("schedules", self._every)
-
-    def _every(self) -> list[BoundSchedule]:
-        schedules: list[BoundSchedule] = []
-        cursor: str | None = None
-        while True:  # a page of them at a time
-            page = self.runtime.list(cursor=cursor, limit=RUNTIME_PAGE)
-            schedules += [r.schedule for r in page.items]
-            if (cursor := page.cursor) is None:
-                return schedules
+        return self._of_version("survey", self.runtime.survey)[0]
 
 
 def matches(schedule: BoundSchedule, needle: str) -> bool:

@@ -215,7 +215,7 @@ def test_another_schedulers_lock_is_read_and_deleted_only_by_its_holders_token(h
     assert store.foreign_lock(key) == ForeignLock(None, -2)
     plant("t1", 10_000)
     found = store.foreign_lock(key, delete_if="other")
-    assert (found.holder, found.deleted) == ("t1", False) and 9_000 < found.pttl_ms <= 10_000
+    assert (found.holder, found.deleted) == ("t1", False) and 0 < found.pttl_ms <= 10_000
     assert store.foreign_lock(key, delete_if="t1").deleted
     assert store.foreign_lock(key) == ForeignLock(None, -2)
     plant("t2", None)
@@ -223,3 +223,15 @@ def test_another_schedulers_lock_is_read_and_deleted_only_by_its_holders_token(h
     plant("t3", 50)
     harness.pass_time(100)
     assert store.foreign_lock(key, delete_if="t3") == ForeignLock(None, -2)
+
+
+def test_a_survey_reads_every_stored_schedule_once_in_id_order(harness: StoreHarness) -> None:
+    store = harness.definitions()
+    assert store.survey() == ([], [])
+    store.add_many([("job", "0 9 * * *", n) for n in ("b", "a", "c")] + [("other", "H * * * *", "z")])
+    store.remove("job", "c")
+    schedules, problems = store.survey()
+    listed = [r.schedule for r in store.list(limit=10).items]
+    assert [s.id for s in schedules] == ["job:a", "job:b", "other:z"] and problems == []
+    assert schedules == listed  # bound as the listing binds them
+    assert store.recheck() == []

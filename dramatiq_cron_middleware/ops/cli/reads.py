@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from ...monitoring.read import read_health
 from ...monitoring.records import PROBLEMS
@@ -16,7 +15,7 @@ from ...schedules.ids import parse_id
 from ...schedules.schedule import BoundSchedule
 from ...status import Problem, Status, pause_end, status_sets_json, upcoming
 from ...store.codes import Outcome
-from ...store.runtime import RuntimeSchedule, RuntimeSchedules
+from ...store.runtime import RuntimeSchedule
 from ...targets import UnknownTarget, paused_by
 from ...times import iso, span, when
 from .app import App, Failure, emit, row, source_of, table
@@ -31,7 +30,6 @@ _LIST_HEADERS = ["ACTOR", "NAME", "SOURCE", "EXPRESSION", "ZONE", "NEXT", "LAST 
 
 def list_schedules(app: App, args: argparse.Namespace) -> int:
     now = app.cron.store.server_ms()
-    last = app.cron.last_decisions()
     paused = app.cron.pauses()
     needle = None if args.search is None else args.search.lower()
     declared = [
@@ -46,6 +44,7 @@ def list_schedules(app: App, args: argparse.Namespace) -> int:
     def add(schedules: Sequence[BoundSchedule], stored: Sequence[RuntimeSchedule | None]) -> None:
         report = read_health(app.cron.health_reads(), schedules, now_ms=now, policy=app.middleware.health_policy)
         health = {h.schedule_id: h.health for h in report.schedules}
+        last = app.cron.decisions([s.id for s in schedules])
         out.add(
             [_listed(app, s, r, now, last, paused, args.next, health) for s, r in zip(schedules, stored, strict=True)]
         )
@@ -233,8 +232,7 @@ def _problem_lines(label: str, problem: Problem) -> list[str]:
 
 def check(app: App, args: argparse.Namespace) -> int:
     found = app.status()
-    runtime = cast(RuntimeSchedules, app.cron.runtime)  # on Redis: the store's
-    report = dataclasses.replace(found.health.report, stored=runtime.recheck())
+    report = found.health.report
     rows = [
         [
             h.schedule_id,

@@ -11,7 +11,7 @@ from dramatiq.logging import get_logger
 from ...errors import CronScheduleError
 from ...schedules.schedule import DEFAULT_CATCH_UP_WINDOW, BoundSchedule, CatchUp
 from ..codes import Outcome
-from ..runtime import RuntimeSchedules
+from ..runtime import RuntimeSchedules, StoredProblem
 from ..runtime_definition import ActorInfo, RuntimePage, RuntimeSchedule, already_exists, check_listing, schedule_id_of
 from .server import MemoryServer, parse_entry
 
@@ -89,7 +89,7 @@ class MemoryRuntimeSchedules(RuntimeSchedules):
     """Runtime schedule definitions on a :class:`MemoryServer`: the calls
     of :class:`~..runtime.RuntimeSchedules` (``add``, ``add_many``,
     ``update``, ``remove``, ``get``, ``list``, ``ids``, ``get_many``,
-    ``count_by_actor``, ``version``), checked by the same rules, on the
+    ``count_by_actor``, ``version``, ``survey``), checked by the same rules, on the
     server's clock.  Parameters as :class:`~..runtime.RuntimeSchedules`'s,
     with the server in place of the client and keys."""
 
@@ -173,6 +173,10 @@ class MemoryRuntimeSchedules(RuntimeSchedules):
 
     def version(self) -> int:
         return self.server.runtime_version
+
+    def survey(self) -> tuple[builtins.list[BoundSchedule], builtins.list[StoredProblem]]:
+        current = self._current()  # (stored bound: none is unreadable)
+        return [current[i].schedule for i in sorted(current)], []
 
     def count_by_actor(self) -> dict[str, int]:
         out: dict[str, int] = {}
