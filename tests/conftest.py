@@ -28,6 +28,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+# How many examples each property test tries: all of them in CI and with
+# HYPOTHESIS_PROFILE=thorough (make thorough), a quarter otherwise
+# (tests/support/examples.py).
 
 
 @pytest.fixture

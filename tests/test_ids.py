@@ -19,6 +19,7 @@ from dramatiq_cron_middleware.schedules.ids import (
     split_runtime_id,
 )
 from dramatiq_cron_middleware.schedules.schedule import bind_schedule, schedules_for_actor
+from tests.support.examples import examples
 
 _NAMES = st.from_regex(NAME_PATTERN, fullmatch=True)
 # What dramatiq accepts as a declared cron actor's name: anything without ':'.
@@ -43,7 +44,7 @@ def _bound_id(actor: str, name: str | None, *, runtime: bool) -> str:
     return schedule.id
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(actor=_RUNTIME_ACTORS, name=_NAMES)
 def test_a_runtime_id_formats_back_from_its_parse(actor: str, name: str) -> None:
     text = _bound_id(actor, name, runtime=True)
@@ -52,7 +53,7 @@ def test_a_runtime_id_formats_back_from_its_parse(actor: str, name: str) -> None
     assert split_runtime_id(text) == (actor, name) and runtime_id(actor, name) == text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(actor=_DECLARED, name=st.none() | _NAMES)
 def test_a_declared_id_formats_back_from_its_parse(actor: str, name: str | None) -> None:
     text = _bound_id(actor, name, runtime=False)

@@ -33,6 +33,7 @@ from dramatiq_cron_middleware.store.in_memory import InMemoryStore
 from dramatiq_cron_middleware.store.lease import Candidate
 from dramatiq_cron_middleware.store.timing import Timing
 from dramatiq_cron_middleware.testing import _Errors
+from tests.support.examples import examples
 from tests.support.faults import FaultyServer
 
 LEASE_MS = 2000
@@ -290,5 +291,5 @@ class LeaderModel(RuleBasedStateMachine):
             leader.stopping.close()
 
 
-LeaderModel.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+LeaderModel.TestCase.settings = settings(max_examples=examples(300), stateful_step_count=40, deadline=None)
 test_leader_model = pytest.mark.slow(LeaderModel.TestCase)

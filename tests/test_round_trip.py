@@ -27,6 +27,7 @@ from dramatiq_cron_middleware.schedules.ids import ScheduleId, format_id, parse_
 from dramatiq_cron_middleware.schedules.schedule import MAX_DESCRIPTION, NEVER, BoundSchedule
 from dramatiq_cron_middleware.testing import CronSimulator
 from dramatiq_cron_middleware.web import forms
+from tests.support.examples import examples
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
 NOW_MS = int(NOW.timestamp() * 1000)
@@ -108,7 +109,9 @@ def _definition(schedule: BoundSchedule) -> BoundSchedule:
     return dataclasses.replace(schedule, revision=0)
 
 
-_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @_SETTINGS
@@ -193,7 +196,7 @@ def test_a_rename_in_the_edit_form_keeps_every_other_option(
 _ACTORS = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(actor=_ACTORS, name=st.none() | _NAMES, runtime=st.booleans())
 def test_a_schedule_id_parses_back_to_its_parts(actor: str, name: str | None, runtime: bool) -> None:
     """``parse_id(format_id(...))`` gives back the parts, for every actor a
@@ -238,7 +241,7 @@ def apps(draw: st.DrawFn) -> tuple[dict[str, list[str | None]], list[tuple[str, 
     return declared, runtime
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(app=apps())
 def test_every_id_list_prints_is_the_target_of_trigger_pause_resume_and_remove(
     app: tuple[dict[str, list[str | None]], list[tuple[str, str]]],

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, schedules_for_actor
+from tests.support.examples import examples
 
 ZONES = [
     "UTC",
@@ -128,7 +129,7 @@ def cronsim_accepts(expression: str) -> bool:
 
 
 @pytest.mark.slow
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expression=expressions, where=zone_and_instant())
 def test_next_after_agrees_with_cronsim(expression: str, where: tuple[str, int]) -> None:
     zone, instant = where
@@ -145,7 +146,7 @@ def test_next_after_agrees_with_cronsim(expression: str, where: tuple[str, int])
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(expression=expressions, where=zone_and_instant())
 def test_last_before_is_the_inverse_of_next_after(expression: str, where: tuple[str, int]) -> None:
     zone, instant = where
@@ -168,7 +169,7 @@ SPECIAL = [
 ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(pair=st.sampled_from(SPECIAL), where=zone_and_instant())
 def test_last_weekday_and_nth_weekday_agree_with_cronsim(pair: tuple[str, str], where: tuple[str, int]) -> None:
     ours, theirs = pair

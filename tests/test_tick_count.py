@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from dramatiq_cron_middleware import Schedule
 from dramatiq_cron_middleware.schedules.schedule import bind_schedule
+from tests.support.examples import examples
 
 _EXPRESSIONS = [
     "*/20 * * * * *",
@@ -29,7 +30,7 @@ _ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Am
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     expression=st.sampled_from(_EXPRESSIONS),
     zone=st.sampled_from(_ZONES),

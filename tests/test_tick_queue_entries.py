@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from dramatiq_cron_middleware.leader.tick_queue import Planned, TickQueue
 from dramatiq_cron_middleware.schedules.schedule import BoundSchedule, Schedule, schedules_for_actor
 from dramatiq_cron_middleware.store.codes import ClaimResult
+from tests.support.examples import examples
 from tests.support.ticks import load
 
 NOW = 1_800_000_000_000  # a whole minute
@@ -177,5 +178,5 @@ class TickQueueEntries(RuleBasedStateMachine):
             )
 
 
-TickQueueEntries.TestCase.settings = settings(max_examples=300, stateful_step_count=30, deadline=None)
+TickQueueEntries.TestCase.settings = settings(max_examples=examples(300), stateful_step_count=30, deadline=None)
 test_the_tick_queue_holds_one_live_entry_per_schedule = TickQueueEntries.TestCase

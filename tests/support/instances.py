@@ -249,11 +249,39 @@ class Verdict:
         )
 
 
+def _enqueue(line: str) -> Enqueue | None:
+    """One recorded line's enqueue; None for a blank or cut line, or a
+    record without a tick."""
+    if not line.strip():
+        return None
+    try:
+        r = json.loads(line)
+    except ValueError:  # a line cut by SIGKILL mid-write
+        return None
+    if not r.get("tick"):
+        return None
+    return Enqueue(
+        pid=r["pid"],
+        actor=r["actor"],
+        schedule=r.get("schedule") or r["actor"],
+        tick=r["tick"],
+        tick_ms=int(dt.datetime.fromisoformat(r["tick"]).timestamp() * 1000),
+        message_id=r.get("message_id", ""),
+        at=r["at"],
+        manual=bool(r.get("manual")),
+        backfill=bool(r.get("backfill")),
+    )
+
+
 class History:
     """Every cron enqueue the app recorded under ``record_dir``."""
 
     def __init__(self, record_dir: str) -> None:
         self.record_dir = record_dir
+        # Each file's complete lines are parsed once (the app only appends;
+        # tests poll the history while thousands of records come in):
+        # path -> (inode, bytes parsed, their records).
+        self._parsed: dict[str, tuple[int, int, list[Enqueue]]] = {}
 
     def enqueues(self, *, include_manual: bool = False) -> list[Enqueue]:
         """All recorded enqueues, in time order."""
@@ -267,31 +295,30 @@ class History:
     def _read(self, kind: str, *, include_manual: bool) -> list[Enqueue]:
         out = []
         for path in glob.glob(os.path.join(self.record_dir, f"{kind}-*.jsonl")):
-            for line in Path(path).read_text().splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    r = json.loads(line)
-                except ValueError:  # a line cut by SIGKILL mid-write
-                    continue
-                if (r.get("manual") and not include_manual) or not r.get("tick"):
-                    continue
-                tick_ms = int(dt.datetime.fromisoformat(r["tick"]).timestamp() * 1000)
-                out.append(
-                    Enqueue(
-                        pid=r["pid"],
-                        actor=r["actor"],
-                        schedule=r.get("schedule") or r["actor"],
-                        tick=r["tick"],
-                        tick_ms=tick_ms,
-                        message_id=r.get("message_id", ""),
-                        at=r["at"],
-                        manual=bool(r.get("manual")),
-                        backfill=bool(r.get("backfill")),
-                    )
-                )
+            out.extend(e for e in self._records(path) if include_manual or not e.manual)
         out.sort(key=lambda e: e.at)
         return out
+
+    def _records(self, path: str) -> list[Enqueue]:
+        """One file's records: the complete lines' from the cache and the
+        new ones; a last line without its newline (being written, or cut
+        by SIGKILL) is parsed anew each time."""
+        try:
+            with open(path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                inode = stat.st_ino
+                known, offset, records = self._parsed.get(path, (inode, 0, []))
+                if known != inode or stat.st_size < offset:  # another file there now
+                    offset, records = 0, []
+                f.seek(offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        records.extend(e for line in data[:end].decode().splitlines() if (e := _enqueue(line)) is not None)
+        self._parsed[path] = (inode, offset + end, records)
+        tail = _enqueue(data[end:].decode(errors="replace"))
+        return records if tail is None else [*records, tail]
 
     def ticks(self, schedule: str | None = None) -> list[int]:
         """Distinct enqueued ticks (ms), sorted."""
