@@ -65,8 +65,8 @@ def test_a_boot_error_is_one_error_line_per_process_and_its_traceback_only_at_de
     processes: int, verbose: bool
 ) -> None:
     """Given a worker whose scheduler cannot start (a malformed URL), When
-    `dramatiq` boots it, Then each worker process says so in one ERROR line
-    that says what to do, and dramatiq stops with status 2, with no
+    `dramatiq` boots it, Then each worker process that boots says so in one
+    ERROR line that says what to do, and dramatiq stops with status 2, with no
     CRITICAL or WARNING of its own (the worker asked the main process to
     stop: issue 30) and no traceback unless DEBUG logging is on
     (`--verbose`)."""
@@ -91,7 +91,11 @@ def test_a_boot_error_is_one_error_line_per_process_and_its_traceback_only_at_de
         stop_group(proc, grace=5)
     assert proc.returncode == 2, out
     errors = [line for line in out.splitlines() if "[ERROR]" in line]
-    assert len(errors) == processes, out
+    # Each worker process that got as far as its boot says so once; one
+    # the main process stopped before its boot (the first error stops them
+    # all) says nothing.
+    pids = [line.split("[PID ")[1].split("]")[0] for line in errors]
+    assert 1 <= len(errors) <= processes and len(set(pids)) == len(pids), out
     for line in errors:
         assert "Cron scheduler cannot start, so dramatiq stops: CronMiddleware: invalid redis URL" in line, out
         assert line.endswith("Fix that and start dramatiq again (--verbose logs the traceback)."), out

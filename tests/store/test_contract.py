@@ -348,15 +348,17 @@ def test_a_one_shot_in_the_past_is_refused_and_a_decided_one_is_retired_only_at_
     removed; at the current one it is; one not decided yet is kept, and an
     'at' not after the store's time is refused."""
     a = harness.candidate("a")
-    token, epoch = lead(a)
     assert a.runtime is not None
     with pytest.raises(CronScheduleError, match="is not after"):
         harness.add_runtime("report", Schedule(at=harness.now_ms() - 1), "old")
-    at = harness.now_ms() + 200
+    # Both writes must land before `at` (a one-shot lies in the future): a
+    # margin no slow step eats, then the store's clock is waited past it.
+    at = harness.now_ms() + 5_000
     once = harness.add_runtime("report", Schedule(at=at), "once")
     newer = harness.add_runtime("report", Schedule(at=at, kwargs={"x": 1}), "once")  # same ticks, new revision
     assert a.runtime.retire([newer]) == []  # its tick is not decided yet
-    harness.pass_time(210)
+    harness.pass_time(at + 10 - harness.now_ms())
+    token, epoch = lead(a)  # (after the wait, which outlasts the harness's lease)
     assert a.ledger.claim(token, epoch, "b1", [fire(at, "report:once", revision=newer.revision)]).results == [FIRE]
     assert a.runtime.retire([once]) == []  # a revision replaced since
     assert a.runtime.retire([newer]) == ["report:once"]
