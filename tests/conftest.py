@@ -40,6 +40,24 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def rabbitmq_node() -> Iterator[Any]:
+    """One rabbitmq-server per pytest process: an Erlang start costs 6 CPU-s."""
+    from tests.support.rabbitmq import RabbitmqServer
+
+    with RabbitmqServer() as server:
+        yield server
+
+
+@pytest.fixture
+def rabbitmq(rabbitmq_node: Any) -> Iterator[Any]:
+    """The shared rabbitmq-server (skipped locally, failed in CI, if
+    missing), its ``default`` queues deleted after the test: the next test
+    finds no message of this one."""
+    yield rabbitmq_node
+    rabbitmq_node.delete_queues("default", "default.DQ", "default.XQ")
+
+
 @pytest.fixture
 def cluster() -> Iterator[ClusterGroup]:
     """Three cluster masters joined by ``redis-cli --cluster create``."""
@@ -119,6 +137,8 @@ def instances() -> Iterator[Callable[..., Instance]]:
 
 #: Shared fixture name -> how many groups its tests are split into.
 SHARDS = {"shared_cluster": 4}
+#: Session fixtures whose tests, in any file, form one group.
+ACROSS_FILES = {"rabbitmq_node"}
 
 
 def _wide_fixtures(item: pytest.Item) -> set[str]:
@@ -128,7 +148,7 @@ def _wide_fixtures(item: pytest.Item) -> set[str]:
     return {
         name
         for name, defs in info.name2fixturedefs.items()
-        if defs and defs[-1].scope in ("package", "module", "class")
+        if defs and (defs[-1].scope in ("package", "module", "class") or name in ACROSS_FILES)
     }
 
 
@@ -141,7 +161,10 @@ def _groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
             key = parent[key]
         return key
 
-    wide = {item: {f"{item.path}::{name}" for name in _wide_fixtures(item)} for item in items}
+    wide = {
+        item: {name if name in ACROSS_FILES else f"{item.path}::{name}" for name in _wide_fixtures(item)}
+        for item in items
+    }
     for keys in wide.values():
         first, *rest = sorted(keys) or [""]
         for key in rest:

@@ -10,7 +10,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -302,14 +302,6 @@ def _consumers(url: str, queue: str) -> int:
 
 def _runs(record_dir: str) -> list[dict[str, Any]]:
     return [json.loads(line) for p in Path(record_dir).glob("runs-*.jsonl") for line in p.read_text().splitlines()]
-
-
-@pytest.fixture
-def rabbitmq() -> Iterator[Any]:
-    from tests.support.rabbitmq import RabbitmqServer
-
-    with RabbitmqServer() as server:
-        yield server
 
 
 def test_two_worker_processes_run_a_message_rabbitmq_delivers_twice_once(

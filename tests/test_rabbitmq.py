@@ -16,7 +16,7 @@ import glob
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,14 +30,6 @@ HEARTBEAT_S = 1
 STEP_MS = 6000
 TICKS = 4
 SCHEDULE = "tick_0"
-
-
-@pytest.fixture
-def rabbitmq() -> Iterator[RabbitmqServer]:
-    """A private rabbitmq-server (skipped locally, failed in CI, if missing)."""
-    with RabbitmqServer() as server:
-        print(f"rabbitmq-server start-up: {server.startup_seconds:.1f}s")
-        yield server
 
 
 def _runs(record_dir: str) -> list[dict[str, object]]:

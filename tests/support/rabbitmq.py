@@ -168,6 +168,18 @@ class RabbitmqServer(Lifecycle):
                 pass
         return "\n".join(out)
 
+    def delete_queues(self, *names: str) -> None:
+        """Delete these queues and the messages they hold (none may be missing)."""
+        import pika
+
+        connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            channel = connection.channel()
+            for name in names:
+                channel.queue_delete(name)
+        finally:
+            connection.close()
+
     def stop(self) -> None:
         """Stop the node (SIGTERM to the script, which stops erl; SIGKILL to
         its process group if that takes too long), then its epmd."""

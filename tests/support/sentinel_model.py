@@ -229,13 +229,11 @@ class _Route:
             object.__setattr__(self, "_reconnect", True)
             raise redis.ReadOnlyError("You can't write against a read only replica. (model)")
         target.calls += 1
-        try:
-            return target.server.call(operation, run)
-        finally:
-            # Replication is instant within a side: what WAIT counts holds
-            # the write.  The data itself is copied at the end of the step
-            # (World.step): no replica is read or promoted within one.
-            world.count_acks()
+        # Replication is instant within a side: what WAIT counts (counted
+        # in World.step, as only Sentinel and the cut change it) holds the
+        # write.  The data itself is copied at the end of the step: no
+        # replica is read or promoted within one.
+        return target.server.call(operation, run)
 
 
 class _Broker(StubBroker):
@@ -420,8 +418,10 @@ class World:
             node.synced_at = self.ms
             if node.copied == (master.name, master.calls, node.calls):
                 continue  # holds it already
+            held = vars(node.server)
             for key, value in vars(master.server).items():
-                if key not in _WIRING:
+                # Equal data (compared in C) is already held: copy what changed.
+                if key not in _WIRING and held.get(key) != value:
                     setattr(node.server, key, _copy(value))
             node.copied = (master.name, master.calls, node.calls)
 
@@ -449,6 +449,7 @@ class World:
         """Run whole, partitioned (``side_with_m`` against the rest), then
         whole again; the outcome judged per (schedule, tick)."""
         # A leads first: it starts one step ahead.
+        self.count_acks()
         self.leaders["A"].step()
         self.replicate()
         self._steps(before_s)
