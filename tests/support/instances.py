@@ -108,12 +108,13 @@ while True:
         os.read(wake_r, 512)
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             break
         if pid == 0:
             break
-        print(json.dumps({"pid": pid, "code": os.waitstatus_to_exitcode(status)}), flush=True)
+        cpu = usage.ru_utime + usage.ru_stime
+        print(json.dumps({"pid": pid, "code": os.waitstatus_to_exitcode(status), "cpu": cpu}), flush=True)
     if 0 not in ready:
         continue
     data = os.read(0, 65536)
@@ -170,6 +171,7 @@ class _Template:
             with self.changed:
                 if "code" in answer:
                     self.codes[answer["pid"]] = answer["code"]
+                    reaped_cpu[0] += answer["cpu"]
                 else:
                     self.started.append(answer["pid"])
                 self.changed.notify_all()
@@ -238,6 +240,18 @@ class _Forked:
 
 
 _template: _Template | None = None
+#: See :func:`forked_cpu`.
+reaped_cpu = [0.0]
+
+
+def forked_cpu() -> float:
+    """User+sys CPU-s of the instances and commands (tests/support/command.py)
+    this process's servers forked and reaped, children included
+    (``RUSAGE_CHILDREN`` counts a server only when it exits): what
+    tests/support/cpu_profile.py adds to a test's."""
+    return reaped_cpu[0]
+
+
 _template_pid: int | None = None
 
 
