@@ -66,6 +66,7 @@ wake_r, wake_w = os.pipe()
 os.set_blocking(wake_w, False)
 signal.set_wakeup_fd(wake_w)
 signal.signal(signal.SIGCHLD, lambda *_: None)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl+C is for the tests: the template keeps the statuses
 print(json.dumps({"ready": True}), flush=True)
 
 
@@ -73,6 +74,7 @@ def run(request):
     os.setsid()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.close(wake_r)
     os.close(wake_w)
     os.environ.clear()
