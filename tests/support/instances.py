@@ -156,7 +156,6 @@ class _Template:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin: IO[str] = self.proc.stdin
         self.answers: IO[str] = self.proc.stdout
-        self.env = dict(os.environ)
         self.codes: dict[int, int] = {}
         self.started: list[int] = []
         self.gone = False
@@ -186,6 +185,7 @@ class _Template:
             self.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(ROOT), "log": log}) + "\n")
             self.stdin.flush()
             if not self.changed.wait_for(lambda: self.started or self.gone, timeout=30) or not self.started:
+                self.close()  # no late fork of this request
                 raise OSError("no answer from the instance template")
             return _Forked(self, self.started.pop(0), args)
 
@@ -241,7 +241,6 @@ class _Forked:
         self.send_signal(signal.SIGKILL)
 
 
-_template: _Template | None = None
 #: See :func:`forked_cpu`.
 reaped_cpu = [0.0]
 
@@ -254,7 +253,13 @@ def forked_cpu() -> float:
     return reaped_cpu[0]
 
 
+_template: _Template | None = None
 _template_pid: int | None = None
+
+
+def _interpreter(env: dict[str, str]) -> dict[str, str]:
+    """The settings in ``env`` a Python reads at its start (``PYTHON*``)."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in ("PYTHONPATH", "PYTHONUNBUFFERED")}
 
 
 def _forked(args: list[str], env: dict[str, str], log: str) -> _Forked | None:
@@ -262,8 +267,7 @@ def _forked(args: list[str], env: dict[str, str], log: str) -> _Forked | None:
     needed: another command than ``dramatiq``, a clock shim, different
     interpreter settings, no template."""
     global _template, _template_pid
-    python = {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in ("PYTHONPATH", "PYTHONUNBUFFERED")}
-    if args[0] != DRAMATIQ or "LD_PRELOAD" in env:
+    if args[0] != DRAMATIQ or "LD_PRELOAD" in env or _interpreter(env) != _interpreter(dict(os.environ)):
         return None
     if _template is None or _template_pid != os.getpid() or _template.proc.poll() is not None or _template.gone:
         try:
@@ -272,10 +276,6 @@ def _forked(args: list[str], env: dict[str, str], log: str) -> _Forked | None:
             _template = None
             return None
         atexit.register(_template.finish)
-    if python != {
-        k: v for k, v in _template.env.items() if k.startswith("PYTHON") and k not in ("PYTHONPATH", "PYTHONUNBUFFERED")
-    }:
-        return None
     try:
         return _template.start(args, env, log)
     except (OSError, ValueError):
