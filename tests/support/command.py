@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from tests.support.instances import ROOT
+from tests.support.instances import ROOT, reaped_cpu
 
 __all__ = ["dramatiq_cron"]
 
@@ -34,7 +34,7 @@ __all__ = ["dramatiq_cron"]
 TIMEOUT = 60
 
 # The server: reads one request a line ({"args", "env", "out", "err"}),
-# forks, answers {"pid"} at once and {"code"} once the child is gone.
+# forks, answers {"pid"} at once and {"code", "cpu"} once the child is gone.
 _SERVER = r"""
 import json, os, sys, time, traceback
 import dramatiq, redis, dramatiq.brokers.redis, dramatiq.brokers.stub  # the libraries, once
@@ -79,8 +79,8 @@ for line in sys.stdin:
         finally:
             os._exit(code)
     print(json.dumps({"pid": pid}), flush=True)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
+    _, status, usage = os.wait4(pid, 0)
+    print(json.dumps({"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}), flush=True)
 """
 
 
@@ -109,7 +109,9 @@ class _Server:
             self.proc.stdin.flush()
             pid = int(json.loads(_line(self.proc.stdout, TIMEOUT))["pid"])
             try:
-                code = int(json.loads(_line(self.proc.stdout, TIMEOUT))["code"])
+                answer = json.loads(_line(self.proc.stdout, TIMEOUT))
+                code = int(answer["code"])
+                reaped_cpu[0] += answer["cpu"]
             except TimeoutError:
                 # As subprocess.run does: the command is killed.  The server
                 # goes too (a reader of its answers is left waiting).

@@ -20,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.instances import forked_cpu
+
 
 def _cpu() -> float:
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         usage = resource.getrusage(who)
         total += usage.ru_utime + usage.ru_stime
-    return total
+    return total + forked_cpu()
 
 
 @pytest.hookimpl(hookwrapper=True)

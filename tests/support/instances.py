@@ -5,10 +5,21 @@ its own process group.  Tests signal it by pid (SIGTERM, SIGKILL of the
 whole group, SIGSTOP/SIGCONT of one worker process) and read its log.
 Every cron enqueue is recorded by the app, so :class:`History` can judge
 duplicates and losses afterwards, Jepsen-style.
+
+An instance start used to pay a fresh interpreter plus the imports of
+dramatiq, redis-py, croniter and the package (about 1 CPU-s each).  So an
+instance is forked from a template process that imported those libraries
+once (never the app: it imports it itself, after its environment is set)
+and then runs dramatiq's own CLI ``main`` with the same argv: the real
+command, in its own session, with its own log and exit status, starting
+its real worker processes.  An instance on a clock shim (``LD_PRELOAD``),
+another command, a different interpreter setting (``PYTHON*``) or a gone
+template is started with exec, as before.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import datetime as dt
 import glob
@@ -19,11 +30,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAMATIQ = str(Path(sys.executable).parent / "dramatiq")
@@ -37,6 +49,237 @@ Outage = tuple[int, int, str]
 EARLY_TOLERANCE_MS = 20
 
 _ACQUIRED = re.compile(r"\[PID (\d+)\].*Acquired cron leadership \(epoch (\d+)\)")
+
+
+# The template: imports the libraries, then serves one request a line
+# ({"args", "env", "cwd", "log"}): forks, answers {"pid"}, and {"pid", "code"}
+# when that child exits.  No thread and no logging handler exist at a fork.
+_TEMPLATE = r"""
+import atexit, io, json, os, select, signal, sys, threading, time, traceback, logging
+import croniter, redis, dramatiq, dramatiq.cli, dramatiq.brokers.redis, dramatiq.brokers.stub
+import dramatiq_cron_middleware
+
+if threading.active_count() != 1 or logging.root.handlers:
+    sys.exit("the template is not safe to fork")
+base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl+C is for the tests: the template keeps the statuses
+print(json.dumps({"ready": True}), flush=True)
+
+
+def run(request):
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.close(wake_r)
+    os.close(wake_w)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    time.tzset()
+    os.chdir(request["cwd"])
+    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [os.path.dirname(request["args"][0]), *extra, *base]
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = io.TextIOWrapper(open(1, "wb", 0, closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(open(2, "wb", 0, closefd=False), write_through=True)
+    sys.argv = list(request["args"])
+    try:
+        code = dramatiq.cli.main()
+    except SystemExit as exc:
+        code = exc.code if exc.code is None or isinstance(exc.code, int) else (print(exc.code, file=sys.stderr), 1)[1]
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    return code or 0
+
+
+pending = b""
+while True:
+    ready, _, _ = select.select([0, wake_r], [], [])
+    if wake_r in ready:
+        os.read(wake_r, 512)
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        cpu = usage.ru_utime + usage.ru_stime
+        print(json.dumps({"pid": pid, "code": os.waitstatus_to_exitcode(status), "cpu": cpu}), flush=True)
+    if 0 not in ready:
+        continue
+    data = os.read(0, 65536)
+    if not data:
+        break
+    *lines, pending = (pending + data).split(b"\n")
+    for line in lines:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = run(json.loads(line))
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+"""
+
+
+class _Template:
+    """This test process's template (started at its first instance)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _TEMPLATE],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin: IO[str] = self.proc.stdin
+        self.answers: IO[str] = self.proc.stdout
+        self.codes: dict[int, int] = {}
+        self.started: list[int] = []
+        self.gone = False
+        self.changed = threading.Condition()
+        self.lock = threading.Lock()  # one start at a time: answers come in order
+        if self.answers.readline().strip() != '{"ready": true}':
+            self.close()
+            raise OSError("the instance template did not start")
+        threading.Thread(target=self._read, daemon=True, name="instance-template").start()
+
+    def _read(self) -> None:
+        for line in self.answers:
+            answer = json.loads(line)
+            with self.changed:
+                if "code" in answer:
+                    self.codes[answer["pid"]] = answer["code"]
+                    reaped_cpu[0] += answer["cpu"]
+                else:
+                    self.started.append(answer["pid"])
+                self.changed.notify_all()
+        with self.changed:
+            self.gone = True
+            self.changed.notify_all()
+
+    def start(self, args: list[str], env: dict[str, str], log: str) -> _Forked:
+        with self.lock, self.changed:
+            self.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(ROOT), "log": log}) + "\n")
+            self.stdin.flush()
+            if not self.changed.wait_for(lambda: self.started or self.gone, timeout=30) or not self.started:
+                self.close()  # no late fork of this request
+                raise OSError("no answer from the instance template")
+            return _Forked(self, self.started.pop(0), args)
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        """``pid``'s exit status, waited for up to ``timeout`` seconds."""
+        with self.changed:
+            self.changed.wait_for(lambda: pid in self.codes or self.gone, timeout=timeout)
+            if pid not in self.codes and self.gone:
+                raise RuntimeError(f"the instance template is gone: the exit status of pid {pid} is lost")
+            return self.codes.get(pid)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def finish(self) -> None:
+        """At the test process's exit: no more requests; the template ends."""
+        self.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.close()
+
+
+class _Forked:
+    """What the tests use of ``subprocess.Popen``, for an instance the
+    template forked (the template, its parent, reaps it)."""
+
+    def __init__(self, template: _Template, pid: int, args: list[str]) -> None:
+        self.template, self.pid, self.args = template, pid, args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.template.wait(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.template.wait(self.pid, timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+#: See :func:`forked_cpu`.
+reaped_cpu = [0.0]
+
+
+def forked_cpu() -> float:
+    """User+sys CPU-s of the instances and commands (tests/support/command.py)
+    this process's servers forked and reaped, children included
+    (``RUSAGE_CHILDREN`` counts a server only when it exits): what
+    tests/support/cpu_profile.py adds to a test's."""
+    return reaped_cpu[0]
+
+
+_template: _Template | None = None
+_template_pid: int | None = None
+
+
+def _interpreter(env: dict[str, str]) -> dict[str, str]:
+    """The settings in ``env`` a Python reads at its start (``PYTHON*``)."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in ("PYTHONPATH", "PYTHONUNBUFFERED")}
+
+
+def _forked(args: list[str], env: dict[str, str], log: str) -> _Forked | None:
+    """``args`` forked from this process's template, or None where exec is
+    needed: another command than ``dramatiq``, a clock shim, different
+    interpreter settings, no template."""
+    global _template, _template_pid
+    if args[0] != DRAMATIQ or "LD_PRELOAD" in env or _interpreter(env) != _interpreter(dict(os.environ)):
+        return None
+    if _template is None or _template_pid != os.getpid() or _template.proc.poll() is not None or _template.gone:
+        try:
+            _template, _template_pid = _Template(), os.getpid()
+        except OSError:
+            _template = None
+            return None
+        atexit.register(_template.finish)
+    try:
+        return _template.start(args, env, log)
+    except (OSError, ValueError):
+        return None
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.02, what: str = "condition") -> Any:
@@ -66,7 +309,7 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def stop_group(proc: subprocess.Popen[Any], *, grace: float) -> None:
+def stop_group(proc: subprocess.Popen[Any] | _Forked, *, grace: float) -> None:
     """Stop a process that leads its own process group: SIGTERM, up to
     ``grace`` seconds to exit, then SIGKILL to whatever is left of the group
     (children included), and reap it."""
@@ -122,14 +365,16 @@ class Instance:
         self.name = name
         fd, self.log_path = tempfile.mkstemp(prefix=f"cron-{name}-", suffix=".log")
         os.close(fd)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | _Forked | None = None
 
     def start(self) -> Instance:
         """Start and wait until every worker process has booted."""
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self.proc = _forked(self.args, self.env, self.log_path)
+        if self.proc is None:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
         wait_for(
             lambda: self.log().count("Worker process is ready for action") >= self.processes,
             timeout=30,
