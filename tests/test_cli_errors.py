@@ -28,7 +28,7 @@ from dramatiq_cron_middleware import (
 from dramatiq_cron_middleware.store.keys import Keys
 from dramatiq_cron_middleware.store.runtime import ActorInfo, RuntimeSchedules
 from tests.support.command import dramatiq_cron
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer, free_port, password_protected
 
 APP = "tests.apps.cronapp"
 PASSWORD = "s3cr/t"  # a '/' to be percent-encoded in a URL
@@ -39,12 +39,8 @@ ENCODED = "s3cr%2Ft"
 def server() -> Iterator[RedisServer]:
     """One redis-server with ``requirepass`` for the module (the commands
     only read, or write under distinct names)."""
-    redis_server = RedisServer().start()
-    try:
-        redis_server.client().config_set("requirepass", PASSWORD)
+    with password_protected(PASSWORD) as redis_server:
         yield redis_server
-    finally:
-        redis_server.close()
 
 
 def url(server: RedisServer, userinfo: str = f":{ENCODED}@") -> str:

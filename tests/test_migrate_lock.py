@@ -22,7 +22,7 @@ from dramatiq_cron_middleware import CronMiddleware
 from dramatiq_cron_middleware.store.memory.operator import MemoryOperator
 from dramatiq_cron_middleware.testing import CronSimulator
 from tests.support.command import dramatiq_cron
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, password_protected
 
 KEY = "dramatiq-scheduler"
 PASSWORD = "s3cr3t-pw"
@@ -30,12 +30,8 @@ PASSWORD = "s3cr3t-pw"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[RedisServer]:
-    redis_server = RedisServer().start()
-    try:
-        redis_server.client().config_set("requirepass", PASSWORD)
+    with password_protected(PASSWORD) as redis_server:
         yield redis_server
-    finally:
-        redis_server.close()
 
 
 def migrate(server: RedisServer, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,7 @@ is off unless asked for; ``DEBUG`` is enabled locally for ``DEBUG SLEEP``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -283,3 +285,15 @@ class RedisServer(Lifecycle):
                 pass
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def password_protected(password: str) -> Iterator[RedisServer]:
+    """A started redis-server whose ``requirepass`` is ``password``,
+    closed on exit."""
+    server = RedisServer().start()
+    try:
+        server.client().config_set("requirepass", password)
+        yield server
+    finally:
+        server.close()
