@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from tests.support.instances import ROOT, reaped_cpu
+from tests.support.instances import ROOT, python_server, reaped_cpu
 
 __all__ = ["dramatiq_cron"]
 
@@ -88,14 +88,7 @@ class _Server:
     """The forking server of this test process."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVER],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = python_server(_SERVER)
         self.lock = threading.Lock()
 
     def run(self, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -141,18 +141,25 @@ while True:
 """
 
 
+def python_server(script: str) -> subprocess.Popen[str]:
+    """``script`` in a Python process of its own (the repository on its
+    path), spoken to in lines over its stdin and stdout: command.py's
+    command server and this module's template."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
 class _Template:
     """This test process's template (started at its first instance)."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _TEMPLATE],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = python_server(_TEMPLATE)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin: IO[str] = self.proc.stdin
         self.answers: IO[str] = self.proc.stdout
