@@ -2,28 +2,45 @@
 trigger, the confirmation page of a trigger or a removal, and the runtime
 schedule form (show, save, remove).  Each acts through the operator service
 (:class:`~dramatiq_cron_middleware.service.Cron`) as the request's user,
-then answers with a redirect carrying a notice (:meth:`CronDashboard.back`).
+then answers with a redirect carrying a notice (``Dashboard.back``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..audit import TriggerRefused, check_who
 from ..errors import CronScheduleError
+from ..service import Cron
 from ..targets import AmbiguousTarget, Target, UnknownTarget, find_runtime
 from ..times import when
 from . import forms
 from .http import HTTPError, Request, Response
-
-if TYPE_CHECKING:
-    from .app import CronDashboard
+from .security import Access
 
 __all__ = ["confirm", "pause", "runtime_form", "runtime_remove", "runtime_save", "trigger"]
 
 
-def pause(dash: CronDashboard, request: Request) -> Response:
+class Dashboard(Protocol):
+    """What the handlers use of the dashboard (app.py's ``CronDashboard``,
+    which calls them: named here by what it offers)."""
+
+    access: Access
+
+    @property
+    def cron(self) -> Cron: ...
+
+    def known(self, path: str) -> bool: ...
+
+    def actor_names(self) -> list[str]: ...
+
+    def page(self, request: Request, name: str, context: dict[str, Any], *, status: str = "200 OK") -> Response: ...
+
+    def back(self, request: Request, notice: str, *, default: str = "/") -> Response: ...
+
+
+def pause(dash: Dashboard, request: Request) -> Response:
     """``POST /pause`` (``for``: a duration, optional) and ``POST /resume``."""
     target = _target(dash, request)
     # Both record themselves in the history, as done by the user.
@@ -44,7 +61,7 @@ def pause(dash: CronDashboard, request: Request) -> Response:
     return dash.back(request, notice)
 
 
-def trigger(dash: CronDashboard, request: Request) -> Response:
+def trigger(dash: Dashboard, request: Request) -> Response:
     """``POST /trigger``: the schedule's message enqueued now."""
     target = _target(dash, request)
     schedule = target.schedule
@@ -57,7 +74,7 @@ def trigger(dash: CronDashboard, request: Request) -> Response:
     return dash.back(request, f"Triggered {schedule.id}: message {done.message_id} on queue {done.queue_name}.")
 
 
-def confirm(dash: CronDashboard, request: Request) -> Response:
+def confirm(dash: Dashboard, request: Request) -> Response:
     """The page that asks before a trigger or a removal (a GET: it works
     with JavaScript off); its button posts the action itself."""
     if request.path == "/trigger":
@@ -79,7 +96,7 @@ def confirm(dash: CronDashboard, request: Request) -> Response:
     return dash.page(request, "confirm.html", context)
 
 
-def runtime_form(dash: CronDashboard, request: Request) -> Response:
+def runtime_form(dash: Dashboard, request: Request) -> Response:
     """``GET /runtime/new`` (``actor`` preselected) and ``GET /runtime/edit?id=``."""
     store = dash.cron.runtime
     if request.path == "/runtime/edit":
@@ -90,7 +107,7 @@ def runtime_form(dash: CronDashboard, request: Request) -> Response:
     return _form_page(dash, request, forms.RuntimeForm(actor=request.query.get("actor", "")), editing=False)
 
 
-def runtime_save(dash: CronDashboard, request: Request) -> Response:
+def runtime_save(dash: Dashboard, request: Request) -> Response:
     """``POST /runtime/new`` and ``/runtime/edit``: saved, or the form again with every error (400)."""
     store = dash.cron.runtime
     editing = request.path == "/runtime/edit"
@@ -106,7 +123,7 @@ def runtime_save(dash: CronDashboard, request: Request) -> Response:
     return dash.back(request, f"Saved runtime schedule {saved.schedule_id}.", default="/schedules")
 
 
-def runtime_remove(dash: CronDashboard, request: Request) -> Response:
+def runtime_remove(dash: Dashboard, request: Request) -> Response:
     """``POST /runtime/remove``: the schedule removed, recorded with what it was."""
     schedule = find_runtime(dash.cron.runtime, request.form.get("id", ""))
     if schedule is None:
@@ -117,7 +134,7 @@ def runtime_remove(dash: CronDashboard, request: Request) -> Response:
 
 
 def _form_page(
-    dash: CronDashboard,
+    dash: Dashboard,
     request: Request,
     form: forms.RuntimeForm,
     *,
@@ -129,7 +146,7 @@ def _form_page(
     return dash.page(request, "runtime_form.html", context, status=status)
 
 
-def user(dash: CronDashboard, request: Request) -> str:
+def user(dash: Dashboard, request: Request) -> str:
     """Who the request acts as, as the audit records it."""
     who = dash.access.user(request.environ)[:200]
     try:
@@ -138,7 +155,7 @@ def user(dash: CronDashboard, request: Request) -> str:
         return "dashboard"
 
 
-def _target(dash: CronDashboard, request: Request) -> Target:
+def _target(dash: Dashboard, request: Request) -> Target:
     """What a form names: ``schedule`` (a schedule's id, as every button
     posts it) or ``actor`` (a whole actor, as the resume of an actor
     paused as a whole posts it; for a trigger, an actor with a single
