@@ -215,6 +215,32 @@ def script_source(name: str) -> str:
     return _preamble() + "\n" + _read(f"{name}.lua")
 
 
+def read_only(error: redis.ResponseError) -> redis.ResponseError:
+    """``error`` as ``redis.ReadOnlyError`` when it is a write a script
+    tried on a replica.  Redis 7 answers that with ``READONLY``, which
+    redis-py raises as ``ReadOnlyError``; Redis 6 wraps it in a script error
+    (``ERR Error running script ...: -READONLY You can't write against a
+    read only replica.``), which redis-py raises as a plain
+    ``ResponseError``.  Either way it is one fault: a replica answered."""
+    if not isinstance(error, redis.ReadOnlyError) and "-READONLY " in str(error):
+        return redis.ReadOnlyError(str(error))
+    return error
+
+
+class _Script(redis.commands.core.Script):
+    """redis-py's ``Script``, its replica refusals raised as
+    ``ReadOnlyError`` on every Redis version (:func:`read_only`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except redis.ResponseError as error:
+            mapped = read_only(error)
+            if mapped is error:
+                raise
+            raise mapped from None
+
+
 def load_script(client: redis.Redis, name: str) -> Any:
     """Register ``lua/<name>.lua`` on ``client`` (EVALSHA with a fallback)."""
-    return client.register_script(script_source(name))
+    return _Script(client, script_source(name))

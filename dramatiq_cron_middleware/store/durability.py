@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import redis
 from redis.exceptions import NoScriptError
 
+from .codes import read_only
 from .connection import node_client
 
 __all__ = ["Ack", "Durability", "SentinelQuorum", "Unconfirmed", "required_replicas"]
@@ -194,7 +195,7 @@ def _on_one_connection(pool: Any, commands: list[tuple[Any, ...]]) -> tuple[list
             try:
                 replies.append(connection.read_response())
             except redis.ResponseError as error:
-                replies.append(error)
+                replies.append(read_only(error))
         return replies
 
     try:
