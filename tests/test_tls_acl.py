@@ -44,14 +44,14 @@ def test_over_tls_with_an_acl_user_ticks_fire_once_and_the_password_is_never_log
     # --verbose: debug logging too must not leak the password.
     instance = instances(env, processes=2, extra=["--verbose"])
     start = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 2, timeout=15, what="two ticks")
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 2, timeout=30, what="two ticks")
     assert tls_redis.client().hget("{dramatiq-cron}:lease", "pid") in {str(p) for p in instance.worker_pids()}
 
     # Make the scheduler log its connection errors, then recover.
     tls_redis.restart()
-    wait_for(lambda: "reaches Redis again" in instance.log(), timeout=15, what="the scheduler to reconnect")
+    wait_for(lambda: "reaches Redis again" in instance.log(), timeout=60, what="the scheduler to reconnect")
     resumed = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=15, what="ticks again")
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=30, what="ticks again")
 
     verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500, outages=[(start, resumed)])
     assert not verdict.duplicates, verdict.summary()

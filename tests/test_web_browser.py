@@ -305,7 +305,11 @@ def test_an_operator_confirms_a_remove_sees_it_audited_and_pages_10000_schedules
     def follow(rel: str) -> list[str]:
         _submit(browser, browser.find_element(By.CSS_SELECTOR, f'nav.pages a[rel="{rel}"]'))
         _fits(browser, width, f"the {rel} page")
-        return [r.get_attribute("data-schedule") for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-schedule]")]
+        # The page's rows in one round trip (one per row was 200 a page).
+        rows: list[str] = browser.execute_script(
+            "return Array.from(document.querySelectorAll('tr[data-schedule]'), row => row.dataset.schedule)"
+        )
+        return rows
 
     browser.get(f"{guarded_dashboard}/?token={TOKEN}")  # kept in a cookie from now on
     removed: set[str] = set()

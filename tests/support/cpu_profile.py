@@ -2,7 +2,7 @@
 
 ``pytest -p tests.support.cpu_profile`` with ``CPU_PROFILE=DIR`` appends
 one JSON line per test to ``DIR/<xdist worker>.jsonl``: its node id, its
-xdist group, the wall time and the user+sys CPU of the pytest process plus
+xdist group, its start (epoch seconds), the wall time and the user+sys CPU of the pytest process plus
 the children it reaped (redis-servers, dramatiq processes, browsers) over
 setup, call and teardown.  ``python -m tests.support.cpu_profile DIR``
 prints the totals, the top tests and the longest xdist groups.
@@ -34,7 +34,7 @@ def _cpu() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     out = os.environ.get("CPU_PROFILE")
-    cpu, wall = _cpu(), time.monotonic()
+    cpu, wall, start = _cpu(), time.monotonic(), time.time()
     yield
     if not out:
         return
@@ -44,6 +44,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         "group": marker.args[0] if marker and marker.args else None,
         "cpu": round(_cpu() - cpu, 3),
         "wall": round(time.monotonic() - wall, 3),
+        "start": round(start, 3),
     }
     Path(out).mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
