@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
@@ -104,6 +105,10 @@ def proxied_sentinel_group() -> Iterator[SentinelGroup]:
         group.close()
 
 
+#: The lines of an instance's log shown under a failure besides its end.
+_SAID = re.compile(r"\[(WARNING|ERROR|CRITICAL)\]|Traceback")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -115,7 +120,10 @@ def pytest_runtest_makereport(
     if report.failed and start is not None:
         for instance in start.started:
             try:
-                report.sections.append((f"the end of {instance.log_path}", instance.log()[-6000:]))
+                log = instance.log()
+                said = [line for line in log.splitlines() if _SAID.search(line)]
+                report.sections.append((f"{instance.log_path}: its WARNING and worse", "\n".join(said[-60:])))
+                report.sections.append((f"{instance.log_path}: its end", log[-3000:]))
             except OSError:
                 pass
     return report

@@ -179,11 +179,6 @@ class TlsRedis:
         self.server.wait_ready(self.client().ping)
         return self
 
-    def restart(self) -> None:
-        """Kill and start again on the same ports."""
-        self.server.stop()
-        self.start()
-
     def close(self) -> None:
         """Stop and remove everything."""
         self.server.close()
