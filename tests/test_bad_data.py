@@ -24,7 +24,7 @@ CRONS = {"poisoned": "* * * * * *", "healthy": "* * * * * *"}
 
 def fires_again(app: InProcessApp, actor: str, count: int = 2) -> None:
     mark = len(app.sent(actor))
-    wait_for(lambda: len(app.sent(actor)) >= mark + count, timeout=10, what=f"{actor} to fire {count} more ticks")
+    wait_for(lambda: len(app.sent(actor)) >= mark + count, timeout=60, what=f"{actor} to fire {count} more ticks")
 
 
 BAD_VALUES = ["1800000000000", "garbage", "1_800_000_000_000:1:1", "1e12:1:1"]

@@ -83,7 +83,7 @@ def test_fast_takeover_without_the_client_command_falls_back_to_the_lease(redis_
     admin.execute_command("ACL", "SETUSER", "cron", "on", ">s3cret", "~*", "&*", "+@all", "-client")
     url = redis_server.url.replace("redis://", "redis://cron:s3cret@")
     with in_process_app(url, {"job": "* * * * * *"}, lock_ttl=2000, fast_takeover=200) as app:
-        wait_for(lambda: len(app.sent()) >= 2, timeout=10, what="fires without CLIENT")
+        wait_for(lambda: len(app.sent()) >= 2, timeout=60, what="fires without CLIENT")
         assert len(app.warnings("fast_takeover needs the CLIENT command")) == 1, app.warnings()
         assert not any("s3cret" in line for line in app.logged(""))
 
@@ -91,7 +91,7 @@ def test_fast_takeover_without_the_client_command_falls_back_to_the_lease(redis_
 def test_an_eviction_policy_that_can_drop_the_ledger_is_reported_once(redis_server: RedisServer) -> None:
     redis_server.client().config_set("maxmemory-policy", "allkeys-lru")
     with in_process_app(redis_server.url, {"job": "* * * * * *"}) as app:
-        wait_for(lambda: len(app.sent()) >= 2, timeout=10, what="fires")
+        wait_for(lambda: len(app.sent()) >= 2, timeout=60, what="fires")
         warned = app.warnings("maxmemory-policy allkeys-lru")
         assert len(warned) == 1 and "noeviction" in warned[0]
 
@@ -113,7 +113,7 @@ def test_a_failing_schedule_warns_once_and_never_flaps_with_the_others(redis_ser
     with in_process_app(redis_server.url, {"vetoed": "* * * * * *", "fine": "* * * * * *"}, start=False) as app:
         app.broker.add_middleware(Veto())
         app.middleware.start(app.broker)
-        wait_for(lambda: len(app.sent("fine")) >= 4, timeout=15, what="four fires of the working schedule")
+        wait_for(lambda: len(app.sent("fine")) >= 4, timeout=60, what="four fires of the working schedule")
         fails = app.warnings("Enqueueing fails")
         assert len(fails) == 1 and "vetoed" in fails[0], app.warnings()
         assert not app.warnings("works again"), app.warnings()

@@ -57,7 +57,7 @@ def slow_at_ticks(proxy: Proxy, app: InProcessApp, *, delay_ms: int, ticks: int)
     """Delay the broker Redis's replies by ``delay_ms`` (longer than the
     client's timeout) across ``ticks`` ticks, then heal: every command runs,
     and its answer is lost to a timeout."""
-    wait_for(lambda: len(app.sent()) >= len(ACTORS), timeout=10, what="a first round of ticks")
+    wait_for(lambda: len(app.sent()) >= len(ACTORS), timeout=60, what="a first round of ticks")
     proxy.reply_delay_ms = delay_ms
     time.sleep(ticks)  # the fault's own length
     proxy.reply_delay_ms = 0

@@ -165,7 +165,7 @@ def test_history_lists_recent_tick_outcomes_with_delay_and_epoch(running: Runnin
     """Given ticks fired by the leader, When an operator reads the history
     of the actor, Then the newest outcomes come oldest first, each with its
     tick in the schedule's zone, its delay and the epoch that decided it."""
-    wait_for(lambda: len(history_entries(running.env, "tick_0", "-n", "3")) == 3, timeout=10, what="3 entries")
+    wait_for(lambda: len(history_entries(running.env, "tick_0", "-n", "3")) == 3, timeout=60, what="3 entries")
     entries = history_entries(running.env, "tick_0", "-n", "3")
     assert [e["schedule"] for e in entries] == [SCHEDULE] * 3
     fired = [e for e in entries if e["outcome"] in ("fired", "caught_up")]
@@ -216,7 +216,7 @@ def test_trigger_enqueues_exactly_one_manual_message_and_leaves_the_schedule_alo
     tick_ms, epoch, result = running.server.client().hget(TICKS, SCHEDULE).split(":")
     assert int(tick_ms) % 1000 == 0 and int(epoch) == running.instance.leader_pids()[-1][1] and result == "1"
     end = now_ms() + 2000
-    wait_for(lambda: running.history.ticks(SCHEDULE)[-1] >= end, timeout=10, what="ticks after the trigger")
+    wait_for(lambda: running.history.ticks(SCHEDULE)[-1] >= end, timeout=60, what="ticks after the trigger")
     # From two seconds before the trigger, but never before the leader's
     # first fire: the ticks before it were never owed.
     since = max(start - 2000, running.fired_ms - 1)
@@ -287,16 +287,16 @@ def test_pause_is_honoured_by_whichever_process_leads_and_resume_restores_firing
             e for e in history_entries(env, "tick_0", "-n", "200") if e["outcome"] == "paused" and e["epoch"] == epoch
         ]
 
-    wait_for(lambda: len(paused_by(epoch_a)) >= 2, timeout=15, what="paused ticks by the first leader")
+    wait_for(lambda: len(paused_by(epoch_a)) >= 2, timeout=60, what="paused ticks by the first leader")
     assert first.terminate() == 0
-    epoch_b = wait_for(lambda: second.leader_pids() and second.leader_pids()[-1][1], timeout=15, what="a new leader")
+    epoch_b = wait_for(lambda: second.leader_pids() and second.leader_pids()[-1][1], timeout=60, what="a new leader")
     assert epoch_b > epoch_a
-    wait_for(lambda: len(paused_by(epoch_b)) >= 2, timeout=15, what="paused ticks by the new leader")
+    wait_for(lambda: len(paused_by(epoch_b)) >= 2, timeout=60, what="paused ticks by the new leader")
 
     result = cli_json(env, "resume", APP, "tick_0")
     assert result["changed"] is True and result["paused"] == []
     resumed_at = now_ms()
-    wait_for(lambda: [e for e in history.enqueues() if e.tick_ms > resumed_at], timeout=15, what="firing after resume")
+    wait_for(lambda: [e for e in history.enqueues() if e.tick_ms > resumed_at], timeout=60, what="firing after resume")
 
     paused_ticks = sorted(
         dt_ms(e["tick"]) for e in history_entries(env, "tick_0", "-n", "500") if e["outcome"] == "paused"
@@ -327,7 +327,7 @@ def test_status_exits_non_zero_once_no_leader_renewed_within_the_lease(
     assert cli(env, "status", APP).returncode == 0
 
     instance.kill9()
-    wait_for(lambda: not redis_server.client().exists(LEASE), timeout=10, what="the lease to expire")
+    wait_for(lambda: not redis_server.client().exists(LEASE), timeout=60, what="the lease to expire")
     result = cli(env, "status", APP)
     assert result.returncode == 1, result.stderr
     assert "NO LEADER" in result.stdout

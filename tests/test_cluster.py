@@ -32,16 +32,16 @@ def test_on_a_three_master_cluster_leadership_fails_over_without_a_duplicate(
 ) -> None:
     env = {"DRAMATIQ_CRON_REDIS_URL": cluster.url(), "CRON_APP_RECORD": record_dir, "CRON_APP_TTL": "2000"}
     group = [instances(env) for _ in range(2)]
-    first = wait_for(lambda: _lease_pid(cluster), timeout=15, what="a leader")
+    first = wait_for(lambda: _lease_pid(cluster), timeout=60, what="a leader")
     start = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 2, timeout=15, what="two ticks")
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 2, timeout=60, what="two ticks")
 
     # kill -9 the leader's instance: the other takes over once the lease expires.
     victim = next(i for i in group if first in i.worker_pids())
     victim.kill9()
-    wait_for(lambda: (p := _lease_pid(cluster)) and p != first, timeout=15, what="the other instance to lead")
+    wait_for(lambda: (p := _lease_pid(cluster)) and p != first, timeout=60, what="the other instance to lead")
     resumed = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=15, what="ticks again")
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=60, what="ticks again")
 
     verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
     assert not verdict.duplicates, verdict.summary()

@@ -48,7 +48,7 @@ def test_a_migrating_prefix_slot_is_one_warning_and_firing_resumes(cluster: Clus
         for node in (source, target):
             node.client().execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
         mark = len(app.sent())
-        wait_for(lambda: len(app.sent()) > mark + 1, timeout=15, what="ticks fired after the migration")
+        wait_for(lambda: len(app.sent()) > mark + 1, timeout=60, what="ticks fired after the migration")
         again = "accepts the cron scheduler's commands again"
         wait_for(lambda: app.warnings(again), timeout=30, what="the recovery WARNING")
         refused = app.warnings("refuses the cron scheduler's commands")

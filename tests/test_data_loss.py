@@ -21,7 +21,7 @@ def test_a_flushed_redis_is_data_loss_not_a_failover(redis_server: RedisServer) 
     the flushes without a duplicate."""
     client = redis_server.client()
     with in_process_app(redis_server.url, {"job": "* * * * * *"}, lock_ttl=3000) as app:
-        wait_for(lambda: len(app.sent()) >= 1, timeout=10, what="a first fire")
+        wait_for(lambda: len(app.sent()) >= 1, timeout=60, what="a first fire")
         for _ in range(4):
             client.flushall()
             mark = len(app.sent())

@@ -145,7 +145,7 @@ def test_a_retry_runs_and_duplicates_of_each_attempt_do_not(redis_server: RedisS
         message = cron_message()
         app.deliver(message)
         # Then the first attempt and its retry by Retries run, once each
-        wait_for(lambda: app.count(message) == {0: 1, 1: 1}, timeout=10, what="the attempt and its retry")
+        wait_for(lambda: app.count(message) == {0: 1, 1: 1}, timeout=60, what="the attempt and its retry")
         app.settle()
         # And late duplicates of either attempt do not run
         for attempt in (0, 1):
@@ -186,10 +186,10 @@ def test_a_skipped_duplicate_keeps_the_overlap_mark_of_the_running_copy(
         running = app.cron.keys.running(message.options["cron_schedule"])
         client.set(running, message.message_id, px=60_000)
         app.deliver(message, times=1)
-        wait_for(lambda: app.count(message), timeout=10, what="the first copy to start")
+        wait_for(lambda: app.count(message), timeout=60, what="the first copy to start")
         # When its duplicate is delivered and skipped
         app.deliver(message, times=1)
-        wait_for(lambda: dedup_records(logs, logging.INFO), timeout=10, what="the duplicate's skip")
+        wait_for(lambda: dedup_records(logs, logging.INFO), timeout=60, what="the duplicate's skip")
         # Then the mark still names the running copy
         assert client.get(running) == message.message_id
         gate.set()
@@ -327,7 +327,7 @@ def test_two_worker_processes_run_a_message_rabbitmq_delivers_twice_once(
         publisher.close()
     skipped = re.compile(r"\[PID (\d+)\].*Skipped a duplicate delivery of cron message " + message.message_id)
     wait_for(lambda: skipped.search(instance.log()), timeout=30, what=f"the duplicate's skip ({instance.log_path})")
-    wait_for(lambda: _runs(record_dir), timeout=10, what="the run")
+    wait_for(lambda: _runs(record_dir), timeout=60, what="the run")
 
     # Then the actor ran once, in one process, and the other process skipped the copy it got
     runs = _runs(record_dir)
@@ -365,7 +365,7 @@ def test_two_worker_processes_run_a_message_pushed_twice_on_a_redis_broker_once(
         publisher.close()
     skipped = "Skipped a duplicate delivery of cron message " + message.message_id
     wait_for(lambda: skipped in instance.log(), timeout=30, what=f"the duplicate's skip ({instance.log_path})")
-    wait_for(lambda: _runs(record_dir), timeout=10, what="the run")
+    wait_for(lambda: _runs(record_dir), timeout=60, what="the run")
     # Then the actor ran once
     assert [r["message_id"] for r in _runs(record_dir)] == [message.message_id]
     assert redis_server.client().exists(f"{{dramatiq-cron}}:dedup:{message.message_id}")

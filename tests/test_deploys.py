@@ -23,7 +23,7 @@ def lead(app: InProcessApp, others: list[InProcessApp], server: RedisServer) -> 
     """Make ``app`` the leader: stop the others' leaders, wait, restart them."""
     for other in others:
         other.middleware.stop()
-    wait_for(lambda: app.leader.leading, timeout=10, interval=0.01, what="the chosen app to lead")
+    wait_for(lambda: app.leader.leading, timeout=60, interval=0.01, what="the chosen app to lead")
     for other in others:
         other.middleware.start(other.broker)
 
@@ -43,12 +43,12 @@ def test_old_and_new_code_leading_in_turn_never_enqueue_one_instant_twice(redis_
     new_app = in_process_app(redis_server.url, {"report": "* * * * * *"}, start=False, app_version="v2")
     with old_app as old, new_app as new:
         old.middleware.start(old.broker)
-        wait_for(lambda: len(old.sent("report")) >= 2, timeout=10, what="the old code to fire")
+        wait_for(lambda: len(old.sent("report")) >= 2, timeout=60, what="the old code to fire")
         new.middleware.start(new.broker)
         for leader, other in ((new, old), (old, new), (new, old)):
             lead(leader, [other], redis_server)
             mark = len(leader.sent("report"))
-            wait_for(lambda leader=leader, mark=mark: len(leader.sent("report")) >= mark + 2, timeout=10, what="fires")
+            wait_for(lambda leader=leader, mark=mark: len(leader.sent("report")) >= mark + 2, timeout=60, what="fires")
         counts = instants(old, new)
         assert [t for t, n in counts.items() if n > 1] == [], counts
         # No burst: at most one enqueue per wall second, whoever led.
@@ -65,9 +65,9 @@ def test_mixed_schedule_sets_are_reported_once_naming_the_difference(redis_serve
         in_process_app(redis_server.url, first, app_version="v1") as a,
         in_process_app(redis_server.url, second, app_version="v2") as b,
     ):
-        wait_for(lambda: a.leader.leading or b.leader.leading, timeout=10, what="a leader")
+        wait_for(lambda: a.leader.leading or b.leader.leading, timeout=60, what="a leader")
         leader = a if a.leader.leading else b
-        wait_for(lambda: leader.warnings("different schedule sets"), timeout=10, what="the mixed-set warning")
+        wait_for(lambda: leader.warnings("different schedule sets"), timeout=60, what="the mixed-set warning")
         warning = leader.warnings("different schedule sets")
         assert len(warning) == 1
         text = warning[0]
@@ -75,7 +75,7 @@ def test_mixed_schedule_sets_are_reported_once_naming_the_difference(redis_serve
         for name in ("cleanup", "audit", "report"):
             assert name in text
         mark = len(leader.sent("ping"))
-        wait_for(lambda: len(leader.sent("ping")) >= mark + 3, timeout=10, what="more fires")
+        wait_for(lambda: len(leader.sent("ping")) >= mark + 3, timeout=60, what="more fires")
         assert len(leader.warnings("different schedule sets")) == 1
 
 
@@ -85,14 +85,14 @@ def test_a_second_app_on_the_prefix_catches_up_from_when_it_started(redis_server
     due since B started (within the window), instead of baselining at the
     moment B first leads and losing them."""
     with in_process_app(redis_server.url, {"alpha": "* * * * * *"}) as a:
-        wait_for(lambda: a.leader.leading, timeout=10, what="A to lead")
+        wait_for(lambda: a.leader.leading, timeout=60, what="A to lead")
         with in_process_app(redis_server.url, {"beta": "* * * * * *"}) as b:
-            wait_for(lambda: b.leader.schedule_sets.registered, timeout=10, what="B to register its schedules")
-            wait_for(lambda: len(a.sent("alpha")) >= 4, timeout=10, what="A to fire while B waits")
+            wait_for(lambda: b.leader.schedule_sets.registered, timeout=60, what="B to register its schedules")
+            wait_for(lambda: len(a.sent("alpha")) >= 4, timeout=60, what="A to fire while B waits")
             assert b.sent("beta") == []
             assert a.warnings("two apps may share the prefix"), a.warnings()
             a.middleware.stop()
-            wait_for(lambda: len(b.sent("beta")) >= 4, timeout=10, what="B to catch up")
+            wait_for(lambda: len(b.sent("beta")) >= 4, timeout=60, what="B to catch up")
             outcomes = [fields["outcome"] for _, fields in redis_server.client().xrange(b.keys.history)
                         if fields["schedule"] == "beta"]  # fmt: skip
             assert "caught_up" in outcomes
@@ -111,7 +111,7 @@ def test_processes_reading_cron_expressions_differently_are_a_mixed_set(
         monkeypatch.undo()
         with in_process_app(redis_server.url, crons, app_version="v1") as new:
             assert old.leader.store.lease.fingerprint != new.leader.store.lease.fingerprint
-            wait_for(lambda: old.leader.leading or new.leader.leading, timeout=10, what="a leader")
+            wait_for(lambda: old.leader.leading or new.leader.leading, timeout=60, what="a leader")
             leader = old if old.leader.leading else new
             wait_for(lambda: leader.warnings("different schedule sets"), timeout=20, what="the mixed-set warning")
             text = leader.warnings("different schedule sets")[0]

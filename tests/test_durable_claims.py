@@ -66,7 +66,7 @@ def linked(replica: RedisServer) -> bool:
 @pytest.fixture
 def master_and_replica() -> Iterator[tuple[RedisServer, RedisServer]]:
     with RedisServer() as master, RedisServer(extra=["--replicaof", "127.0.0.1", str(master.port)]) as replica:
-        wait_for(lambda: linked(replica), timeout=10, what="the replica to sync")
+        wait_for(lambda: linked(replica), timeout=60, what="the replica to sync")
         yield master, replica
 
 
@@ -81,11 +81,11 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
     with in_process_app(master.url, ACTORS, lock_ttl=DETACH_TTL_MS) as app:
         wait_for(lambda: app.logged("wait for 1 Redis replica"), timeout=30, what="durable claims on")
         start = now_ms()
-        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=15, what="ticks")
+        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > start]) >= 4, timeout=60, what="ticks")
 
         replica.client().replicaof("NO", "ONE")
         detached = now_ms()
-        wait_for(lambda: app.warnings("not confirmed durable"), timeout=10, what="the WARNING")
+        wait_for(lambda: app.warnings("not confirmed durable"), timeout=60, what="the WARNING")
         time.sleep(DETACHED_S)  # the declared outage itself
         # A tick claimed (and confirmed) just before the detach may still be
         # reaching the broker; none of a later second may.
@@ -99,9 +99,9 @@ def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_cat
         assert any("0 of 1 Redis replica(s)" in p.text for p in status.problems), status.problems
 
         replica.client().replicaof("127.0.0.1", master.port)
-        wait_for(lambda: linked(replica), timeout=10, what="the replica to sync again")
+        wait_for(lambda: linked(replica), timeout=60, what="the replica to sync again")
         back = now_ms()
-        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > back]) >= 4, timeout=15, what="ticks again")
+        wait_for(lambda: len([t for _, t in enqueued_ticks(app) if t > back]) >= 4, timeout=60, what="ticks again")
         end = now_ms() - 1000
 
         sent = [(a, t) for a, t in enqueued_ticks(app) if start < t <= end]
@@ -217,7 +217,7 @@ def test_with_a_redis_broker_on_the_same_master_each_message_is_published_once(
     broker = RedisBroker(url=master.url)
     with in_process_app(None, ACTORS, lock_ttl=TTL_MS, broker=broker) as app:
         assert app.leader.boundary.mode == Boundary.IN_CLAIM
-        wait_for(lambda: len(queued_ids(master)) >= 6, timeout=15, what="messages")
+        wait_for(lambda: len(queued_ids(master)) >= 6, timeout=60, what="messages")
         app.middleware.stop()
         ids = queued_ids(master)
         assert len(ids) == len(set(ids)), [i for i, n in Counter(ids).items() if n > 1]
@@ -242,7 +242,7 @@ def test_messages_a_dead_claimer_left_staged_are_published_by_the_next_leader(
         staged = f"dramatiq:default\ndramatiq:default.msgs\n{body}"
         master.client().hset(app.keys.outbox, message.message_id, staged)
         app.middleware.start(broker)
-        wait_for(lambda: message.message_id in queued_ids(master), timeout=10, what="the staged message")
+        wait_for(lambda: message.message_id in queued_ids(master), timeout=60, what="the staged message")
         assert master.client().hlen(app.keys.outbox) == 0
         assert queued_ids(master).count(message.message_id) == 1
         assert master.client().hget("dramatiq:default.msgs", message.message_id) == body

@@ -31,7 +31,7 @@ def test_with_lead_false_everywhere_but_one_that_one_leads_and_after_it_dies_nob
     ineligible_pids = {pid for o in others for pid in o.worker_pids()}
     wait_for(lambda: client.hget(f"{KEYS}:lease", "pid"), timeout=20, what="a leader")
     assert int(client.hget(f"{KEYS}:lease", "pid") or 0) in eligible.worker_pids()
-    wait_for(lambda: client.zcard(f"{KEYS}:ineligible") == 2, timeout=10, what="both ineligible seen")
+    wait_for(lambda: client.zcard(f"{KEYS}:ineligible") == 2, timeout=60, what="both ineligible seen")
     status = json.loads(cli(env, "status", APP, "--json").stdout)
     assert sorted(p["pid"] for p in status["not_eligible"]) == sorted(ineligible_pids)
     assert status["no_eligible_process"] is False

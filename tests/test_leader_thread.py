@@ -344,14 +344,14 @@ def test_a_flushed_redis_deposes_the_leader_which_recovers_without_refiring(redi
 
     middleware.start(broker)
     try:
-        wait_for(lambda: len(enqueued) >= 2, timeout=10, what="two ticks")
+        wait_for(lambda: len(enqueued) >= 2, timeout=60, what="two ticks")
         leader = middleware.leader
         assert leader is not None
         token = leader.lease.token
         redis_server.client().flushall()
         count = len(enqueued)
-        wait_for(lambda: leader.lease.token not in (None, token), timeout=10, what="a new acquisition")
-        wait_for(lambda: len(enqueued) >= count + 2, timeout=10, what="ticks after the flush")
+        wait_for(lambda: leader.lease.token not in (None, token), timeout=60, what="a new acquisition")
+        wait_for(lambda: len(enqueued) >= count + 2, timeout=60, what="ticks after the flush")
         assert len(enqueued) == len(set(enqueued)), f"duplicates: {enqueued}"
     finally:
         middleware.stop()
@@ -382,7 +382,7 @@ def test_a_jittered_schedule_still_enqueues_each_tick_once_with_a_bounded_delay(
 
     middleware.start(broker)
     try:
-        wait_for(lambda: len(seen) >= 4, timeout=10, what="four jittered ticks")
+        wait_for(lambda: len(seen) >= 4, timeout=60, what="four jittered ticks")
     finally:
         middleware.stop()
     ticks = [tick for tick, _, _ in seen]

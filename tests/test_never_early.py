@@ -59,7 +59,7 @@ def test_a_ledger_entry_lying_in_the_future_is_rebased_and_the_schedule_fires_ag
         client.hset(app.keys.ticks, ticker.id, f"{server_ms(redis_server) + 3_600_000}:1:1")
         client.set(app.keys.epoch, 1)
         app.middleware.start(app.broker)
-        wait_for(lambda: len(app.sent("ticker")) >= 3, timeout=10, what="the rebased schedule to fire")
+        wait_for(lambda: len(app.sent("ticker")) >= 3, timeout=60, what="the rebased schedule to fire")
         assert len(app.warnings("lay in the future")) == 1
         outcomes = [
             fields["outcome"] for _, fields in client.xrange(app.keys.history) if fields["schedule"] == ticker.id

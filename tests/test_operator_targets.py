@@ -268,7 +268,7 @@ def dashboard(redis_server: RedisServer) -> Iterator[Dashboard]:
     dramatiq.actor(lambda full=False: None, actor_name="report", broker=broker, cron=cron)
     dramatiq.actor(lambda tenant_id=0: None, actor_name="send_report", broker=broker)
     middleware.start(broker)
-    wait_for(lambda: redis_server.client().hget("{dramatiq-cron}:lease", "pid"), timeout=10, what="a leader")
+    wait_for(lambda: redis_server.client().hget("{dramatiq-cron}:lease", "pid"), timeout=60, what="a leader")
     try:
         yield Dashboard(redis_server, broker, middleware, Browser(CronDashboard(broker, unauthenticated=True)))
     finally:

@@ -80,7 +80,7 @@ def test_owed_ticks_of_a_removed_schedule_never_run_after_the_removal(
         )
 
     # Ticks are granted (the ledger is up) and owed (the broker is not).
-    wait_for(lambda: granted_since_stop() >= 2, timeout=15, what="ticks granted while the broker is down")
+    wait_for(lambda: granted_since_stop() >= 2, timeout=60, what="ticks granted while the broker is down")
     assert store.remove("tick_0", "r1")
     removed_at = time.time()
     broker_server.start()

@@ -191,7 +191,7 @@ def test_a_granted_tick_whose_enqueue_failed_is_still_enqueued_after_losing_the_
     middleware.start(broker)
     leader = middleware.leader
     assert leader is not None
-    wait_for(lambda: broker.attempts >= 1, timeout=10, what="a failed enqueue of a granted tick")
+    wait_for(lambda: broker.attempts >= 1, timeout=60, what="a failed enqueue of a granted tick")
     epoch = leader.epoch
     assert epoch is not None
 
@@ -212,7 +212,7 @@ def test_a_granted_tick_whose_enqueue_failed_is_still_enqueued_after_losing_the_
         assert other.renew()
         return not leader.leading
 
-    wait_for(other_keeps_leading, timeout=10, interval=0.2, what="the leader to step down")
+    wait_for(other_keeps_leading, timeout=60, interval=0.2, what="the leader to step down")
     broker.failing = False
     granted = {
         fields["message_id"]

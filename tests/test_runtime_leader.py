@@ -32,7 +32,7 @@ def ticks_of(app: InProcessApp, actor: str) -> list[str]:
 
 def control_ticks(app: InProcessApp, count: int) -> None:
     mark = len(app.sent("control"))
-    wait_for(lambda: len(app.sent("control")) >= mark + count, timeout=10, what=f"{count} control ticks")
+    wait_for(lambda: len(app.sent("control")) >= mark + count, timeout=60, what=f"{count} control ticks")
 
 
 def test_an_added_schedule_fires_on_time_and_a_removed_one_never_again(redis_server: RedisServer) -> None:
@@ -43,7 +43,7 @@ def test_an_added_schedule_fires_on_time_and_a_removed_one_never_again(redis_ser
         added_at = time.time()
         stored = app.middleware.add("tenant", "* * * * * *", name="acme")
         assert stored.next_ms is not None
-        wait_for(lambda: len(app.sent("tenant")) >= 3, timeout=10, what="the added schedule to fire")
+        wait_for(lambda: len(app.sent("tenant")) >= 3, timeout=60, what="the added schedule to fire")
         # It took effect within about a second of the add.
         first = min(time.mktime(time.strptime(t[:19], "%Y-%m-%dT%H:%M:%S")) for t in ticks_of(app, "tenant"))
         assert first - added_at < 3.0
@@ -59,10 +59,10 @@ def test_a_changed_expression_takes_effect_without_a_burst(redis_server: RedisSe
         declare(app, "tenant")
         app.middleware.start(app.broker)
         app.middleware.add("tenant", "*/3 * * * * *", name="acme")
-        wait_for(lambda: len(app.sent("tenant")) >= 2, timeout=10, what="two ticks every 3 s")
+        wait_for(lambda: len(app.sent("tenant")) >= 2, timeout=60, what="two ticks every 3 s")
         app.middleware.add("tenant", "* * * * * *", name="acme")
         mark = len(app.sent("tenant"))
-        wait_for(lambda: len(app.sent("tenant")) >= mark + 4, timeout=10, what="ticks every second")
+        wait_for(lambda: len(app.sent("tenant")) >= mark + 4, timeout=60, what="ticks every second")
         ticks = sorted(set(ticks_of(app, "tenant")))
         assert len(ticks) == len(ticks_of(app, "tenant")), "a tick fired twice"
         assert app.duplicates() == []
@@ -73,7 +73,7 @@ def test_an_interval_runtime_schedule_fires_each_interval_once(redis_server: Red
         declare(app, "tenant")
         app.middleware.start(app.broker)
         app.middleware.add("tenant", Schedule(every=2000), name="every2s")
-        wait_for(lambda: len(app.sent("tenant")) >= 3, timeout=12, what="three interval ticks")
+        wait_for(lambda: len(app.sent("tenant")) >= 3, timeout=60, what="three interval ticks")
         seconds = [int(t[17:19]) for t in ticks_of(app, "tenant")]
         assert all(s % 2 == 0 for s in seconds), seconds
         assert app.duplicates() == []
@@ -99,7 +99,7 @@ def test_adds_and_removes_during_leader_churn_leave_no_duplicate_and_no_fire_aft
         def control() -> int:
             return len(a.sent("control")) + len(b.sent("control"))
 
-        wait_for(lambda: control() >= 1, timeout=10, what="a leader")
+        wait_for(lambda: control() >= 1, timeout=60, what="a leader")
         rng = random.Random(20261201)
         live: dict[str, float] = {}
         removed: dict[str, float] = {}
@@ -122,7 +122,7 @@ def test_adds_and_removes_during_leader_churn_leave_no_duplicate_and_no_fire_aft
             time.sleep(0.02)
         assert n == 1000 and len(removed) > 100
         mark = control()
-        wait_for(lambda: control() >= mark + 2, timeout=10, what="two more control ticks")
+        wait_for(lambda: control() >= mark + 2, timeout=60, what="two more control ticks")
         end = time.time() - 2.0
         sent = a.sent("tenant") + b.sent("tenant")
         by_tick = collections.Counter((mid) for _, _, mid in sent)
@@ -157,7 +157,7 @@ def test_a_leader_frozen_across_a_removal_never_fires_the_removed_schedule(
     group = [instances(app_env) for _ in range(2)]
     added = cli_json(env, "add", APP, "tick_0", "* * * * * *", "--name", "r1")
     assert added["schedule"] == "tick_0:r1"
-    wait_for(lambda: len(history.ticks("tick_0:r1")) >= 2, timeout=15, what="the added schedule to fire")
+    wait_for(lambda: len(history.ticks("tick_0:r1")) >= 2, timeout=60, what="the added schedule to fire")
     counts = collections.Counter(e.tick_ms for e in history.enqueues() if e.schedule == "tick_0:r1")
     assert all(n == 1 for n in counts.values()), counts
     leader = int(redis_server.client().hget("{dramatiq-cron}:lease", "pid") or 0)
@@ -174,7 +174,7 @@ def test_a_leader_frozen_across_a_removal_never_fires_the_removed_schedule(
     finally:
         os.kill(leader, signal.SIGCONT)
     mark = len(history.ticks("tick_0"))
-    wait_for(lambda: len(history.ticks("tick_0")) >= mark + 3, timeout=15, what="declared ticks")
+    wait_for(lambda: len(history.ticks("tick_0")) >= mark + 3, timeout=60, what="declared ticks")
     late = [e for e in history.enqueues() if e.schedule == "tick_0:r1" and e.at > removed_at]
     assert late == [], f"the removed schedule fired after removal: {late}"
     assert group

@@ -31,7 +31,7 @@ LEASE = "{dramatiq-cron}:lease"
 
 
 def _leader_instance(redis_server: RedisServer, group: list[Any]) -> tuple[int, Any]:
-    pid = wait_for(lambda: int(redis_server.client().hget(LEASE, "pid") or 0), timeout=15, what="a leader")
+    pid = wait_for(lambda: int(redis_server.client().hget(LEASE, "pid") or 0), timeout=60, what="a leader")
     owner = [i for i in group if pid in i.worker_pids()]
     assert len(owner) == 1, f"leader {pid} is no worker of the instances"
     return pid, owner[0]
@@ -44,7 +44,7 @@ def test_a_takeover_after_a_runtime_write_fires_what_the_write_owes(
     env = {"DRAMATIQ_CRON_REDIS_URL": redis_server.url}
     group = [instances(app_env) for _ in range(2)]
     cli_json(env, "add", APP, "tick_0", "* * * * * *", "--name", "r1")
-    wait_for(lambda: len(history.ticks(SID)) >= 2, timeout=15, what="the runtime schedule to fire")
+    wait_for(lambda: len(history.ticks(SID)) >= 2, timeout=60, what="the runtime schedule to fire")
     leader, owner = _leader_instance(redis_server, group)
     store = RuntimeSchedules(
         redis.Redis.from_url(redis_server.url, decode_responses=True),
@@ -66,11 +66,11 @@ def test_a_takeover_after_a_runtime_write_fires_what_the_write_owes(
         # Ticks fall due while the frozen leader still holds the lease (at
         # least a third of its 2 s: it renews every third), then another
         # instance takes over.
-        wait_for(lambda: _leader_instance(redis_server, group)[0] != leader, timeout=15, what="a new leader")
+        wait_for(lambda: _leader_instance(redis_server, group)[0] != leader, timeout=60, what="a new leader")
     finally:
         owner.kill9()
     end = now_ms()
-    wait_for(lambda: bool(history.ticks(SID)) and history.ticks(SID)[-1] > end + 1000, timeout=15, what="ticks")
+    wait_for(lambda: bool(history.ticks(SID)) and history.ticks(SID)[-1] > end + 1000, timeout=60, what="ticks")
 
     counts = collections.Counter(e.tick_ms for e in history.enqueues() if e.schedule == SID)
     assert [t for t, n in counts.items() if n > 1] == [], "a tick was enqueued twice"

@@ -92,7 +92,7 @@ def test_ticks_granted_to_a_claim_whose_reply_outlived_the_firing_deadline_are_e
     with Proxy(redis_server.port, max_lifetime=300) as proxy:
         with in_process_app(proxy.url, ACTORS, lock_ttl=TTL_MS, broker=instance) as app:
             assert app.leader.boundary.mode == mode
-            wait_for(lambda: len(app.sent()) >= 2 * len(ACTORS), timeout=15, what="a first round of ticks")
+            wait_for(lambda: len(app.sent()) >= 2 * len(ACTORS), timeout=60, what="a first round of ticks")
             hits = 0
             for _ in range(3 * CYCLES):
                 hits += hold_replies_over_a_tick(redis_server, proxy, app)

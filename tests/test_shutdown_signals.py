@@ -139,7 +139,7 @@ def test_a_stop_after_the_lease_lapsed_is_reported_once(
     client = redis_server.client()
     listener = lease_events(client)
     instance = instances(app_env)
-    worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=15, what="the worker to lead"))
+    worker = int(wait_for(lambda: client.hget(LEASE, "pid"), timeout=60, what="the worker to lead"))
     epoch = client.hget(LEASE, "epoch")
     os.kill(worker, signal.SIGSTOP)
     try:
@@ -147,7 +147,7 @@ def test_a_stop_after_the_lease_lapsed_is_reported_once(
         os.kill(worker, signal.SIGTERM)  # pending until it runs again
     finally:
         os.kill(worker, signal.SIGCONT)
-    wait_for(lambda: not alive(worker), timeout=15, what="the worker to exit")
+    wait_for(lambda: not alive(worker), timeout=60, what="the worker to exit")
     mentions = [line for line in instance.log().splitlines() if f"(epoch {epoch})" in line]
     warnings = [line for line in mentions if "[WARNING]" in line]
     assert len(warnings) == 1, "\n".join(mentions) or "nothing said about the lapsed lease"

@@ -168,7 +168,7 @@ def test_a_dramatiq_process_on_a_stub_broker_without_redis_runs_its_actors(tmp_p
         )
     try:
         wait_for(ran.exists, timeout=30, what="the actor to run")
-        wait_for(lambda: "Cron scheduler off" in log.read_text(), timeout=10, what="the scheduler-off line")
+        wait_for(lambda: "Cron scheduler off" in log.read_text(), timeout=60, what="the scheduler-off line")
         proc.send_signal(15)
         assert proc.wait(30) == 0, log.read_text()
     finally:

@@ -137,7 +137,7 @@ def test_ticks_between_predicts_the_message_ids_a_real_leader_enqueues(redis_ser
     try:
         middleware.start(broker)
         queue = broker.queues[every_second.queue_name]
-        wait_for(lambda: queue.qsize() >= 2, timeout=10, what="two real enqueues")
+        wait_for(lambda: queue.qsize() >= 2, timeout=60, what="two real enqueues")
     finally:
         middleware.stop()
     real: list[Any] = []

@@ -66,7 +66,7 @@ def app(redis_server: RedisServer) -> Iterator[App]:
     """An app with a leader thread running in this process."""
     made = _app(redis_server)
     made.middleware.start(made.broker)
-    wait_for(lambda: redis_server.client().hget("{dramatiq-cron}:lease", "pid"), timeout=10, what="a leader")
+    wait_for(lambda: redis_server.client().hget("{dramatiq-cron}:lease", "pid"), timeout=60, what="a leader")
     try:
         yield made
     finally:

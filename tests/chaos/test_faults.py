@@ -199,7 +199,7 @@ def test_eviction_pressure_never_duplicates_and_never_stops_the_scheduler() -> N
     with Cluster(redis_extra=["--maxmemory-policy", "allkeys-lru"]) as cluster:
         policy_line = "has maxmemory-policy allkeys-lru"
         for instance in cluster.instances:
-            wait_for(lambda: policy_line in instance.log(), timeout=10, what=f"{instance.name}'s policy warning")  # noqa: B023
+            wait_for(lambda: policy_line in instance.log(), timeout=60, what=f"{instance.name}'s policy warning")  # noqa: B023
         mark = cluster.mark()
         cluster.wait_fired_after(now_ms())
         start = now_ms()

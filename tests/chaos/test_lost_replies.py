@@ -62,7 +62,7 @@ def test_an_acquire_whose_reply_was_lost_is_recognised_at_the_next_attempt(
     proxied.set_delay(400)  # beyond the 150 ms timeout: the reply is lost
     with pytest.raises(redis.TimeoutError):
         lease.acquire()
-    won = wait_for(lambda: direct.hget(keys.lease, "token"), timeout=10, what="the lost acquire to run")
+    won = wait_for(lambda: direct.hget(keys.lease, "token"), timeout=60, what="the lost acquire to run")
     proxied.heal()
     result = lease.acquire()
     assert isinstance(result, Acquired), f"waited for its own lost attempt: {result}"
