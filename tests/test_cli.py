@@ -199,13 +199,13 @@ def test_trigger_enqueues_exactly_one_manual_message_and_leaves_the_schedule_alo
 
     manual = wait_for(
         lambda: [e for e in running.history.enqueues(include_manual=True) if e.manual],
-        timeout=10,
+        timeout=60,
         what="the manual enqueue",
     )
     assert [e.message_id for e in manual] == [message_id]
     wait_for(
         lambda: any(r["tick"] == data["tick"] for r in _runs(running)),
-        timeout=10,
+        timeout=60,
         what="a worker to run the manual message",
     )
     triggered = [e for e in history_entries(running.env, "-n", "50") if e["outcome"] == "triggered"]

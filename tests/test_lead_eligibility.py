@@ -47,7 +47,7 @@ def test_with_lead_false_everywhere_but_one_that_one_leads_and_after_it_dies_nob
         lambda: all(
             score >= warned_ms + 4000 for _, score in client.zrange(f"{KEYS}:ineligible", 0, -1, withscores=True)
         ),
-        timeout=15,
+        timeout=60,
         what="two more checks by each ineligible process",
     )
     assert [o.log().count(NOBODY) for o in others] == [1, 1]

@@ -324,7 +324,7 @@ def test_pause_on_the_unnamed_row_pauses_it_alone(dashboard: Dashboard) -> None:
             {"fired"} <= outcomes_since().get("report/nightly", set())
             and {"paused"} <= outcomes_since().get("report", set())
         ),
-        timeout=15,
+        timeout=60,
         what="a paused tick of report and a fired tick of report/nightly",
     )
     assert "paused" not in outcomes_since()["report/nightly"]

@@ -115,7 +115,7 @@ def test_a_batch_settled_as_never_run_cannot_be_granted_afterwards(redis_server:
         # handshake also stalls, so it may never send the claim at all.)
         wait_for(
             lambda: evalsha_calls(redis_server) > settled_at,
-            timeout=10,
+            timeout=60,
             what="the delayed claim to reach Redis",
         )
     entry = redis_server.client().hget(Keys("t").ticks, SID) or ""

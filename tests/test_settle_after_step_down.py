@@ -61,7 +61,7 @@ def hold_replies_over_a_tick(server: RedisServer, proxy: Proxy, app: InProcessAp
     proxy.heal()
     lines = wait_for(
         lambda: app.logged("Lost cron leadership")[stepped_down:],
-        timeout=10,
+        timeout=60,
         what="the leader to step down while its claim's reply was held",
     )
     epoch = lines[0].split("(epoch ")[1].split(")")[0]

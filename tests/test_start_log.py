@@ -33,7 +33,7 @@ def test_the_start_log_lists_the_declared_schedules_and_counts_the_runtime_ones(
         cron.start(broker)
         record = wait_for(
             lambda: [r for r in caplog.records if r.getMessage().startswith("Cron scheduler started")],
-            timeout=10,
+            timeout=60,
             what="the start log",
         )[0]
     finally:

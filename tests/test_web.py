@@ -100,7 +100,7 @@ def test_the_schedules_page_shows_words_next_runs_last_outcome_and_source(app: A
     ticks = app.server.client()
     wait_for(
         lambda: (ticks.hget("{dramatiq-cron}:ticks", "every_second") or "").endswith(":1"),
-        timeout=10,
+        timeout=60,
         what="a fired tick",
     )
     page = app.dashboard().get("/cron/schedules?q=every_second")
@@ -165,7 +165,7 @@ def test_pause_needs_a_post_with_the_csrf_token_and_then_shows_as_paused(app: Ap
     # The leader records the next ticks as paused.
     wait_for(
         lambda: any(f.get("outcome") == "paused" for _, f in client.xrange("{dramatiq-cron}:history")),
-        timeout=10,
+        timeout=60,
         what="a paused tick",
     )
     assert browser.post("/cron/resume", {"schedule": target, "csrf": token}).status == 303
