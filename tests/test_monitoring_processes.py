@@ -191,7 +191,14 @@ def test_a_webhook_down_at_first_receives_the_alert_once_it_is_up(
     in no log line."""
     url = f"http://hooker:s3cret@127.0.0.1:{hook_port}/hook"
     instance = instances(env_for(redis_server, record_dir, "flaky", MON_THRESHOLD="1", MON_WEBHOOK=url), app=APP)
-    wait_for(lambda: states(record_dir, "flaky"), timeout=20, what="the alert (log line and on_alert)")
+    wait_for(lambda: states(record_dir, "flaky"), timeout=60, what="the alert (log line and on_alert)")
+    # The receiver comes up only once a delivery has failed (on a loaded
+    # machine the first attempt can come after any fixed pause).
+    wait_for(
+        lambda: "Alert webhook http://127.0.0.1" in instance.log() and " fails (" in instance.log(),
+        timeout=60,
+        what="a failed delivery's WARNING",
+    )
     assert redis_server.client().llen(KEYS.alerts_webhook) == 1  # not delivered to the webhook yet
     server = http.server.ThreadingHTTPServer(("127.0.0.1", hook_port), _Hook)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
