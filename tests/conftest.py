@@ -107,18 +107,19 @@ def proxied_sentinel_group() -> Iterator[SentinelGroup]:
 
 #: The lines of an instance's log shown under a failure besides its end.
 _SAID = re.compile(r"\[(WARNING|ERROR|CRITICAL)\]|Traceback")
+#: The instances a test started (the ``instances`` fixture keeps them here).
+_STARTED = pytest.StashKey[list[Instance]]()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test that started instances shows the end of their logs
-    under its failure."""
+    """A failed test that started instances shows, under its failure, their
+    WARNING and worse lines and the end of their logs."""
     report = yield
-    start = getattr(item, "funcargs", {}).get("instances")
-    if report.failed and start is not None:
-        for instance in start.started:
+    if report.failed:
+        for instance in item.stash.get(_STARTED, []):
             try:
                 log = instance.log()
                 said = [line for line in log.splitlines() if _SAID.search(line)]
@@ -130,16 +131,16 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture
-def instances() -> Iterator[Callable[..., Instance]]:
+def instances(request: pytest.FixtureRequest) -> Iterator[Callable[..., Instance]]:
     """Start dramatiq instances; every one is stopped at teardown."""
     started: list[Instance] = []
+    request.node.stash[_STARTED] = started
 
     def start(env: dict[str, str], **kwargs: Any) -> Instance:
         instance = Instance(env, name=f"i{len(started)}", **kwargs)
         started.append(instance)
         return instance.start()
 
-    start.started = started  # type: ignore[attr-defined]  # for pytest_runtest_makereport
     yield start
     kill_all(started)
     if os.environ.get("CRON_KEEP_LOGS") != "1":

@@ -2,9 +2,9 @@
 
 ``pytest -p tests.support.cpu_profile`` with ``CPU_PROFILE=DIR`` appends
 one JSON line per test to ``DIR/<xdist worker>.jsonl``: its node id, its
-xdist group, its start (epoch seconds), the wall time and the user+sys CPU of the pytest process plus
-the children it reaped (redis-servers, dramatiq processes, browsers) over
-setup, call and teardown.  ``python -m tests.support.cpu_profile DIR``
+xdist group, its start (epoch seconds), the wall time and the user+sys CPU
+of the pytest process plus the children it reaped (redis-servers, dramatiq
+processes, browsers) over setup, call and teardown.  ``python -m tests.support.cpu_profile DIR``
 prints the totals, the top tests and the longest xdist groups.
 """
 
