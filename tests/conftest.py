@@ -6,6 +6,7 @@ import os
 import re
 import signal
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -164,6 +165,8 @@ def instances(request: pytest.FixtureRequest) -> Iterator[Callable[..., Instance
 
 #: Shared fixture name -> how many groups its tests are split into.
 SHARDS = {"shared_cluster": 4}
+#: In-process tests of one file sent to a worker together, at most.
+CHUNK = 20
 #: Session fixtures whose tests, in any file, form one group.
 ACROSS_FILES = {"rabbitmq_node"}
 
@@ -224,18 +227,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Tests that run dramatiq processes take seconds; the rest fill in.
         return 3 if {"instances", "cluster"} & set(item.fixturenames) else 4
 
-    # Work units (a group, or a test of its own) in rank order; then the
-    # units that mostly wait (ranks 0-3: real processes and clusters) take
-    # turns with the ones that compute, so that the in-process tests keep
-    # the CPU busy from the start while the clusters wait for their ticks.
+    # Work units in rank order: a group, or a test that waits (ranks 0-3:
+    # real processes and clusters, or marked slow) of its own, or a run of
+    # up to CHUNK in-process tests of one file.  A worker asks for more
+    # once it holds two tests or fewer, so an in-process test alone would
+    # last milliseconds and leave its worker waiting too: in runs, the
+    # in-process tests keep some workers computing while the others wait
+    # for their clusters' ticks.  The runs are spread evenly through the
+    # waiting units, the first among the first, and one per worker is kept
+    # for the end, where short work lets every worker finish together.
     units: dict[str, list[pytest.Item]] = {}
+    runs: dict[Path, int] = {}
     for item in sorted(items, key=rank):
-        units.setdefault(groups.get(item, item.nodeid), []).append(item)
+        if rank(item) == 4:
+            runs[item.path] = runs.get(item.path, -1) + 1
+            name = f"{item.path}::in-process#{runs[item.path] // CHUNK}"
+            item.add_marker(pytest.mark.xdist_group(name))
+            units.setdefault(name, []).append(item)
+        else:
+            units.setdefault(groups.get(item, item.nodeid), []).append(item)
     waiting = [unit for unit in units.values() if rank(unit[0]) < 4]
     computing = [unit for unit in units.values() if rank(unit[0]) == 4]
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    spread, last = computing[: max(0, len(computing) - workers)], computing[len(computing) - workers :]
     order: list[pytest.Item] = []
-    for index in range(max(len(waiting), len(computing))):
-        for side in (waiting, computing):
-            if index < len(side):
-                order.extend(side[index])
+    for index, unit in enumerate(waiting):
+        for run in spread[index * len(spread) // len(waiting) : (index + 1) * len(spread) // len(waiting)]:
+            order.extend(run)
+        order.extend(unit)
+    for unit in (spread if not waiting else []) + last:
+        order.extend(unit)
+    assert len(order) == len(items), "a test was lost or sent twice"
     items[:] = order

@@ -201,6 +201,7 @@ def test_on_alert_raising_is_logged_and_the_alert_still_leaves_its_outbox(caplog
     ]
 
 
+@pytest.mark.slow
 def test_a_failing_webhook_holds_back_neither_the_log_line_nor_on_alert(
     receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -30,6 +30,7 @@ def fires_again(app: InProcessApp, actor: str, count: int = 2) -> None:
 BAD_VALUES = ["1800000000000", "garbage", "1_800_000_000_000:1:1", "1e12:1:1"]
 
 
+@pytest.mark.slow
 def test_an_operator_reset_with_a_bad_ledger_value_stops_nothing(redis_server: RedisServer) -> None:
     """Given two schedules firing, when an operator writes a value that does
     not follow the ledger grammar into one schedule's entry (the review's

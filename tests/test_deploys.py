@@ -33,6 +33,7 @@ def instants(*apps: InProcessApp) -> collections.Counter[str]:
     return collections.Counter(tick for app in apps for _, tick, _ in app.sent("report"))
 
 
+@pytest.mark.slow
 def test_old_and_new_code_leading_in_turn_never_enqueue_one_instant_twice(redis_server: RedisServer) -> None:
     """Given the old code declaring ``*/2 * * * * *`` and the new code
     ``* * * * * *`` for the same actor (no name=), when leadership passes

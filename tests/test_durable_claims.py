@@ -70,6 +70,7 @@ def master_and_replica() -> Iterator[tuple[RedisServer, RedisServer]]:
         yield master, replica
 
 
+@pytest.mark.slow
 def test_a_leader_whose_replica_detaches_fires_nothing_until_it_is_back_then_catches_up_once(
     master_and_replica: tuple[RedisServer, RedisServer],
 ) -> None:

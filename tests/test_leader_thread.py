@@ -153,6 +153,7 @@ def traffic(server: RedisServer) -> Iterator[list[str]]:
         monitor.__exit__(None, None, None)
 
 
+@pytest.mark.slow
 def test_an_idle_leader_sends_only_renewals_and_waits_on_redis_for_changes(
     idle_leader: tuple[StubBroker, CronMiddleware], redis_server: RedisServer
 ) -> None:
@@ -195,6 +196,7 @@ def test_an_idle_leader_sends_only_renewals_and_waits_on_redis_for_changes(
     assert cpu < 0.5, f"the idle leader thread used {cpu:.2f} s of CPU in three renewal intervals"
 
 
+@pytest.mark.slow
 def test_an_idle_leader_whose_blocking_wait_gets_no_reply_still_renews_in_time(
     idle_leader: tuple[StubBroker, CronMiddleware],
 ) -> None:
@@ -277,6 +279,7 @@ def test_an_idle_leader_applies_an_add_and_a_remove_before_its_next_renewal(
     assert client.hget(LEASE, "seq") == renewed, "the remove waited for the renewal"
 
 
+@pytest.mark.slow
 def test_an_idle_follower_costs_about_two_commands_per_lease(redis_server: RedisServer) -> None:
     """A follower blocks on Redis until the lease would expire or is
     released; it does not poll faster than the lease.  (6 s leases, the

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.instances import stop_group, wait_for
 from tests.support.markdown import blocks
 from tests.support.redis_server import RedisServer
@@ -51,6 +53,7 @@ def test_the_quickstart_is_short_and_declares_the_middleware_before_its_actor() 
     assert [c[0] for c in commands] == ["dramatiq", "dramatiq-cron"]
 
 
+@pytest.mark.slow
 def test_the_quickstart_copied_as_written_boots_and_fires_a_tick(tmp_path: Path, redis_server: RedisServer) -> None:
     """Given the quickstart's myapp.py in an empty folder and a redis-server,
     When the README's `dramatiq myapp` runs there, Then the actor's output

@@ -176,6 +176,7 @@ def test_the_feed_continues_a_written_schedule_from_the_entry_its_write_left(red
     assert reply.ticks[stored.id] == before and stored.id not in reply.codes
 
 
+@pytest.mark.slow
 def test_the_leaders_wait_on_redis_ends_at_its_own_bound(redis_server: RedisServer) -> None:
     """The wait times out on this process's clock, not the server's (which
     may step back or stall): given a Redis that stalls for five seconds,

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import dramatiq
+import pytest
 
 from dramatiq_cron_middleware import Schedule
 from tests.support.inprocess import InProcessApp, in_process_app
@@ -35,6 +36,7 @@ def control_ticks(app: InProcessApp, count: int) -> None:
     wait_for(lambda: len(app.sent("control")) >= mark + count, timeout=60, what=f"{count} control ticks")
 
 
+@pytest.mark.slow
 def test_an_added_schedule_fires_on_time_and_a_removed_one_never_again(redis_server: RedisServer) -> None:
     with in_process_app(redis_server.url, CONTROL, start=False) as app:
         declare(app, "tenant")
@@ -54,6 +56,7 @@ def test_an_added_schedule_fires_on_time_and_a_removed_one_never_again(redis_ser
         assert app.duplicates() == []
 
 
+@pytest.mark.slow
 def test_a_changed_expression_takes_effect_without_a_burst(redis_server: RedisServer) -> None:
     with in_process_app(redis_server.url, CONTROL, start=False) as app:
         declare(app, "tenant")
@@ -68,6 +71,7 @@ def test_a_changed_expression_takes_effect_without_a_burst(redis_server: RedisSe
         assert app.duplicates() == []
 
 
+@pytest.mark.slow
 def test_an_interval_runtime_schedule_fires_each_interval_once(redis_server: RedisServer) -> None:
     with in_process_app(redis_server.url, CONTROL, start=False) as app:
         declare(app, "tenant")
@@ -79,6 +83,7 @@ def test_an_interval_runtime_schedule_fires_each_interval_once(redis_server: Red
         assert app.duplicates() == []
 
 
+@pytest.mark.slow
 def test_adds_and_removes_during_leader_churn_leave_no_duplicate_and_no_fire_after_removal(
     redis_server: RedisServer,
 ) -> None:

@@ -81,6 +81,7 @@ def broker(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Boundary]]:
         yield RedisBroker(url=broker_redis.url), Boundary.IDEMPOTENT
 
 
+@pytest.mark.slow
 def test_ticks_granted_to_a_claim_whose_reply_outlived_the_firing_deadline_are_enqueued_once(
     redis_server: RedisServer, broker: tuple[Any, Boundary]
 ) -> None:

@@ -237,6 +237,7 @@ def test_a_stop_that_gives_up_while_an_acquisition_is_unanswered_says_so_once(
     assert len(lines) == 1 and "Gave up releasing the cron lease (an acquisition" in lines[0], warnings
 
 
+@pytest.mark.slow
 def test_a_leader_thread_stopping_while_a_starved_handler_still_sends_leaves_the_report_to_the_stop(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -69,6 +69,7 @@ def dashboard_overview(broker: StubBroker) -> tuple[list[str], dict[str, int]]:
     return warnings, counts
 
 
+@pytest.mark.slow
 def test_status_and_the_overview_report_the_same_problems_and_count_every_schedule(
     state: tuple[RedisServer, CronMiddleware, StubBroker],
 ) -> None:

@@ -129,6 +129,7 @@ def test_a_malformed_redis_url_still_fails_at_boot() -> None:
         broker.close()
 
 
+@pytest.mark.slow
 def test_a_dramatiq_process_on_a_stub_broker_without_redis_runs_its_actors(tmp_path: Path) -> None:
     """The same under a real ``dramatiq`` process: it boots, runs an actor,
     logs the scheduler-off line once per worker process, and stops on

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.support.inprocess import in_process_app
 from tests.support.instances import wait_for
 from tests.support.redis_server import RedisServer
@@ -30,6 +32,7 @@ def test_a_lease_nobody_renews_is_taken_over_within_a_lease_even_with_a_long_ptt
         wait_for(lambda: len(app.sent()) >= 1, timeout=30, what="a fire")
 
 
+@pytest.mark.slow
 def test_a_lease_that_is_renewed_is_never_deposed(redis_server: RedisServer) -> None:
     """The other side: a live leader renewing its lease (its renewal count
     moves) is never deposed, however long the follower watches.  (A 3 s

@@ -274,6 +274,7 @@ def _fits(driver: Any, width: int, what: str) -> None:
     assert wide <= inner, f"{what} is {wide}px wide on a {inner}px screen"
 
 
+@pytest.mark.slow
 def test_an_operator_confirms_a_remove_sees_it_audited_and_pages_10000_schedules_on_a_laptop_and_a_phone(
     browser: Any, guarded_dashboard: str, redis_server: RedisServer
 ) -> None:

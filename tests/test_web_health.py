@@ -85,6 +85,7 @@ def monitored() -> Iterator[Monitored]:
         yield app
 
 
+@pytest.mark.slow
 def test_health_answers_the_check_document_with_503_while_a_schedule_fails_and_200_once_none_does(
     redis_server: RedisServer,
 ) -> None:

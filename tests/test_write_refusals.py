@@ -33,6 +33,7 @@ REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(REFUSALS))
 def test_a_redis_refusing_writes_is_one_warning_per_episode_and_firing_resumes(
     redis_server: RedisServer, kind: str

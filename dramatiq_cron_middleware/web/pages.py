@@ -253,8 +253,12 @@ def schedules_view(
         code_matches = [s for s in code if (not needle or matches(s, needle)) and state_ok(s.actor_name, s.id)]
     runtime_ids: list[str] = []
     if filters.source in ("all", "runtime"):
+        # The actor is parsed out of an id only where the state filter needs it.
+        every_state = filters.state == "all"
         runtime_ids = [
-            i for i in runtime.ids() if (not needle or needle in i.lower()) and state_ok(parse_id(i).actor, i)
+            i
+            for i in runtime.ids()
+            if (not needle or needle in i.lower()) and (every_state or state_ok(parse_id(i).actor, i))
         ]
     total = len(code_matches) + len(runtime_ids)
     filters, pages, first = paged(filters, total)

@@ -53,15 +53,15 @@ T = TypeVar("T")
 def confirmed(call: Callable[[], T]) -> T:
     """``call()``, again while too few replicas acknowledged it, as the
     leader retries at its next turn (a loaded machine may let a fresh
-    replica's acknowledgement miss one wait); at most for 10 s.  Every call
+    replica's acknowledgement miss one wait); at most for 60 s.  Every call
     so retried is idempotent: an acquisition retries its token, a claim or
     a settle its batch."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while True:
         try:
             return call()
         except Unconfirmed:
-            assert time.monotonic() < deadline, "no replica acknowledged within 10 s"
+            assert time.monotonic() < deadline, "no replica acknowledged within 60 s"
 
 
 def lead(store: Store) -> tuple[str, int]:

@@ -4,7 +4,8 @@
 one JSON line per test to ``DIR/<xdist worker>.jsonl``: its node id, its
 xdist group, its start (epoch seconds), the wall time and the user+sys CPU
 of the pytest process plus the children it reaped (redis-servers, dramatiq
-processes, browsers) over setup, call and teardown.  ``python -m tests.support.cpu_profile DIR``
+processes, browsers) over setup, call and teardown ("cpu"), and of the
+pytest process alone ("self").  ``python -m tests.support.cpu_profile DIR``
 prints the totals, the top tests and the longest xdist groups.
 """
 
@@ -23,6 +24,11 @@ import pytest
 from tests.support.instances import forked_cpu
 
 
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _cpu() -> float:
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
@@ -34,7 +40,7 @@ def _cpu() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     out = os.environ.get("CPU_PROFILE")
-    cpu, wall, start = _cpu(), time.monotonic(), time.time()
+    cpu, own, wall, start = _cpu(), _self_cpu(), time.monotonic(), time.time()
     yield
     if not out:
         return
@@ -43,6 +49,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         "id": item.nodeid,
         "group": marker.args[0] if marker and marker.args else None,
         "cpu": round(_cpu() - cpu, 3),
+        "self": round(_self_cpu() - own, 3),
         "wall": round(time.monotonic() - wall, 3),
         "start": round(start, 3),
     }
@@ -65,9 +72,13 @@ def main(folder: str, top: int = 25) -> None:
             g = groups.setdefault(r["group"], [0.0, 0.0])
             g[0] += r["cpu"]
             g[1] += r["wall"]
-    print(f"\ntop {top} tests by CPU (s):  cpu  wall")
+    print(f"\ntop {top} tests by CPU (s):  cpu  self  wall")
     for r in sorted(records, key=lambda r: -r["cpu"])[:top]:
-        print(f"{r['cpu']:7.1f} {r['wall']:6.1f}  {r['id']}")
+        print(f"{r['cpu']:7.1f} {r.get('self', 0):5.1f} {r['wall']:6.1f}  {r['id']}")
+    own = sorted(records, key=lambda r: -r.get("self", 0))[:top]
+    print(f"\ntop {top} tests by the pytest process's own CPU (s):  self  wall")
+    for r in own:
+        print(f"{r.get('self', 0):7.1f} {r['wall']:6.1f}  {r['id']}")
     print("\ntop files by CPU (s)")
     for path, cpu in sorted(files.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{cpu:7.1f}  {path}")

@@ -62,7 +62,9 @@ class InProcessApp:
     def sent(self, actor: str | None = None) -> list[tuple[str, str, str]]:
         """Every (actor, cron_tick, message id) enqueued so far."""
         with self._recorder.lock:
-            return [s for s in self._recorder.sent if actor is None or s[0] == actor]
+            if actor is None:
+                return list(self._recorder.sent)
+            return [s for s in self._recorder.sent if s[0] == actor]
 
     def duplicates(self) -> list[tuple[str, str]]:
         """(actor, tick) pairs enqueued more than once."""
