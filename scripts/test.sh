@@ -34,9 +34,9 @@ echo "== pytest"
 # Most tests wait on real Redis servers and dramatiq processes rather than
 # compute (the tests over 2 s are nine tenths of the suite's wall time and
 # an eighth of its CPU), so several pytest processes per core keep the CPU
-# busy; tests/conftest.py sends the waiting tests in turns with the
-# in-process ones, so that from the first second some workers compute
-# while the others wait.  Tests that share a fixture wider than a function
+# busy; tests/conftest.py sends the in-process tests in runs spread
+# among the waiting ones, so that from the first second some workers
+# compute while the others wait.  Tests that share a fixture wider than a function
 # stay on one process, the chaos scenarios in a few groups with a cluster
 # each, longest first (tests/conftest.py).  Every test waits on
 # conditions, with deadlines for a loaded machine, so a starved process

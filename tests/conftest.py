@@ -161,7 +161,7 @@ def instances(request: pytest.FixtureRequest) -> Iterator[Callable[..., Instance
 # instead, each on a worker that builds its own copy of the fixture (the
 # chaos scenarios need a cluster, not the same cluster).  The longest work
 # is sent first (chaos and slow tests, then groups, then tests that run
-# dramatiq processes), each alternating with an in-process test.
+# dramatiq processes), with runs of in-process tests spread among it.
 
 #: Shared fixture name -> how many groups its tests are split into.
 SHARDS = {"shared_cluster": 4}

@@ -30,9 +30,23 @@ from tests.support.redis_server import (
 __all__ = ["ClusterGroup", "RedisProcess", "SentinelGroup", "SplitSentinelGroup", "TlsRedis", "make_certificates"]
 
 
+class _Not:
+    """A false answer of a wait's probe that says what it saw instead."""
+
+    def __init__(self, seen: object) -> None:
+        self.seen = seen
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return repr(self.seen)
+
+
 def _wait(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
+    value: Any = None
     while time.monotonic() < deadline:
         try:
             value = predicate()
@@ -41,7 +55,9 @@ def _wait(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
         except (redis.RedisError, OSError) as exc:
             last = exc
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last!r})")
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what} (last answer: {value!r}; last error: {last!r})"
+    )
 
 
 class RedisProcess:
@@ -89,7 +105,13 @@ class RedisProcess:
                 raise AssertionError(f"redis-server exited with {self.proc.returncode}; see {self.log_path}")
             return (probe or self.client().ping)()
 
-        _wait(check, timeout=timeout, what=f"redis-server on port {self.port} ({self.log_path})")
+        try:
+            _wait(check, timeout=timeout, what=f"redis-server on port {self.port} ({self.log_path})")
+        except AssertionError as exc:
+            # The directory goes with the fixture: what the server said
+            # stays with the failure.
+            tail = "\n".join(self.log().splitlines()[-40:])
+            raise AssertionError(f"{exc}\n--- the end of its log:\n{tail}") from None
 
     def log(self) -> str:
         """What the server logged."""
@@ -266,9 +288,11 @@ class SentinelGroup:
             replica.wait_ready(linked)
         for sentinel in self.sentinels:
 
-            def settled(sentinel: RedisProcess = sentinel) -> bool:
+            def settled(sentinel: RedisProcess = sentinel) -> Any:
                 info = sentinel.client().sentinel_master(self.service)
-                return int(info["num-slaves"]) >= len(self.replicas) and int(info["num-other-sentinels"]) >= 2
+                if int(info["num-slaves"]) >= len(self.replicas) and int(info["num-other-sentinels"]) >= 2:
+                    return True
+                return _Not({k: info.get(k) for k in ("ip", "port", "flags", "num-slaves", "num-other-sentinels")})
 
             sentinel.wait_ready(settled, timeout=60)
         return self
