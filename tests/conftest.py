@@ -249,7 +249,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     waiting = [unit for unit in units.values() if rank(unit[0]) < 4]
     computing = [unit for unit in units.values() if rank(unit[0]) == 4]
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    spread, last = computing[: max(0, len(computing) - workers)], computing[len(computing) - workers :]
+    spread_to = max(0, len(computing) - workers)
+    spread, last = computing[:spread_to], computing[spread_to:]
     order: list[pytest.Item] = []
     for index, unit in enumerate(waiting):
         for run in spread[index * len(spread) // len(waiting) : (index + 1) * len(spread) // len(waiting)]:

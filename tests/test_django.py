@@ -32,7 +32,7 @@ def test_rundramatiq_fires_each_tick_once_with_settings_from_dramatiq_cron(
     env = {"CRON_DJANGO_REDIS_URL": redis_server.url, "CRON_APP_RECORD": record_dir}
     command = [sys.executable, str(PROJECT / "manage.py"), "rundramatiq", "--path", str(PROJECT)]
     instance = instances(env, command=[*command, "--processes", "2", "--threads", "1"], processes=2)
-    start = now_ms()
+    start = history.first_tick(SCHEDULE)
     wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 3, timeout=20, what="three ticks")
 
     # The lease lives under the prefix and TTL the settings gave.

@@ -51,7 +51,7 @@ def test_leadership_resumes_on_the_new_master_after_a_failover_without_duplicate
 ) -> None:
     env = {"DRAMATIQ_CRON_REDIS_URL": sentinel_group.url(), "CRON_APP_RECORD": record_dir, "CRON_APP_TTL": "2000"}
     instance = instances(env, processes=2)
-    start = now_ms()
+    start = history.first_tick(SCHEDULE)
     wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 2, timeout=60, what="two ticks")
     old_port = sentinel_group.master_port()
     replica = sentinel_group.replica.client()

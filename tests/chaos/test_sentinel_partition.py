@@ -53,7 +53,7 @@ def test_a_partition_leaving_the_leader_a_replica_but_not_the_sentinel_majority_
         "CRON_APP_ACTORS": str(len(SCHEDULES)),
     }
     pair = [instances(env), instances(env)]
-    start = now_ms()
+    start = history.first_tick()
     wait_for(lambda: len([t for t in history.ticks() if t > start]) >= 3, timeout=60, what="ticks")
     master = group.nodes["M"].client()
     leader_pid = int(wait_for(lambda: master.hget(LEASE, "pid"), timeout=30, what="a leader"))

@@ -576,6 +576,15 @@ class History:
         """Distinct enqueued ticks (ms), sorted."""
         return sorted({e.tick_ms for e in self.enqueues() if schedule is None or e.schedule == schedule})
 
+    def first_tick(self, schedule: str | None = None, *, timeout: float = 60) -> int:
+        """The first tick enqueued (ms), waiting for one: where a judged
+        window of instances just started begins.  A schedule no leader has
+        decided yet starts at its first leader's first turn, so the host's
+        clock read before that (a loaded machine may take seconds to elect
+        one) would count ticks nobody owed as lost."""
+        ticks: list[int] = wait_for(lambda: self.ticks(schedule), timeout=timeout, what="a first tick")
+        return ticks[0]
+
     def judge(
         self,
         *,
