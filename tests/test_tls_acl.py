@@ -43,8 +43,8 @@ def test_over_tls_with_an_acl_user_ticks_fire_once_and_the_password_is_never_log
     env = {"DRAMATIQ_CRON_REDIS_URL": tls_redis.url(), "CRON_APP_RECORD": record_dir, "CRON_APP_TTL": "2000"}
     # --verbose: debug logging too must not leak the password.
     instance = instances(env, processes=2, extra=["--verbose"])
-    start = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 2, timeout=30, what="two ticks")
+    start = history.first_tick(SCHEDULE)
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > start]) >= 2, timeout=60, what="two ticks")
     assert tls_redis.client().hget("{dramatiq-cron}:lease", "pid") in {str(p) for p in instance.worker_pids()}
 
     # Make the scheduler log its connection errors, then recover.  Redis
@@ -54,13 +54,20 @@ def test_over_tls_with_an_acl_user_ticks_fire_once_and_the_password_is_never_log
     tls_redis.server.stop()
     wait_for(lambda: "cannot reach Redis" in instance.log(), timeout=60, what="the scheduler to say Redis is gone")
     tls_redis.start()
+    back = now_ms()
     wait_for(lambda: "reaches Redis again" in instance.log(), timeout=60, what="the scheduler to reconnect")
-    resumed = now_ms()
-    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=30, what="ticks again")
+    # The restarted Redis holds none of the scheduler's data, so its
+    # schedule starts again at the new leadership's first turn (delayed
+    # after a suspected failover): nothing before that tick is owed, and
+    # nothing after it may be missing.
+    resumed = wait_for(
+        lambda: [t for t in history.ticks(SCHEDULE) if t > back][:1], timeout=60, what="a tick after the restart"
+    )[0]
+    wait_for(lambda: len([t for t in history.ticks(SCHEDULE) if t > resumed]) >= 2, timeout=60, what="ticks again")
 
     verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500, outages=[(start, resumed)])
     assert not verdict.duplicates, verdict.summary()
-    assert not [t for s, t in verdict.losses if t > resumed + 1000], verdict.summary()
+    assert not [t for s, t in verdict.losses if t > resumed], verdict.summary()
     log = instance.log()
     assert "cannot reach Redis" in log
     assert PASSWORD not in log
