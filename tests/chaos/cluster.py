@@ -524,8 +524,7 @@ class Cluster(Lifecycle):
 
     def first_tick(self) -> int:
         """The first tick enqueued (the judgement starts after it)."""
-        self.wait_fired_after(0, timeout=30)
-        return min(e.tick_ms for e in self.history.enqueues())
+        return self.history.first_tick(timeout=30)
 
 
 def assert_sound(report: Report, *, warnings_per_fault: int = 8) -> None:
