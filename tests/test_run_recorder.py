@@ -203,3 +203,36 @@ def test_records_get_a_timeout_of_their_own_at_a_short_lease() -> None:
     timeout = store.client.connection_pool.connection_kwargs["socket_timeout"]  # type: ignore[union-attr]
     assert timeout * 1000 >= RECORD_TIMEOUT_MS
     cron.stop()
+
+
+def test_a_retry_that_starts_before_its_failed_attempt_is_acknowledged_is_told_after_that_attempts_finish() -> None:
+    """Given an attempt that failed, When ``Retries`` has enqueued its retry
+    and another worker thread starts that retry before the first thread
+    acknowledges the failed attempt (``Retries`` enqueues in
+    ``after_process_message``, the ack comes later), Then every sink is
+    told the failed attempt's finish (``retrying``) before the retry's
+    start, the late ack tells nothing more, and the retry's own finish
+    comes last: a monitor that shows the last event shows the recovery."""
+    told: list[tuple[str, int, str]] = []
+
+    class Attempts(Sink):
+        def _event(self, event: str, run: Run) -> None:
+            told.append((event, run.attempt, run.outcome))
+
+    recorder = RunRecorder(logger=logging.getLogger("runs"), sinks=[Attempts("sink")])
+    first = cron_message(1)
+    recorder.started(first)
+    recorder.processed(first, RuntimeError("first attempt fails"))
+    first.options["retries"] = 1  # what Retries does before it enqueues the retry
+    retry = MessageProxy(first._message.copy())
+
+    def the_retry_on_another_thread() -> None:
+        run_once(recorder, retry)
+
+    other = threading.Thread(target=the_retry_on_another_thread)
+    other.start()
+    other.join(30)
+    recorder.settled(first, rejected=False)  # the failed attempt's ack, late
+    assert recorder.flush(30)
+    assert told == [("started", 1, ""), ("finished", 1, "retrying"), ("started", 2, ""), ("finished", 2, "succeeded")]
+    recorder.close()

@@ -8,7 +8,10 @@ and error) and tells every sink what became of it: :meth:`RunSink.started`
 when the message starts, :meth:`RunSink.finished` when it is acknowledged
 or rejected (dramatiq calls ``after_process_message`` hooks in reverse
 order, so ``Retries`` decides whether a failure is retried only after this
-middleware's hook ran) or skipped.  The sinks are the run record in the
+middleware's hook ran) or skipped.  A failed attempt's retry may start on
+another thread before that attempt is acknowledged (``Retries`` enqueues it
+first): the retry's start then tells the failed attempt's finish first, so
+each sink is told a message's attempts in order.  The sinks are the run record in the
 store (:class:`StoreSink`), and those ``CronMetrics`` and ``SentryCrons``
 add.
 
@@ -79,8 +82,9 @@ class Run:
     #: ``retrying`` (failed, and dramatiq retries it) or ``dropped``.
     outcome: str = ""
     error: BaseException | None = None
-    #: At the finish, seconds since its start (this process's monotonic
-    #: clock); None: it did not start in this process (dropped before).
+    #: At the finish, seconds from its start to the actor's return or
+    #: raise (this process's monotonic clock); None: it did not start in
+    #: this process (dropped before).
     duration_s: float | None = None
 
 
@@ -100,6 +104,8 @@ class _Delivery:
     run: Run
     started_at: float | None = None
     processed: bool = False
+    #: When the actor returned or raised (monotonic).
+    ended_at: float | None = None
 
 
 class RunRecorder:
@@ -119,6 +125,11 @@ class RunRecorder:
         # A worker thread runs one message at a time, start to settling:
         # the delivery waits here between the hooks.
         self._local = threading.local()
+        # Failed attempts not yet settled, by message id: their retry may
+        # start first, on another thread.  The lock orders a failed
+        # attempt's finish before its retry's start in every lane.
+        self._failed: dict[str, _Delivery] = {}
+        self._order = threading.Lock()
         for sink in sinks:
             self.add(sink)
 
@@ -146,7 +157,14 @@ class RunRecorder:
         if run is None:
             return
         self._deliveries()[message.message_id] = _Delivery(run, started_at=time.monotonic())
-        self._tell("started", run)
+        if run.attempt == 1:
+            self._tell("started", run)
+            return
+        with self._order:
+            before = self._failed.pop(message.message_id, None)
+            if before is not None:  # enqueued again, so retried: its ack comes later and tells nothing
+                self._finish(before, "retrying")
+            self._tell("started", run)
 
     def processed(self, message: MessageProxy, error: BaseException | None) -> None:
         """The actor returned or raised."""
@@ -154,6 +172,10 @@ class RunRecorder:
         if delivery is not None:
             delivery.run = dataclasses.replace(delivery.run, error=error)
             delivery.processed = True
+            delivery.ended_at = time.monotonic()
+            if error is not None:
+                with self._order:
+                    self._failed[message.message_id] = delivery
 
     def settled(self, message: MessageProxy, *, rejected: bool) -> None:
         """The message was acknowledged (succeeded, or failed and requeued
@@ -161,11 +183,14 @@ class RunRecorder:
         delivery = self._deliveries().pop(message.message_id, None)
         if delivery is None or not delivery.processed:
             return
-        if rejected:
-            outcome = "failed"
-        else:
-            outcome = "succeeded" if delivery.run.error is None else "retrying"
-        self._finish(delivery, outcome)
+        if delivery.run.error is None:
+            self._finish(delivery, "failed" if rejected else "succeeded")
+            return
+        with self._order:
+            if self._failed.get(message.message_id) is not delivery:
+                return  # its retry has started, and told this attempt's finish
+            del self._failed[message.message_id]
+            self._finish(delivery, "failed" if rejected else "retrying")
 
     def dropped(self, message: MessageProxy) -> None:
         """The message was skipped (``AgeLimit``, a duplicate): it will not run."""
@@ -178,7 +203,8 @@ class RunRecorder:
         self._finish(delivery, "dropped")
 
     def _finish(self, delivery: _Delivery, outcome: str) -> None:
-        ran = None if delivery.started_at is None else time.monotonic() - delivery.started_at
+        end = time.monotonic() if delivery.ended_at is None else delivery.ended_at
+        ran = None if delivery.started_at is None else end - delivery.started_at
         self._tell("finished", dataclasses.replace(delivery.run, outcome=outcome, duration_s=ran))
 
     def _tell(self, event: str, run: Run) -> None:
