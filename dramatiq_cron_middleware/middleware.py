@@ -22,6 +22,7 @@ from .leader.thread import LeaderObserver, LeaderThread
 from .monitoring.config import RUNTIME_SLACK, MonitorConfig
 from .monitoring.health import Policy
 from .monitoring.recorder import RunRecorder, StoreSink
+from .prefetch import requeue_prefetched
 from .schedules.ids import parse_id
 from .schedules.schedule import (
     DEFAULT_TIME_LIMIT,
@@ -396,6 +397,12 @@ class CronMiddleware(Middleware):
         """Stop the leader thread and release the lease, so a follower takes
         over in milliseconds instead of a lease."""
         self.stop()
+
+    def before_consumer_thread_shutdown(self, broker: Broker, thread: Any) -> None:
+        """Put the messages this consumer prefetched and never handed out
+        back on their queue at once, not after the broker's heartbeat
+        timeout (see prefetch.py)."""
+        requeue_prefetched(thread, self.logger)
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Close the connections of the worker threads, drained by now (run
