@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support.instances import ROOT, History, Instance, alive, now_ms, wait_for
+from tests.support.instances import EARLY_TOLERANCE_MS, ROOT, History, Instance, alive, now_ms, wait_for
 from tests.support.lease_events import lease_events, lease_gone
 from tests.support.redis_server import RedisServer
 
@@ -155,20 +155,28 @@ def test_after_kill_9_another_instance_takes_over_and_catches_up(
     group, first, start = leading_pair(instances, app_env, history, redis_server)
     victim = owner(first, group)
     killed = time.monotonic()
-    killed_ms = now_ms()
     victim.kill9()
+    killed_ms = now_ms()  # the victim runs no line after this
     successor = wait_for(lambda: (p := leader_pid(redis_server)) and p != first and p, timeout=30, what="a new leader")
     takeover = time.monotonic() - killed
-    took_over_ms = now_ms()
     survivor = owner(successor, group)
+    # The successor's own account of when it led: the host's poll of the
+    # lease can notice it later than that on a loaded machine.
+    acquired_ms = wait_for(
+        lambda: min(survivor.acquired_at(pid=successor, after_ms=killed_ms), default=None),
+        timeout=30,
+        what="the successor to log its acquisition",
+    )
     wait_for_ticks(history, 3, after_ms=now_ms())
     verdict = history.judge(schedules=[SCHEDULE], start_ms=start, end_ms=now_ms() - 1500)
     print(f"takeover after kill -9: {takeover * 1000:.0f} ms")
     assert not verdict.duplicates and not verdict.losses, verdict.summary()
-    # The ticks that fell in the gap were fired by the survivor, late.
-    gap = [e for e in history.enqueues() if killed_ms < e.tick_ms < took_over_ms - 100]
-    assert gap, "no tick fell in the takeover gap"
-    assert all(e.pid == successor and e.at * 1000 >= took_over_ms - 100 for e in gap), gap
+    # The ticks that fell due between the kill and the acquisition were
+    # fired by the successor, once it led: late, and once each (above).
+    gap = [e for e in history.enqueues() if killed_ms + EARLY_TOLERANCE_MS < e.tick_ms < acquired_ms]
+    assert gap, f"no tick fell in the takeover gap ({killed_ms} to {acquired_ms})"
+    late = [e for e in gap if e.pid != successor or e.at * 1000 < acquired_ms]
+    assert not late, (late, acquired_ms)
     assert_quiet(survivor)
 
 

@@ -22,12 +22,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from datetime import datetime
 
 import pytest
 
 from tests.chaos.cluster import PROFILE
-from tests.support.instances import History, Instance, now_ms, wait_for
+from tests.support.instances import History, Instance, acquired_at, now_ms, wait_for
 from tests.support.redis_topologies import SentinelGroup
 
 pytestmark = pytest.mark.chaos
@@ -92,7 +91,7 @@ def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice
     # ticks its process fired past the cut came after it led again, which
     # only the new master, whose writes a replica confirms, lets it.
     log = old_leader.log()
-    led_again = min(_acquired_at(log, pid=leader_pid, after_ms=cut), default=None)
+    led_again = min(acquired_at(log, pid=leader_pid, after_ms=cut), default=None)
     late = [
         e
         for e in history.enqueues()
@@ -101,18 +100,6 @@ def test_a_partition_with_the_leader_on_the_old_masters_side_fires_no_tick_twice
     assert not late, (late[:5], led_again)
     assert len(re.findall(r"writes are not confirmed durable", log)) == 1, log[-4000:]
     assert "Traceback" not in log, log[-4000:]
-
-
-def _acquired_at(log: str, *, pid: int, after_ms: int) -> list[int]:
-    """When (epoch ms, by the log's local time) process ``pid`` logged that
-    it acquired leadership, after ``after_ms``."""
-    out = []
-    pattern = rf"^\[([0-9-]+ [0-9:]+,[0-9]+)\] \[PID {pid}\] .*Acquired cron leadership"
-    for stamp in re.findall(pattern, log, re.MULTILINE):
-        at = int(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000)
-        if at > after_ms:
-            out.append(at)
-    return out
 
 
 def test_a_master_crash_with_three_seconds_of_replication_lag_fires_no_tick_twice(

@@ -289,6 +289,15 @@ def _forked(args: list[str], env: dict[str, str], log: str) -> _Forked | None:
         return None
 
 
+def acquired_at(log: str, *, pid: int, after_ms: int) -> list[int]:
+    """The instants (epoch ms, by the log's local time) at which process
+    ``pid`` logged in ``log`` that it acquired leadership, after ``after_ms``."""
+    pattern = rf"^\[([0-9-]+ [0-9:]+,[0-9]+)\] \[PID {pid}\] .*Acquired cron leadership"
+    stamps = re.findall(pattern, log, re.MULTILINE)
+    instants = (int(dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000) for s in stamps)
+    return [at for at in instants if at > after_ms]
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.02, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after
     ``timeout`` seconds naming ``what``."""
@@ -406,6 +415,13 @@ class Instance:
     def leader_pids(self) -> list[tuple[int, int]]:
         """(pid, epoch) of every acquisition logged, in order."""
         return [(int(p), int(e)) for p, e in _ACQUIRED.findall(self.log())]
+
+    def acquired_at(self, *, pid: int, after_ms: int) -> list[int]:
+        """When (epoch ms, by this host's clock, as the log stamps it) process
+        ``pid`` logged that it acquired leadership, after ``after_ms``: the
+        line is written before its first fire, so no fire of that
+        leadership precedes it."""
+        return acquired_at(self.log(), pid=pid, after_ms=after_ms)
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the main process."""
