@@ -166,21 +166,7 @@ class Cron:
         who: str = "api",
     ) -> RuntimeSchedule:
         """Create (or replace) a runtime schedule; see ``CronMiddleware.add``."""
-        if at is not None or schedule is None:
-            if schedule is not None:
-                raise CronScheduleError(
-                    f"runtime schedule {name!r}: give a schedule or at=, not both (got {schedule!r} and at={at!r})"
-                )
-            if at is None:
-                raise CronScheduleError(f"runtime schedule {name!r}: give a schedule (an expression) or at=")
-            schedule = Schedule(at=at, description=description)
-        elif description is not None:
-            if not isinstance(schedule, str):
-                raise CronScheduleError(
-                    f"runtime schedule {name!r}: give description= inside the Schedule, not beside it"
-                )
-            schedule = Schedule(schedule, description=description)
-        return self.add_many([(actor, schedule, name)], replace=replace, who=who)[0]
+        return self.add_many([(actor, _requested(name, schedule, at, description), name)], replace=replace, who=who)[0]
 
     def add_many(
         self, items: Iterable[tuple[Any, str | Schedule, str]], *, replace: bool = True, who: str = "api"
@@ -424,18 +410,23 @@ class Cron:
         with ``delete``, deleted if it was watched and not renewed (with
         ``force``, whatever it is)."""
         with self.errors():
-            first, start = self.store.foreign_lock(CRONTAB_LOCK), self.store.server_ms()
-            last, renewed = first, None
-            if first.holder is not None and first.pttl_ms > 0 and watch_ms > 0:
-                wait(watch_ms / 1000)
-                last = self.store.foreign_lock(CRONTAB_LOCK)
-                expected = first.pttl_ms - (self.store.server_ms() - start)  # counted down, unrenewed
-                renewed = last.holder is not None and (
-                    last.holder != first.holder or last.pttl_ms > expected + RENEWAL_SLACK_MS
-                )
-            if delete and last.holder is not None and (force or renewed is False):
-                last = self.store.foreign_lock(CRONTAB_LOCK, delete_if=last.holder)
-        return OldLock(CRONTAB_LOCK, last.holder, last.pttl_ms, renewed, last.deleted)
+            return _crontab_lock(self.store, delete=delete, force=force, watch_ms=watch_ms, wait=wait)
+
+
+def _crontab_lock(store: OperatorStore, *, delete: bool, force: bool, watch_ms: int, wait: Any) -> OldLock:
+    """:meth:`Cron.crontab_lock` on ``store``."""
+    first, start = store.foreign_lock(CRONTAB_LOCK), store.server_ms()
+    last, renewed = first, None
+    if first.holder is not None and first.pttl_ms > 0 and watch_ms > 0:
+        wait(watch_ms / 1000)
+        last = store.foreign_lock(CRONTAB_LOCK)
+        expected = first.pttl_ms - (store.server_ms() - start)  # counted down, unrenewed
+        renewed = last.holder is not None and (
+            last.holder != first.holder or last.pttl_ms > expected + RENEWAL_SLACK_MS
+        )
+    if delete and last.holder is not None and (force or renewed is False):
+        last = store.foreign_lock(CRONTAB_LOCK, delete_if=last.holder)
+    return OldLock(CRONTAB_LOCK, last.holder, last.pttl_ms, renewed, last.deleted)
 
 
 class _StatusReads:
@@ -449,6 +440,25 @@ class _StatusReads:
 
     def replicas_lacking(self) -> ReplicasLacking | None:
         return replicas_lacking(self.store.replicas_record())
+
+
+def _requested(name: str, schedule: str | Schedule | None, at: Any, description: str | None) -> str | Schedule:
+    """The schedule :meth:`Cron.add` was asked for: an expression or a
+    :class:`Schedule`, or ``at=`` (a one-shot), with ``description`` beside
+    an expression."""
+    if at is not None or schedule is None:
+        if schedule is not None:
+            raise CronScheduleError(
+                f"runtime schedule {name!r}: give a schedule or at=, not both (got {schedule!r} and at={at!r})"
+            )
+        if at is None:
+            raise CronScheduleError(f"runtime schedule {name!r}: give a schedule (an expression) or at=")
+        return Schedule(at=at, description=description)
+    if description is None:
+        return schedule
+    if not isinstance(schedule, str):
+        raise CronScheduleError(f"runtime schedule {name!r}: give description= inside the Schedule, not beside it")
+    return Schedule(schedule, description=description)
 
 
 def _added_detail(stored: RuntimeSchedule) -> str:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import dramatiq
 import pytest
@@ -30,6 +30,8 @@ from tests.support.wsgi import Browser
 
 pytest.importorskip("jinja2")
 
+T = TypeVar("T")
+
 EVIL = "<script>alert(1)</script>"
 SECRET = "redis://user:hunter2@db.example:6379/0"
 
@@ -45,6 +47,23 @@ class Monitored:
         reply = self.web.get("/cron/health")
         assert reply.header("Content-Type") == "application/json"
         return reply.status, json.loads(reply.text)
+
+
+#: A run's outcomes before it ends: ``broken`` and ``healthy`` fire every
+#: second, so a read can fall between a tick's enqueue (``pending``) and the
+#: end of its run.
+UNSETTLED = {"pending", "running"}
+
+
+def settled(read: Callable[[], T], outcomes: Callable[[T], list[str]], *, what: str) -> T:
+    """The first of repeated ``read()``s in which every run it shows has
+    ended (``outcomes`` lists them): what it says of a run is then final."""
+
+    def ended() -> tuple[T] | None:
+        answer = read()
+        return None if UNSETTLED & set(outcomes(answer)) else (answer,)
+
+    return wait_for(ended, timeout=60, interval=0.1, what=f"{what} with every run shown ended")[0]
 
 
 @contextmanager
@@ -94,7 +113,11 @@ def test_health_answers_the_check_document_with_503_while_a_schedule_fails_and_2
 
 
 def health_answers(monitored: Monitored) -> None:
-    status, document = monitored.health()
+    status, document = settled(
+        monitored.health,
+        lambda answer: [s["last_run"]["outcome"] for s in answer[1]["schedules"] if s["last_run"]],
+        what="/health",
+    )
     assert status == 503
     expected = check_report(monitored.middleware, monitored.broker).to_json()
     assert [(s["id"], s["health"]) for s in document["schedules"]] == [
@@ -130,7 +153,11 @@ def test_the_overview_counts_the_problems_and_links_them(monitored: Monitored) -
 
 
 def test_schedules_show_their_health_problems_first_and_filter_by_it(monitored: Monitored) -> None:
-    page = monitored.web.get("/cron/schedules").text
+    page = settled(
+        lambda: monitored.web.get("/cron/schedules").text,
+        lambda text: re.findall(r'class="run run-([a-z]+)"', text),
+        what="the schedules page",
+    )
     attention, everything = page.split('<table id="schedules" class="stack">')
     assert "Needs attention" in attention
     assert 'data-problem="broken"' in attention and 'data-problem="healthy"' not in attention
@@ -158,7 +185,11 @@ def test_schedules_show_their_health_problems_first_and_filter_by_it(monitored: 
 
 
 def test_a_schedules_page_shows_its_runs_with_escaped_errors_and_a_duration_chart(monitored: Monitored) -> None:
-    page = monitored.web.get("/cron/schedule?id=broken").text
+    page = settled(
+        lambda: monitored.web.get("/cron/schedule?id=broken").text,
+        lambda text: re.findall(r'data-outcome="([a-z]+)"', text),
+        what="broken's page",
+    )
     runs = page.split('<section id="runs">', 1)[1].split("</section>", 1)[0]
     assert '<span class="health health-failing">failing</span>' in runs
     assert runs.count('<tr class="run-row" data-outcome="failed">') >= 1

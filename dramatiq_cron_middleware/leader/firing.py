@@ -373,12 +373,7 @@ class Firing:
         staged = self.ledger.staged(BATCH_LIMIT)
         self._outbox_pending = len(staged) == BATCH_LIMIT
         now = self.clock.now_ms()
-
-        def with_delay(payload: Payload) -> Payload:  # a jittered message's delay, as the hooks see it
-            eta = payload.message.options.get("eta")
-            return dataclasses.replace(payload, delay=max(eta - now, 0) or None) if isinstance(eta, int) else payload
-
-        self._publish([with_delay(p) for p in staged])
+        self._publish([_with_delay(p, now) for p in staged])
 
     def settle(self) -> None:
         """Learn what became of a claim whose reply was lost.  The batch ran
@@ -443,3 +438,10 @@ class Firing:
                 time.sleep(0.0001)
             return
         self.stopping.wait(pause)
+
+
+def _with_delay(payload: Payload, now_ms: int) -> Payload:
+    """A staged message with its delay at ``now_ms`` (a jittered one's
+    ``eta`` ahead), as the broker's hooks see it."""
+    eta = payload.message.options.get("eta")
+    return dataclasses.replace(payload, delay=max(eta - now_ms, 0) or None) if isinstance(eta, int) else payload
