@@ -48,7 +48,10 @@ Outage = tuple[int, int, str]
 #: script checks Redis time, and both read the same clock here.
 EARLY_TOLERANCE_MS = 20
 
-_ACQUIRED = re.compile(r"\[PID (\d+)\].*Acquired cron leadership \(epoch (\d+)\)")
+#: A logged acquisition: its stamp (local time), pid and epoch.
+_ACQUIRED = re.compile(
+    r"^\[([0-9-]+ [0-9:]+,[0-9]+)\] \[PID (\d+)\].*Acquired cron leadership \(epoch (\d+)\)", re.MULTILINE
+)
 
 
 # The template: imports the libraries, then serves one request a line
@@ -292,8 +295,7 @@ def _forked(args: list[str], env: dict[str, str], log: str) -> _Forked | None:
 def acquired_at(log: str, *, pid: int, after_ms: int) -> list[int]:
     """The instants (epoch ms, by the log's local time) at which process
     ``pid`` logged in ``log`` that it acquired leadership, after ``after_ms``."""
-    pattern = rf"^\[([0-9-]+ [0-9:]+,[0-9]+)\] \[PID {pid}\] .*Acquired cron leadership"
-    stamps = re.findall(pattern, log, re.MULTILINE)
+    stamps = [stamp for stamp, logged_pid, _ in _ACQUIRED.findall(log) if int(logged_pid) == pid]
     instants = (int(dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000) for s in stamps)
     return [at for at in instants if at > after_ms]
 
@@ -414,7 +416,7 @@ class Instance:
 
     def leader_pids(self) -> list[tuple[int, int]]:
         """(pid, epoch) of every acquisition logged, in order."""
-        return [(int(p), int(e)) for p, e in _ACQUIRED.findall(self.log())]
+        return [(int(p), int(e)) for _, p, e in _ACQUIRED.findall(self.log())]
 
     def acquired_at(self, *, pid: int, after_ms: int) -> list[int]:
         """When (epoch ms, by this host's clock, as the log stamps it) process
