@@ -15,6 +15,7 @@ storms of tests/test_shutdown_signals.py (issue 28, items 3 and 8).
 
 from __future__ import annotations
 
+import faulthandler
 import glob
 import hashlib
 import logging
@@ -42,6 +43,9 @@ LEASE = "{dramatiq-cron}:lease"
 #: ``docker stop`` sends SIGKILL 10 s after SIGTERM: the exit must come well
 #: before, however long the lease (the hand-over itself gives up after 1 s).
 CONTAINER_GRACE = 8.0
+#: How long a forked child's stop may take before it counts as stuck (it
+#: gives up on Redis within about two seconds).
+CHILD_STUCK_S = 60
 
 
 def evalsha(name: str) -> bytes:
@@ -92,7 +96,9 @@ def test_a_storm_at_the_instant_the_hand_over_begins_still_releases(
     wait_for(lambda: not alive(worker), timeout=30, what="the worker to exit")
 
 
-def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(redis_server: RedisServer) -> None:
+def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
     """Given a leading middleware, when a forked child of its process
     stops it (as its own shutdown code would), then the parent still leads
     under the same epoch: the child's copy of the leader thread never
@@ -110,16 +116,21 @@ def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(redis
         with running_worker(broker, worker_threads=1, worker_timeout=50):
             wait_for(lambda: middleware.leader is not None and middleware.leader.leading, timeout=30, what="leading")
             held = client.hmget(LEASE, ["token", "epoch", "pid"])
+            stacks = tmp_path / "child-stacks.txt"
             child = os.fork()
             if child == 0:  # pragma: no cover - the child
                 code = 1
                 try:
-                    middleware.stop()
+                    # A stop that hangs (on a lock a thread of the parent
+                    # held at the fork) fails the test with the child's stacks.
+                    with open(stacks, "w") as dump:
+                        faulthandler.dump_traceback_later(CHILD_STUCK_S, exit=True, file=dump)
+                        middleware.stop()
                     code = 0
                 finally:
                     os._exit(code)
             _, status = os.waitpid(child, 0)
-            assert os.waitstatus_to_exitcode(status) == 0
+            assert os.waitstatus_to_exitcode(status) == 0, f"the child's stop failed: {stacks.read_text()}"
             assert client.hmget(LEASE, ["token", "epoch", "pid"]) == held, "the child released the parent's lease"
             assert middleware.leader is not None and middleware.leader.leading
     finally:
