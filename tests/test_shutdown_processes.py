@@ -96,14 +96,19 @@ def test_a_storm_at_the_instant_the_hand_over_begins_still_releases(
     wait_for(lambda: not alive(worker), timeout=30, what="the worker to exit")
 
 
+@pytest.mark.parametrize("held_at_fork", ["nothing", "every lock of the scheduler's clients"])
 def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(
-    redis_server: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path, held_at_fork: str
 ) -> None:
     """Given a leading middleware, when a forked child of its process
     stops it (as its own shutdown code would), then the parent still leads
     under the same epoch: the child's copy of the leader thread never
     releases, and no inherited socket is written on.  (The child released
-    the parent's lease through a fresh connection.)"""
+    the parent's lease through a fresh connection.)  And the child's stop
+    returns even when another thread of the parent held, at the fork, the
+    locks of the middleware's clients (mid-command, or building one): the
+    child inherits them held, by a thread it does not have (redis-py 8's
+    fork check takes its pool's lock)."""
     client = redis_server.client()
     broker = StubBroker()
     middleware = CronMiddleware(redis=redis_server.url)
@@ -117,6 +122,22 @@ def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(
             wait_for(lambda: middleware.leader is not None and middleware.leader.leading, timeout=30, what="leading")
             held = client.hmget(LEASE, ["token", "epoch", "pid"])
             stacks = tmp_path / "child-stacks.txt"
+            holding, forked = threading.Event(), threading.Event()
+            if held_at_fork != "nothing":
+                connections = middleware.connections(broker)
+                commands, blocking = connections.scheduler()
+                locks = [connections._lock, commands.connection_pool._lock, blocking.connection_pool._lock]
+
+                def hold() -> None:
+                    for lock in locks:
+                        lock.acquire()
+                    holding.set()
+                    forked.wait(60)
+                    for lock in reversed(locks):
+                        lock.release()
+
+                threading.Thread(target=hold, daemon=True).start()
+                assert holding.wait(30)
             child = os.fork()
             if child == 0:  # pragma: no cover - the child
                 code = 1
@@ -129,6 +150,7 @@ def test_a_forked_child_that_stops_the_middleware_leaves_the_parents_lease(
                     code = 0
                 finally:
                     os._exit(code)
+            forked.set()
             _, status = os.waitpid(child, 0)
             assert os.waitstatus_to_exitcode(status) == 0, f"the child's stop failed: {stacks.read_text()}"
             assert client.hmget(LEASE, ["token", "epoch", "pid"]) == held, "the child released the parent's lease"

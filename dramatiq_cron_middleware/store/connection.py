@@ -305,7 +305,11 @@ def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
 def close_clients(clients: Iterable[Any]) -> None:
     """Close every connection of these clients (and of their Sentinel
     managers, and of every node of a cluster client), in use or idle.  Each
-    client stays usable: its next command connects again."""
+    client stays usable: its next command connects again.  A pool built
+    in another process (this is a forked child) is left alone: its
+    sockets are the parent's, and touching it runs redis-py's fork check,
+    which takes the pool's lock, held for ever if a thread of the parent
+    held it at the fork."""
     for client in clients:
         try:
             if isinstance(client, RedisCluster):
@@ -317,7 +321,8 @@ def close_clients(clients: Iterable[Any]) -> None:
                 if manager is not None:
                     pools += [sentinel.connection_pool for sentinel in manager.sentinels]
             for pool in pools:
-                pool.disconnect()
+                if getattr(pool, "pid", os.getpid()) == os.getpid():
+                    pool.disconnect()
         except Exception:  # closing is best effort: the process may be going down
             pass
 
@@ -589,6 +594,7 @@ class Connections:
         self.source = source
         self.timing = timing
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._built: dict[object, Any] = {}
         self._owned: list[Any] = []
         self._workers: list[Any] = []
@@ -662,12 +668,16 @@ class Connections:
 
     def close(self) -> None:
         """Close every connection but the worker threads'."""
-        with self._lock:
-            owned = list(self._owned)
-        close_clients(owned)
+        close_clients(self._listed(self._owned))
 
     def close_workers(self) -> None:
         """Close the worker threads' connections (once they have drained)."""
+        close_clients(self._listed(self._workers))
+
+    def _listed(self, clients: list[Any]) -> list[Any]:
+        if os.getpid() != self._pid:
+            # A forked child: no thread of its own builds a client now, and a
+            # thread of the parent may have held the lock at the fork.
+            return list(clients)
         with self._lock:
-            workers = list(self._workers)
-        close_clients(workers)
+            return list(clients)
