@@ -14,7 +14,7 @@ from hypothesis import settings
 
 from tests.support.instances import History, Instance, kill_all
 from tests.support.redis_server import RedisServer
-from tests.support.redis_topologies import ClusterGroup, SentinelGroup
+from tests.support.redis_topologies import ClusterGroup, RedisProcess, SentinelGroup
 
 # A suite started where SIGINT is ignored (a background job of a
 # non-interactive shell, nohup) passes SIG_IGN on to every process it
@@ -94,22 +94,38 @@ def app_env(redis_server: RedisServer, record_dir: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def proxied_sentinel_group() -> Iterator[SentinelGroup]:
-    """A Sentinel group whose master everyone reaches through a proxy that
-    can hold replication or partition processes: two replicas, three
-    sentinels."""
-    group = SentinelGroup(replicas=2, replication_proxy=True)
+def _sentinel_group(request: pytest.FixtureRequest, **kwargs: Any) -> Iterator[SentinelGroup]:
+    group = SentinelGroup(replicas=2, **kwargs)
+    request.node.stash[_SERVERS] = group.processes()
     try:
         yield group.start()
     finally:
         group.close()
 
 
+@pytest.fixture
+def sentinel_group(request: pytest.FixtureRequest) -> Iterator[SentinelGroup]:
+    """Master, two replicas and three sentinels (redis-server --sentinel):
+    the promoted replica still has one, so claims are confirmed after a
+    failover (durable by default on Sentinel)."""
+    yield from _sentinel_group(request)
+
+
+@pytest.fixture
+def proxied_sentinel_group(request: pytest.FixtureRequest) -> Iterator[SentinelGroup]:
+    """A Sentinel group whose master everyone reaches through a proxy that
+    can hold replication or partition processes: two replicas, three
+    sentinels."""
+    yield from _sentinel_group(request, replication_proxy=True)
+
+
 #: The lines of an instance's log shown under a failure besides its end.
 _SAID = re.compile(r"\[(WARNING|ERROR|CRITICAL)\]|Traceback")
 #: The instances a test started (the ``instances`` fixture keeps them here).
 _STARTED = pytest.StashKey[list[Instance]]()
+#: A test's Redis servers and sentinels, by name (its topology fixture
+#: keeps them here): what each logged is shown under a failure.
+_SERVERS = pytest.StashKey[dict[str, RedisProcess]]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -128,6 +144,9 @@ def pytest_runtest_makereport(
                 report.sections.append((f"{instance.log_path}: its end", log[-3000:]))
             except OSError:
                 pass
+        for name, server in item.stash.get(_SERVERS, {}).items():
+            tail = "\n".join(server.log().splitlines()[-80:])
+            report.sections.append((f"{name} on port {server.port}: the end of its log", tail))
     return report
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from redis.sentinel import Sentinel
@@ -20,18 +20,6 @@ from tests.support.redis_topologies import SentinelGroup
 
 SCHEDULE = "tick_0"
 LEASE = "{dramatiq-cron}:lease"
-
-
-@pytest.fixture
-def sentinel_group() -> Iterator[SentinelGroup]:
-    """Master, two replicas and three sentinels (redis-server --sentinel):
-    the promoted replica still has one, so claims are confirmed after a
-    failover (durable by default on Sentinel)."""
-    group = SentinelGroup(replicas=2)
-    try:
-        yield group.start()
-    finally:
-        group.close()
 
 
 def test_a_sentinel_url_or_client_gives_short_timeout_clients_on_the_master(sentinel_group: SentinelGroup) -> None:

@@ -18,6 +18,7 @@ client speaks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import threading
@@ -33,6 +34,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection, SentinelManagedSSLConnection
 
 from ..errors import CronConfigurationError
+from .codes import read_only
 from .timing import Timing
 
 _MaintConfig: Any
@@ -290,6 +292,42 @@ def unrelaxed() -> dict[str, Any]:
     return {"maint_notifications_config": _MaintConfig(enabled=False, relaxed_timeout=-1)}
 
 
+class _LeavesReplicas:
+    """A connection that closes itself when a replica refuses a write sent
+    on it, so that the next command connects again: on Sentinel to the
+    master the sentinels name then, elsewhere to whatever the address
+    means then (a managed Redis moves its DNS name at a failover).
+
+    A failover that keeps the old master alive demotes it under open
+    connections, and a sentinel that has not heard of a failover yet may
+    name the old master for a moment.  redis-py drops a Sentinel
+    connection on ``READONLY`` but keeps a plain one, and sees none in
+    Redis 6's form of a script's refusal (``Error running script ...:
+    -READONLY ...``): the connection stayed on the replica for ever.
+    """
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.ResponseError as error:
+            refused = read_only(error)
+            if not isinstance(refused, redis.ReadOnlyError):
+                raise
+            self.disconnect()  # type: ignore[attr-defined]
+            if getattr(getattr(self, "connection_pool", None), "is_master", False):
+                # As redis-py does on Sentinel: retried, on the master named now.
+                raise redis.ConnectionError(f"the Redis master is now a replica ({error})") from None
+            raise refused from None
+
+
+@functools.cache
+def _leaving(connection_class: type) -> type:
+    """``connection_class`` with :class:`_LeavesReplicas` (same name)."""
+    if issubclass(connection_class, _LeavesReplicas):
+        return connection_class
+    return type(connection_class.__name__, (_LeavesReplicas, connection_class), {"__module__": __name__})
+
+
 def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
     pool = template.connection_pool
     kwargs = {
@@ -298,7 +336,7 @@ def _derive(template: redis.Redis, *, timeout_ms: int) -> redis.Redis:
         if key in _CARRIED or (key.startswith("ssl") and key != "ssl")
     }
     kwargs.update(_bounded(timeout_ms))
-    new_pool = redis.ConnectionPool(connection_class=pool.connection_class, max_connections=8, **kwargs)
+    new_pool = redis.ConnectionPool(connection_class=_leaving(pool.connection_class), max_connections=8, **kwargs)
     return redis.Redis(connection_pool=new_pool)
 
 
@@ -356,7 +394,7 @@ class _SentinelSpec:
     ssl: bool
 
 
-class _WatchedConnection(SentinelManagedConnection):
+class _WatchedConnection(_LeavesReplicas, SentinelManagedConnection):
     """Raises :class:`MasterChanged` once when it connects to a master at
     another address than the pool's previous connection did."""
 

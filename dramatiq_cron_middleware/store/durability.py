@@ -196,6 +196,10 @@ def _on_one_connection(pool: Any, commands: list[tuple[Any, ...]]) -> tuple[list
                 replies.append(connection.read_response())
             except redis.ResponseError as error:
                 replies.append(read_only(error))
+                if isinstance(replies[-1], redis.ReadOnlyError):
+                    # A replica: the connection is closed (see connection.py,
+                    # _LeavesReplicas), the rest of its replies are lost.
+                    return replies + [replies[-1]] * (len(commands) - len(replies))
         return replies
 
     try:

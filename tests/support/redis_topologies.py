@@ -261,6 +261,13 @@ class SentinelGroup:
         hosts = ",".join(f"{h}:{p}" for h, p in self.addresses)
         return f"redis+sentinel://{hosts}/{self.service}/0"
 
+    def processes(self) -> dict[str, RedisProcess]:
+        """Every server by name (``master``, ``replica1``.., ``sentinel1``..)."""
+        named = {"master": self.master}
+        named.update({f"replica{i + 1}": r for i, r in enumerate(self.replicas)})
+        named.update({f"sentinel{i + 1}": s for i, s in enumerate(self.sentinels)})
+        return named
+
     def master_port(self) -> int:
         """The port of the current master, according to the sentinels."""
         for sentinel in self.sentinels:
