@@ -186,6 +186,8 @@ def instances(request: pytest.FixtureRequest) -> Iterator[Callable[..., Instance
 SHARDS = {"shared_cluster": 4}
 #: In-process tests of one file sent to a worker together, at most.
 CHUNK = 20
+#: Fixtures whose tests wait seconds on processes (sent among the first).
+WAITING = {"instances", "cluster", "sentinel_group", "proxied_sentinel_group"}
 #: Session fixtures whose tests, in any file, form one group.
 ACROSS_FILES = {"rabbitmq_node"}
 
@@ -243,8 +245,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return 0 if item in groups else 1
         if item in groups:
             return 2
-        # Tests that run dramatiq processes take seconds; the rest fill in.
-        return 3 if {"instances", "cluster"} & set(item.fixturenames) else 4
+        # Tests that run dramatiq processes or a topology of servers take
+        # seconds; the rest fill in.
+        return 3 if WAITING & set(item.fixturenames) else 4
 
     # Work units in rank order: a group, or a test that waits (ranks 0-3:
     # real processes and clusters, or marked slow) of its own, or a run of
