@@ -28,7 +28,8 @@ SET_IN_SCRIPT = "return redis.call('SET', KEYS[1], ARGV[1])"
 
 
 def writes(client: redis.Redis) -> dict[str, Any]:
-    """A plain write and a write inside a script, by name."""
+    """A plain write, a write inside a script (EVAL and EVALSHA), and the
+    durable claim's script-and-WAIT in one round trip, by name."""
     return {
         "SET": lambda: client.set("{t}:k", "v"),
         "EVAL": lambda: client.eval(SET_IN_SCRIPT, 1, "{t}:k", "v"),

@@ -197,8 +197,12 @@ def _on_one_connection(pool: Any, commands: list[tuple[Any, ...]]) -> tuple[list
             except redis.ResponseError as error:
                 replies.append(read_only(error))
                 if isinstance(replies[-1], redis.ReadOnlyError):
-                    # A replica: the connection is closed (see connection.py,
-                    # _LeavesReplicas), the rest of its replies are lost.
+                    # A replica: the rest of the replies go unread, so the
+                    # connection is closed (the scheduler's plain and Sentinel
+                    # connections have closed themselves already, see
+                    # connection.py's _LeavesReplicas) and none is read
+                    # as another command's.
+                    connection.disconnect()
                     return replies + [replies[-1]] * (len(commands) - len(replies))
         return replies
 
